@@ -1,0 +1,9 @@
+"""Data set registry: `DATASETS.build(name, config=DataConfig)` returns a LightningDataModule."""
+from train.registry import Registry
+
+DATASETS = Registry("data set")
+
+# Generators write small learnable data sets in each loader's real on-disk format (numpy only, no torch).
+GENERATORS = Registry("data generator")
+
+from train.data import cifar100  # noqa: E402,F401  (registers its data module and generator)

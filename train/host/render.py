@@ -1,0 +1,29 @@
+"""Render a Job into the scheduler's script from the template files in train/templates/."""
+import re
+import shlex
+from pathlib import Path
+
+import jinja2
+
+from train.errors import UserError
+from train.host.job import Job
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Per-task values a launcher sets and the training code reads inside the container.
+FORWARDED = ["SLURM_*", "LSB_*", "LS_*", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "CT_*", "PYTHONUNBUFFERED"]
+
+
+def render(job: Job) -> str:
+    for name in job.env:
+        if not ENV_NAME.match(name):
+            raise UserError(f"environment variable name {name!r} is not valid; use letters, digits and '_'")
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["q"] = lambda value: shlex.quote(str(value))
+    template = env.get_template(f"{job.scheduler}.sh.j2")
+    return template.render(job=job, forward_patterns="|".join(FORWARDED + sorted(job.env)))
