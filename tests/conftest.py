@@ -1,5 +1,89 @@
+import hashlib
+import json
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+CLUSTER_SH = ROOT / "tests" / "slurm" / "cluster.sh"
+
+
+def sha256(path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="session")
+def cpu_image():
+    """The built CPU image's record; `make test` builds it before pytest starts (a test never builds it)."""
+    from train.host import images
+
+    record = images.current("cpu", ROOT / "images")
+    if record is None:
+        pytest.fail("no CPU image has been built: run `make image` first (make test does)")
+    return record
+
+
+@pytest.fixture(scope="session")
+def demo_data(tmp_path_factory):
+    """A small generated CIFAR-100-format set, shared by the end-to-end tests."""
+    from train.data.cifar100 import generate_cifar100
+
+    return generate_cifar100(tmp_path_factory.mktemp("cifar100"), train_per_class=10, test_per_class=3)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The real test Slurm cluster (tests/slurm/cluster.sh), started here if it is not already up."""
+    was_up = subprocess.run(["bash", str(CLUSTER_SH), "status"], capture_output=True).returncode == 0
+    if not was_up:
+        subprocess.run(["bash", str(CLUSTER_SH), "start"], check=True)
+    yield
+    if not was_up:
+        subprocess.run(["bash", str(CLUSTER_SH), "stop"], check=True)
+
+
+@pytest.fixture
+def runs_dir(tmp_path, monkeypatch):
+    path = tmp_path / "runs"
+    path.mkdir()
+    monkeypatch.setenv("CT_RUNS_DIR", str(path))
+    return path
+
+
+def run_cluster(*args, timeout=900):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bin" / "run-cluster"), *map(str, args)],
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def only_run(runs: Path) -> Path:
+    found = [p for p in runs.iterdir() if p.is_dir()]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def wait_for_slurm_job(job_id: str, timeout_s: float = 600) -> str:
+    """Poll scontrol until the job ends; every wait has a timeout (a job Slurm cannot place pends forever)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
+        state = next((f.split("=", 1)[1] for f in out.split() if f.startswith("JobState=")), "UNKNOWN")
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+            return state
+        time.sleep(1)
+    subprocess.run(["scancel", job_id])
+    raise AssertionError(f"slurm job {job_id} did not finish in {timeout_s} s")
+
+
+def manifest(run_dir: Path) -> dict:
+    return json.loads((run_dir / "manifest.json").read_text())

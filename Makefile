@@ -1,0 +1,51 @@
+# cluster-train: `make demo` trains the demo on this machine inside the CPU image; `make test` runs every test.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST := $(VENV)/bin/pytest
+# The host-side test venv takes torch's CPU wheel where the machine keeps one (pinned: any other version
+# would pull gigabytes of CUDA wheels).
+TORCH_WHEELS := $(wildcard /opt/wheels)
+DEMO_DATA := data/cifar100-synthetic
+
+-include containers/images.mk
+
+.PHONY: help demo deps apptainer slurm venv data test test-fast test-image test-slurm clean
+help:
+	@echo "make demo       install what is missing, build the CPU image, train the demo via bin/run-cluster local"
+	@echo "make test       every test: installs Apptainer and Slurm, builds the image, starts the test cluster"
+	@echo "make test-fast  unit tests only (no image, no Slurm), under 2 minutes"
+	@echo "make image      build images/\$$FLAVOR.sif (FLAVOR=cpu|cuda12.8|cuda11.6) and record its sha256"
+
+demo: deps image data
+	bin/run-cluster local cpu_2proc demo
+
+deps: apptainer venv
+
+apptainer:
+	@command -v apptainer >/dev/null && apptainer --version >/dev/null 2>&1 || bash containers/install-apptainer.sh
+
+slurm:
+	bash tests/slurm/cluster.sh install
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml tests/requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q uv
+	$(VENV)/bin/uv pip install -q --python $(PY) $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS)) -r tests/requirements.txt
+	touch $@
+
+data: $(DEMO_DATA)/cifar-100-python/meta
+$(DEMO_DATA)/cifar-100-python/meta: | image
+	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" images/cpu.sif \
+		python -m train make_data cifar100 $(DEMO_DATA)
+
+test-fast: venv
+	$(PYTEST) -q -m "not image and not slurm" tests
+
+test: deps slurm image
+	$(PYTEST) -q -rs tests
+
+clean:
+	rm -rf runs $(DEMO_DATA) .pytest_cache

@@ -1,0 +1,103 @@
+"""bin/run-cluster on the host side: resolution, preflight refusals, rendering, and what is (not) written."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from train.host import images
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_CLUSTER = ROOT / "bin" / "run-cluster"
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """A fake image store with a tiny 'cpu' image, and an empty runs dir."""
+    root = tmp_path / "images"
+    root.mkdir()
+    sif = root / "cpu.sif"
+    sif.write_bytes(b"not really a SIF, but hashed like one")
+    images.record("cpu", sif, ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=root)
+    monkeypatch.setenv("CT_IMAGES_DIR", str(root))
+    monkeypatch.setenv("CT_RUNS_DIR", str(tmp_path / "runs"))
+    (tmp_path / "runs").mkdir()
+    return tmp_path
+
+
+def run_cluster(*args, env=None):
+    return subprocess.run([sys.executable, str(RUN_CLUSTER), *args], capture_output=True, text=True, env=env)
+
+
+def test_dry_run_renders_srun_per_rank_and_submits_nothing(store):
+    done = run_cluster("ci-slurm", "n2_gpu1", "demo", "--dry-run", "--run-id", "r1")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for line in ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=1", "#SBATCH --partition=ci"]:
+        assert line in out
+    assert "srun --kill-on-bad-exit=1" in out and "apptainer exec --cleanenv" in out
+    assert "2 node(s) x 1 rank(s) = 2 rank(s)" in out
+    assert "32 per rank x 2 rank(s) x 1 accumulation = 64 effective" in out
+    assert list((store / "runs").iterdir()) == []
+
+
+def test_dry_run_script_is_valid_bash(store, tmp_path):
+    done = run_cluster("local", "cpu_2proc", "demo", "--dry-run", "--set", "data.root=/tmp/a b;$(touch pwned)")
+    assert done.returncode == 0, done.stderr
+    script = done.stdout.split("nothing submitted) ---\n", 1)[1]
+    assert "'/tmp/a b;$(touch pwned)'" in script  # quoted, never interpreted
+    (tmp_path / "s.sh").write_text(script)
+    assert subprocess.run(["bash", "-n", str(tmp_path / "s.sh")]).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nocluster", "x"], "unknown cluster 'nocluster'"),
+        (["ci-slurm", "n3_gpu1"], "unknown profile of cluster 'ci-slurm' 'n3_gpu1'"),
+        (["ci-slurm", "n2_gpu1", "nope"], "unknown experiment 'nope'"),
+        (["ci-slurm", "n2_gpu1", "demo", "--set", "trainer.devices=4"], "derived from the cluster profile"),
+        (["ci-slurm", "n2_gpu1", "demo", "--set", "trainer.max_epoch=4"], "did you mean 'trainer.max_epochs'"),
+        (["local", "cpu_2proc", "/nonexistent/exp.yaml"], "experiment file '/nonexistent/exp.yaml' does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_and_submits_nothing(store, args, message):
+    done = run_cluster(*args)
+    assert done.returncode == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert list((store / "runs").iterdir()) == []
+
+
+def test_missing_image_prints_the_make_command(store, monkeypatch, tmp_path):
+    env = {**os.environ, "CT_IMAGES_DIR": str(tmp_path / "empty")}
+    done = run_cluster("local", "cpu_1proc", "demo", "--dry-run", env=env)
+    assert done.returncode == 2
+    assert "make image FLAVOR=cpu" in done.stderr
+
+
+def test_failed_submission_leaves_no_run_dir(store, tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Invalid account' >&2\nexit 1\n")
+    (fake / "sbatch").chmod(0o755)
+    data = tmp_path / "data"
+    data.mkdir()
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    done = run_cluster("ci-slurm", "n2_gpu1", "demo", "--set", f"data.root={data}", env=env)
+    assert done.returncode == 2
+    assert "sbatch failed: sbatch: error: Batch job submission failed: Invalid account" in done.stderr
+    assert list((store / "runs").iterdir()) == []
+
+
+def test_a_cluster_file_outside_the_repo(store, tmp_path):
+    cluster = tmp_path / "elsewhere.yaml"
+    cluster.write_text(
+        "name: elsewhere\nscheduler: slurm\napptainer: {nv: true}\n"
+        "partitions:\n  never-seen-gpu: {image: cpu, gpus_per_node: 2, cpus_per_node: 4, mem_per_node_gb: 8, nodes: 3}\n"
+        "profiles:\n  two: {partition: never-seen-gpu, nodes: 3, gpus_per_node: 2, mem_gb: 4, time: '1:00:00'}\n"
+    )
+    done = run_cluster(str(cluster), "two", "demo", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "#SBATCH --partition=never-seen-gpu" in done.stdout and " --nv " in done.stdout
+    assert "#SBATCH --ntasks-per-node=2" in done.stdout

@@ -1,0 +1,1 @@
+"""Host side (login node): no torch. Resolve, check, render and submit jobs; the image store; run manifests."""
