@@ -46,7 +46,7 @@ def test_dry_run_script_is_valid_bash(store, tmp_path):
     done = run_cluster("local", "cpu_2proc", "demo", "--dry-run", "--set", "data.root=/tmp/a b;$(touch pwned)")
     assert done.returncode == 0, done.stderr
     script = done.stdout.split("nothing submitted) ---\n", 1)[1]
-    assert "'/tmp/a b;$(touch pwned)'" in script  # quoted, never interpreted
+    assert "-B '/tmp/a b;$(touch pwned):/tmp/a b;$(touch pwned):ro'" in script  # quoted, never interpreted
     (tmp_path / "s.sh").write_text(script)
     assert subprocess.run(["bash", "-n", str(tmp_path / "s.sh")]).returncode == 0
 

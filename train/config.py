@@ -28,6 +28,10 @@ class DataConfig:
     batch_size: int = 64  # per rank (per GPU)
     num_workers: int = 2  # per rank
     augment: bool = True
+    # Host RAM estimates the preflight check budgets per node: each rank's main process, and each of its
+    # dataloader workers (a worker holds its own copy of the dataset's state and prefetched batches).
+    rank_mem_gb: float = 4.0
+    worker_mem_gb: float = 1.0
 
 
 @dataclass

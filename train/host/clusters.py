@@ -48,6 +48,8 @@ class Profile:
     data: Dict[str, Any] = field(default_factory=dict)
     env: Dict[str, str] = field(default_factory=dict)
     directives: List[str] = field(default_factory=list)  # extra raw scheduler directives
+    notify: bool = False  # mail at start and end (LSF -B -N, Slurm --mail-type=BEGIN,END)
+    tasks: List[Dict[str, Any]] = field(default_factory=list)  # launch: independent -> [{name, set: {key: value}}]
 
     @property
     def ranks(self) -> int:
@@ -63,6 +65,8 @@ class Cluster:
     path: str
     description: str = ""
     nv: bool = True  # bind the NVIDIA driver into the container (apptainer --nv)
+    needs: List[str] = field(default_factory=list)  # per-user settings this cluster cannot do without (account)
+    modules: List[str] = field(default_factory=list)  # `module load` before the job starts (e.g. apptainer)
     binds: List[str] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)
     partitions: Dict[str, Partition] = field(default_factory=dict)
@@ -100,6 +104,7 @@ def load(path: Path) -> Cluster:
     except yaml.YAMLError as err:
         raise UserError(f"cluster file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
     where = f"cluster file {path}"
+    raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}  # x-*: YAML anchors, not settings
     _only_keys(raw, [f.name for f in dataclasses.fields(Cluster)] + ["apptainer"], where)
     apptainer = raw.get("apptainer") or {}
     cluster = Cluster(
@@ -110,6 +115,8 @@ def load(path: Path) -> Cluster:
         nv=bool(apptainer.get("nv", True)),
         binds=[str(b) for b in apptainer.get("binds", [])],
         env={str(k): str(v) for k, v in (raw.get("env") or {}).items()},
+        needs=[str(n) for n in raw.get("needs", [])],
+        modules=[str(m) for m in raw.get("modules", [])],
     )
     for name, spec in (raw.get("partitions") or {}).items():
         cluster.partitions[name] = _record(Partition, name, spec, f"{where}: partition {name!r}")
@@ -118,6 +125,8 @@ def load(path: Path) -> Cluster:
         profile = _record(Profile, name, spec, f"{where}: profile {name!r}")
         if profile.launch is not None:
             _choice(profile.launch, LAUNCHES, f"{where}: profile {name!r} launch")
+        for task in profile.tasks:
+            _only_keys(task, ["name", "set"], f"{where}: profile {name!r} task")
         cluster.profiles[name] = profile
     if not cluster.profiles:
         raise UserError(f"{where} defines no profiles; add one under 'profiles:'")

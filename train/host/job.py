@@ -3,6 +3,7 @@
 The trainer's `devices` and `num_nodes` are derived here from the profile, never typed twice.
 """
 import dataclasses
+import os
 import re
 import secrets
 import time
@@ -12,10 +13,19 @@ from typing import Any, Dict, List, Optional
 
 from train import config as cfg
 from train.errors import UserError
-from train.host import images
+from train.host import images, settings
 from train.host.clusters import Cluster, Profile
 
 LAUNCH_DEFAULT = {"slurm": "srun", "lsf": "lightning", "local": "lightning"}
+
+
+@dataclass
+class Task:
+    """One independent training of a `launch: independent` job, in its own run directory."""
+
+    name: str  # log prefix: task-<i>-<name>
+    run_dir: str
+    config_path: str
 
 
 @dataclass
@@ -29,7 +39,7 @@ class Job:
     nodes: int
     gpus_per_node: int
     ranks_per_node: int
-    tasks_per_node: int  # scheduler tasks per node: one per rank under srun/blaunch, else one
+    tasks_per_node: int  # scheduler tasks per node: one per rank under srun/blaunch, one under Lightning
     cpus_per_task: int
     mem_gb: int
     time: str
@@ -43,14 +53,23 @@ class Job:
     image_flavor: str
     data_dir: str
     nv: bool
-    binds: List[str] = field(default_factory=list)
+    binds: List[str] = field(default_factory=list)  # "src:dst[:ro]", real paths resolved
     env: Dict[str, str] = field(default_factory=dict)
     directives: List[str] = field(default_factory=list)
+    modules: List[str] = field(default_factory=list)
     account: Optional[str] = None
+    email: Optional[str] = None
+    notify: bool = False
+    tasks: List[Task] = field(default_factory=list)
 
     @property
     def total_ranks(self) -> int:
         return self.nodes * self.ranks_per_node
+
+    @property
+    def slots_per_node(self) -> int:
+        """LSF slots (cores) per host: -n counts slots, and rusage[mem] is per slot."""
+        return self.tasks_per_node * self.cpus_per_task
 
     def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -69,8 +88,12 @@ def resolve(
     image_flavor: str,
 ) -> Job:
     launch = profile.launch or LAUNCH_DEFAULT[cluster.scheduler]
+    user = settings.load(cluster.name)
+    for key in cluster.needs:
+        settings.require(user, key, cluster.name, "the scheduler rejects jobs without it")
     per_task = launch in ("srun", "blaunch")
-    env = {**cluster.env, **profile.env}
+    tasks = independent_tasks(profile, run_dir) if launch == "independent" else []
+    log_name = "job-%j.out" if cluster.scheduler == "slurm" else f"{_job_name(run.name)}_%J.out"
     return Job(
         run_id=run_dir.name,
         cluster=cluster.name,
@@ -80,8 +103,8 @@ def resolve(
         partition=profile.partition,
         nodes=profile.nodes,
         gpus_per_node=profile.gpus_per_node,
-        ranks_per_node=profile.ranks,
-        tasks_per_node=profile.ranks if per_task else 1,
+        ranks_per_node=1 if tasks else profile.ranks,
+        tasks_per_node=len(tasks) or (profile.ranks if per_task else 1),
         cpus_per_task=profile.cpus_per_task,
         mem_gb=profile.mem_gb,
         time=profile.time,
@@ -89,26 +112,65 @@ def resolve(
         job_name=_job_name(run.name),
         run_dir=str(run_dir),
         config_path=str(run_dir / "config.yaml"),
-        log_path=str(run_dir / "logs" / ("job-%j.out" if cluster.scheduler == "slurm" else "job.out")),
+        log_path=str(run_dir / "logs" / (log_name if cluster.scheduler != "local" else "job.out")),
         image=image.path if image else "",
         image_sha256=image.sha256 if image else "",
         image_flavor=image_flavor,
         data_dir=run.data.root,
         nv=cluster.nv and profile.gpus_per_node > 0,
-        binds=list(cluster.binds),
-        env=env,
+        binds=bind_mounts(cluster, run, run_dir, user),
+        env={k: settings.expand(v, user, cluster.name) for k, v in {**cluster.env, **profile.env}.items()},
         directives=list(profile.directives),
+        modules=list(cluster.modules) + [str(m) for m in user.get("modules", [])],
+        account=user.get("account"),
+        email=user.get("email"),
+        notify=profile.notify,
+        tasks=tasks,
     )
+
+
+def bind_mounts(cluster: Cluster, run: cfg.RunConfig, run_dir: Path, user: Dict[str, Any]) -> List[str]:
+    """Data read-only, the run directory, and the cluster's own binds (scratch...). A path that is a symlink is
+    bound at its real path too, so code that resolves it inside the container still finds it."""
+    wanted = [(run.data.root, ":ro"), (str(run_dir), "")]
+    wanted += [(settings.expand(b, user, cluster.name), "") for b in cluster.binds]
+    binds: List[str] = []
+    for path, mode in wanted:
+        real = os.path.realpath(path)
+        for dst in dict.fromkeys([real, path]):
+            binds.append(f"{real}:{dst}{mode}")
+    return list(dict.fromkeys(binds))
+
+
+def independent_tasks(profile: Profile, run_dir: Path) -> List[Task]:
+    if not profile.tasks:
+        raise UserError(f"profile {profile.name!r} has launch: independent but no tasks; list them under tasks:")
+    tasks = []
+    for i, spec in enumerate(profile.tasks):
+        name = f"task-{i}-{_job_name(str(spec.get('name', i)))}"
+        tasks.append(Task(name=name, run_dir=str(run_dir / name), config_path=str(run_dir / name / "config.yaml")))
+    return tasks
 
 
 def apply_profile(run: cfg.RunConfig, profile: Profile, run_dir: Path, project_root: Path) -> cfg.RunConfig:
     """Force what the job shape decides onto the run config: ranks, nodes, paths."""
-    trainer = {**profile.trainer, "devices": profile.ranks, "num_nodes": profile.nodes}
+    for key in ("devices", "num_nodes"):
+        if key in profile.trainer:
+            raise UserError(f"profile {profile.name!r} sets trainer.{key}; it is derived from nodes and gpus_per_node, remove it")
+    ranks = 1 if profile.launch == "independent" else profile.ranks
+    nodes = 1 if profile.launch == "independent" else profile.nodes
+    trainer = {**profile.trainer, "devices": ranks, "num_nodes": nodes}
     overrides = {f"trainer.{k}": v for k, v in trainer.items()}
     overrides.update({f"data.{k}": v for k, v in profile.data.items()})
     overrides["output_dir"] = str(run_dir)
     data_root = Path(run.data.root)
     overrides["data.root"] = str(data_root if data_root.is_absolute() else (project_root / data_root).resolve())
+    return cfg.resolve(cfg.to_dict(run), overrides)
+
+
+def task_config(run: cfg.RunConfig, profile: Profile, task: Task, index: int) -> cfg.RunConfig:
+    overrides = dict(profile.tasks[index].get("set") or {})
+    overrides["output_dir"] = task.run_dir
     return cfg.resolve(cfg.to_dict(run), overrides)
 
 

@@ -1,8 +1,12 @@
 """Checks run on every submission and on --dry-run: refuse, with the cause and the fix, any job that would
 hang, run N silent copies, be rejected by the scheduler, or run the wrong image. Nothing is queued before these pass."""
+import functools
+import math
 import re
 from pathlib import Path
 from typing import Callable, List
+
+import yaml
 
 from train import config as cfg
 from train.errors import UserError
@@ -38,6 +42,13 @@ def fits_partition(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
 
 
 def one_rank_per_gpu(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+    if job.tasks:
+        if len(job.tasks) != job.gpus_per_node:
+            raise UserError(
+                f"profile {job.profile!r} packs {len(job.tasks)} independent task(s) on {job.gpus_per_node} GPU(s); "
+                f"list one task per GPU or set gpus_per_node: {len(job.tasks)}"
+            )
+        return
     if job.gpus_per_node and job.ranks_per_node != job.gpus_per_node:
         raise UserError(
             f"profile {job.profile!r} starts {job.ranks_per_node} rank(s) per node on {job.gpus_per_node} GPU(s); "
@@ -73,13 +84,55 @@ def names_are_safe(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
             raise UserError(f"{what} {value!r} has characters a scheduler directive cannot carry; use letters, digits, '_.-+'")
 
 
-def image_exists(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+@functools.lru_cache(maxsize=1)
+def flavors() -> dict:
+    return yaml.safe_load((Path(__file__).resolve().parents[2] / "containers" / "flavors.yaml").read_text())
+
+
+def image_can_drive_the_gpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     part = cluster.partition(job.partition)
-    if job.image_flavor != part.image:
+    table = flavors()
+    if job.image_flavor not in table["flavors"]:
+        raise UserError(f"unknown image flavor {job.image_flavor!r}; choose one of: {', '.join(table['flavors'])}")
+    capability = table["gpus"].get(part.gpu_type)
+    if capability is None or job.gpus_per_node == 0:
+        return  # CPU partitions and fake test GPUs: nothing for CUDA to drive
+    flavor = table["flavors"][job.image_flavor]
+    if "min_capability" not in flavor or not flavor["min_capability"] <= capability <= flavor["max_capability"]:
         raise UserError(
-            f"image flavor {job.image_flavor!r} cannot run on {job.partition!r} ({part.gpu_type}), which needs "
-            f"{part.image!r}; build it with: make image FLAVOR={part.image}"
+            f"image flavor {job.image_flavor!r} cannot drive {part.gpu_type} GPUs (compute capability {capability}) "
+            f"on {job.partition!r}; use the {part.image} image: make image FLAVOR={part.image}"
         )
+
+
+def host_ram_fits(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+    """Each rank on a node runs its main process plus num_workers dataloader workers, all in host RAM."""
+    data = run.data
+    ranks = _processes_per_node(job)
+    need = _ram(job, run)
+    if need <= job.mem_gb:
+        return
+    node_gb = cluster.partition(job.partition).mem_per_node_gb
+    spare = job.mem_gb / ranks - data.rank_mem_gb
+    fix = f"raise mem_gb (the node has {node_gb} GB)"
+    if spare >= 0 and data.worker_mem_gb > 0:
+        fix = f"set data.num_workers={math.floor(spare / data.worker_mem_gb)} or fewer, or {fix}"
+    raise UserError(
+        f"host RAM: {ranks} rank(s) per node x ({data.rank_mem_gb:g} GB + {data.num_workers} dataloader workers x "
+        f"{data.worker_mem_gb:g} GB) needs {need:g} GB per node but the job has {job.mem_gb} GB; {fix}"
+    )
+
+
+def workers_have_cpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+    cpus = job.cpus_per_task if job.tasks_per_node >= job.ranks_per_node else job.cpus_per_task // job.ranks_per_node
+    if run.data.num_workers > cpus:
+        raise UserError(
+            f"data.num_workers={run.data.num_workers} dataloader workers per rank but each rank has {cpus} CPU(s); "
+            f"set data.num_workers={cpus} or fewer, or raise cpus_per_task"
+        )
+
+
+def image_exists(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     if not job.image or not Path(job.image).is_file():
         raise UserError(f"no {job.image_flavor} image has been built; build it with: make image FLAVOR={job.image_flavor}")
 
@@ -90,6 +143,9 @@ RULES: List[Callable] = [
     launcher_starts_every_rank,
     time_limit_is_valid,
     names_are_safe,
+    image_can_drive_the_gpus,
+    host_ram_fits,
+    workers_have_cpus,
     image_exists,
 ]
 
@@ -106,7 +162,16 @@ def summary(job: Job, run: cfg.RunConfig) -> str:
             f"{gpus} GPU(s), launch {job.launch}, time {job.time}",
             f"batch: {per_rank} per rank x {job.total_ranks} rank(s) x {run.trainer.accumulate_grad_batches} "
             f"accumulation = {effective} effective",
+            f"host RAM: about {_ram(job, run):g} GB per node of {job.mem_gb} GB requested",
             f"image: {job.image} ({job.image_flavor}) sha256 {job.image_sha256}",
             f"run dir: {job.run_dir}",
         ]
     )
+
+
+def _processes_per_node(job: Job) -> int:
+    return job.tasks_per_node if job.tasks else job.ranks_per_node
+
+
+def _ram(job: Job, run: cfg.RunConfig) -> float:
+    return _processes_per_node(job) * (run.data.rank_mem_gb + run.data.num_workers * run.data.worker_mem_gb)

@@ -11,7 +11,7 @@ from train.host.job import Job
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Per-task values a launcher sets and the training code reads inside the container.
-FORWARDED = ["SLURM_*", "LSB_*", "LS_*", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "CT_*", "PYTHONUNBUFFERED"]
+FORWARDED = ["SLURM_*", "LSB_*", "LSF_*", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "CT_*", "PYTHONUNBUFFERED"]
 
 
 def render(job: Job) -> str:
@@ -23,6 +23,8 @@ def render(job: Job) -> str:
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
+        comment_start_string="{{#",  # bash's ${#array[@]} would otherwise open a Jinja comment
+        comment_end_string="#}}",
     )
     env.filters["q"] = lambda value: shlex.quote(str(value))
     template = env.get_template(f"{job.scheduler}.sh.j2")

@@ -47,6 +47,12 @@ def write_manifest(job: Job, run: cfg.RunConfig, job_id: str, experiment: str, o
     return manifest
 
 
+def update_manifest(run_dir: Path, **fields) -> None:
+    manifest = read_manifest(run_dir)
+    manifest.update(fields)
+    (Path(run_dir) / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
 def read_manifest(run_dir: Path) -> Dict[str, Any]:
     path = Path(run_dir) / MANIFEST
     if not path.is_file():

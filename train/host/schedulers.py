@@ -44,6 +44,37 @@ class Slurm:
         _run(["scancel", job_id], "scancel")
 
 
+@SCHEDULERS.register("lsf")
+class Lsf:
+    STATES = {"PEND": "PENDING", "PSUSP": "PENDING", "RUN": "RUNNING", "USUSP": "SUSPENDED", "SSUSP": "SUSPENDED",
+              "DONE": "COMPLETED", "EXIT": "FAILED"}
+
+    def submit(self, script: Path, run_dir: Path) -> str:
+        # `bsub < script`: only then does bsub read the #BSUB lines of the script.
+        with script.open() as stdin:
+            try:
+                done = subprocess.run(["bsub"], stdin=stdin, capture_output=True, text=True)
+            except FileNotFoundError:
+                raise UserError("bsub is not on PATH: run this on the cluster's login node") from None
+        found = re.search(r"Job <(\d+)> is submitted", done.stdout)
+        if done.returncode != 0 or not found:
+            message = (done.stderr or done.stdout).strip().splitlines()
+            raise UserError(f"bsub failed: {message[-1] if message else 'exit status ' + str(done.returncode)}")
+        return found.group(1)
+
+    def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict[str, str]:
+        done = subprocess.run(["bjobs", "-noheader", "-o", "stat exit_code exec_host", job_id],
+                              capture_output=True, text=True)
+        fields = done.stdout.split()
+        if done.returncode != 0 or not fields:
+            return {"state": "UNKNOWN"}
+        return {"state": self.STATES.get(fields[0], fields[0]), "exit_code": fields[1] if len(fields) > 1 else "",
+                "nodes": fields[2] if len(fields) > 2 else ""}
+
+    def cancel(self, job_id: str) -> None:
+        _run(["bkill", job_id], "bkill")
+
+
 @SCHEDULERS.register("local")
 class Local:
     """This machine, no scheduler: the script runs detached; its pid is the job id."""
@@ -87,3 +118,17 @@ def wait(scheduler, job_id: str, run_dir: Path, timeout_s: float, poll_s: float 
         if time.time() > deadline:
             raise UserError(f"job {job_id} did not finish within {timeout_s:.0f} s (state {state['state']})")
         time.sleep(poll_s)
+
+
+def race(scheduler, job_ids, run_dirs, timeout_s: float, poll_s: float = 1.0) -> int:
+    """Index of the job that starts first; the other is cancelled. On a tie the first one listed wins."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        states = [scheduler.state(j, d)["state"] for j, d in zip(job_ids, run_dirs)]
+        started = [s not in ("PENDING", "UNKNOWN", "CONFIGURING") for s in states]
+        if any(started):
+            winner = started.index(True)
+            scheduler.cancel(job_ids[1 - winner])
+            return winner
+        time.sleep(poll_s)
+    raise UserError(f"neither job {job_ids[0]} nor {job_ids[1]} started within {timeout_s:.0f} s; both are still queued")

@@ -1,0 +1,104 @@
+# Image rules, included by the top-level Makefile.
+#
+#   make image [FLAVOR=cpu|cuda12.8|cuda11.6]   build images/$(FLAVOR).sif and record its sha256 (images/index.json,
+#                                               images/store/<sha256>.sif)
+#   make lock [UPGRADE=1]                       regenerate containers/*.lock from containers/requirements/*.in
+#
+# Builds are content-addressed. The key of a build is the sha256 of every input that goes into the image: the
+# definition file, the lock file, containers/install.sh, pyproject.toml and every file of the train package
+# (`git ls-files` plus untracked, not ignored files). After a build, images/$(FLAVOR).inputs holds that key (one
+# `sha256  path` line per input, taken just before the build started), rewritten only when its content changes.
+# `make image` rebuilds exactly when the current key differs from the stamp (or there is no image): a second
+# `make image` with nothing changed runs nothing and `make -q image` answers 0; touching a file without changing
+# it rebuilds nothing; `make -n image` shows whether apptainer would run.
+# The key is computed while the Makefile is read (train.host.images, stdlib only, ~0.1 s).
+
+FLAVOR ?= cpu
+IMAGE_FLAVORS := cpu cuda12.8 cuda11.6
+IMAGES_DIR ?= images
+HOST_PYTHON ?= python3
+APPTAINER ?= apptainer
+IMAGE_DEF = containers/$(FLAVOR).def
+IMAGE_LOCK = containers/$(FLAVOR).lock
+IMAGE_SIF = $(IMAGES_DIR)/$(FLAVOR).sif
+IMAGE_STAMP = $(IMAGES_DIR)/$(FLAVOR).inputs
+# "fresh" when the stamp holds the current key; anything else (stale, no stamp, an error) rebuilds
+IMAGE_STATUS := $(if $(wildcard $(IMAGE_DEF)),$(shell $(HOST_PYTHON) -m train.host.images inputs \
+	--def $(IMAGE_DEF) --lock $(IMAGE_LOCK) --stamp $(IMAGE_STAMP) 2>/dev/null))
+# pip inside the build goes through this machine's TLS-intercepting proxy: let it see the host's CA bundle, read-only
+# (containers/install.sh uses it only if it is there; clusters do not need it). `--mount` is `--bind
+# /etc/ssl/certs:/mnt/host-certs:ro` without apptainer build's spurious "destination is already in the mount point
+# list" warning.
+IMAGE_BUILD_BINDS ?= $(if $(wildcard /etc/ssl/certs/ca-certificates.crt),\
+	--mount type=bind$(_ct_comma)source=/etc/ssl/certs$(_ct_comma)destination=/mnt/host-certs$(_ct_comma)ro)
+_ct_comma := ,
+
+.PHONY: image lock _image_rebuild
+image: $(IMAGE_SIF)
+
+_image_rebuild: ;
+
+# The build goes to a temporary file renamed into place at the end: an interrupted build never leaves half an image.
+$(IMAGE_SIF): $(if $(filter fresh,$(IMAGE_STATUS)),,_image_rebuild)
+	@case " $(IMAGE_FLAVORS) " in *" $(FLAVOR) "*) ;; \
+	  *) echo "make image: unknown FLAVOR=$(FLAVOR) (one of: $(IMAGE_FLAVORS))" >&2; exit 2;; esac
+	@command -v $(APPTAINER) >/dev/null || \
+	  { echo "make image: $(APPTAINER) not found; install it first (make apptainer)" >&2; exit 1; }
+	@mkdir -p $(IMAGES_DIR)
+	@set -e; \
+	tmp="$(IMAGES_DIR)/.$(FLAVOR).sif.$$$$.tmp"; keys="$(IMAGES_DIR)/.$(FLAVOR).inputs.$$$$.tmp"; \
+	trap 'rm -f "$$tmp" "$$keys"' EXIT INT TERM; \
+	$(HOST_PYTHON) -m train.host.images inputs --def $(IMAGE_DEF) --lock $(IMAGE_LOCK) --stamp $(IMAGE_STAMP) \
+	  --snapshot "$$keys"; \
+	commit=$$(git rev-parse HEAD 2>/dev/null || echo unknown); \
+	if [ "$$commit" != unknown ] && [ -n "$$(git status --porcelain -- $(IMAGE_DEF) $(IMAGE_LOCK) \
+	    containers/install.sh pyproject.toml train 2>/dev/null)" ]; then commit="$$commit-dirty"; fi; \
+	set -- --build-arg "GIT_COMMIT=$$commit"; \
+	if grep -q '{{ *MIRROR *}}' $(IMAGE_DEF); then set -- "$$@" --build-arg "MIRROR=$$(bash containers/apt-mirror.sh)"; fi; \
+	if [ "$$(id -u)" = 0 ]; then export APPTAINER_DROP_CAPS=CAP_SYS_RESOURCE; fi; \
+	echo "make image: building $@ from $(IMAGE_DEF) (git $$commit)"; \
+	start=$$(date +%s); \
+	$(APPTAINER) build --force $(IMAGE_BUILD_BINDS) "$$@" "$$tmp" $(IMAGE_DEF); \
+	mv -f "$$tmp" $@; \
+	echo "make image: built $@ in $$(( $$(date +%s) - start )) s"; \
+	$(HOST_PYTHON) -m train.host.images record --flavor $(FLAVOR) --sif $@ --def $(IMAGE_DEF) \
+	  --lock $(IMAGE_LOCK) --root $(IMAGES_DIR) --git-commit "$$commit" --inputs "$$keys" --stamp $(IMAGE_STAMP)
+
+# ---------------------------------------------------------------------------------------------------------------
+# Lock files: containers/requirements/FLAVOR.in -> containers/FLAVOR.lock, the full closure with sha256 hashes.
+# The current lock is the starting point (uv keeps its versions unless they must move); UPGRADE=1 re-resolves all.
+# Each flavor resolves for its image's own Python and glibc:
+#   cpu       Debian trixie, Python 3.13. torch/torchvision/numpy are Debian's (cpu.debian.txt constrains them to
+#             Debian's versions and they are not emitted); PyPI torch's CUDA wheels are excluded from the resolution.
+#   cuda12.8  Ubuntu 22.04, Python 3.10. Resolved with PyPI's torch 2.7.1 and the +cu128 wheel's CUDA pins
+#             (cuda12.8.overrides.txt); torch/torchvision are then replaced by the hash-pinned +cu128 block.
+#   cuda11.6  Ubuntu 20.04, Python 3.8. Resolved with PyPI's torch 1.13.1 minus its CUDA 11.7 wheels (the +cu116
+#             wheel bundles CUDA); torch/torchvision are then replaced by the hash-pinned +cu116 block.
+UV ?= $(or $(wildcard .venv/bin/uv),uv)
+LOCK_INDEX ?= https://pypi.org/simple
+LOCK_REQS := containers/requirements
+LOCK_OPTS_cpu := --python-version 3.13 --python-platform x86_64-manylinux_2_36 \
+	-c $(LOCK_REQS)/cpu.debian.txt --excludes $(LOCK_REQS)/cpu.excludes.txt \
+	--no-emit-package torch --no-emit-package torchvision --no-emit-package numpy
+LOCK_OPTS_cuda12.8 := --python-version 3.10 --python-platform x86_64-manylinux_2_35 \
+	--overrides $(LOCK_REQS)/cuda12.8.overrides.txt --no-emit-package torch --no-emit-package torchvision
+LOCK_OPTS_cuda11.6 := --python-version 3.8 --python-platform x86_64-manylinux_2_31 \
+	--excludes $(LOCK_REQS)/cuda11.6.excludes.txt --no-emit-package torch --no-emit-package torchvision
+
+.PHONY: $(addprefix lock-,$(IMAGE_FLAVORS))
+lock: $(addprefix lock-,$(IMAGE_FLAVORS))
+
+$(addprefix lock-,$(IMAGE_FLAVORS)): lock-%:
+	@test -f $(LOCK_REQS)/$*.in || { echo "make lock: no $(LOCK_REQS)/$*.in" >&2; exit 2; }
+	@set -e; out=containers/$*.lock; tmp=containers/.$*.lock.tmp; trap 'rm -f "$$tmp" "$$tmp.new"' EXIT INT TERM; \
+	if [ -f "$$out" ]; then awk '/^--/ { next } /^[A-Za-z0-9].*[+]cu[0-9]/ { skip = 1 } \
+	  skip { if (!/\\$$/) skip = 0; next } { print }' "$$out" > "$$tmp"; else : > "$$tmp"; fi; \
+	$(UV) pip compile --quiet --no-header --generate-hashes --default-index $(LOCK_INDEX) \
+	  $(if $(UPGRADE),--upgrade) $(LOCK_OPTS_$*) $(LOCK_REQS)/$*.in -o "$$tmp"; \
+	{ echo "# containers/$*.lock: generated by \`make lock\` from $(LOCK_REQS)/$*.in; do not edit."; \
+	  echo "# Installed by containers/install.sh: pip install --require-hashes --no-deps -r containers/$*.lock"; \
+	  echo "# uv pip compile --generate-hashes $(strip $(LOCK_OPTS_$*)) $(LOCK_REQS)/$*.in"; \
+	  if [ -f $(LOCK_REQS)/$*.torch.txt ]; then cat $(LOCK_REQS)/$*.torch.txt; fi; \
+	  cat "$$tmp"; } > "$$tmp.new"; \
+	mv -f "$$tmp.new" "$$out"; \
+	echo "make lock: $$out: $$(grep -c '^[A-Za-z0-9]' "$$out") packages"

@@ -1,0 +1,269 @@
+#!/usr/bin/env bash
+# A real multi-node Slurm test cluster on one machine (root): every node is a network + UTS namespace with its own
+# slurmd, address and hostname; each has 4 fake GPUs (GRES backed by /dev/null).
+#   cluster.sh install        apt-get the Slurm and munge packages (idempotent)
+#   cluster.sh start [N]      N nodes n1..nN (default $CT_SLURM_NODES or 4); a no-op if already up with N nodes
+#   cluster.sh stop           cancel jobs, stop every daemon by its pid file, remove namespaces and /etc/hosts lines
+#   cluster.sh status         print sinfo; exit 0 if the cluster is up, else 1
+#   cluster.sh env            print `export` lines for tests: eval "$(bash tests/slurm/cluster.sh env)"
+# Partitions: `ci` (default, all nodes) and `ci-small` (n1, n2). Bridge ct-br0 10.77.0.1/24, node K at 10.77.0.(10+K).
+# All state (config, pid files, logs, spool, munge key and socket) lives in $CT_SLURM_STATE
+# (default /run/cluster-train-slurm); /etc/slurm/slurm.conf becomes a symlink to it while the cluster is up.
+set -euo pipefail
+
+STATE=${CT_SLURM_STATE:-/run/cluster-train-slurm}
+BRIDGE=ct-br0
+NET=10.77.0
+HOSTS_TAG="# cluster-train-slurm"
+ETC_CONF=/etc/slurm/slurm.conf
+GPUS=4
+TIMEOUT=30
+
+main() {
+  case "${1:-}" in
+    install) install_packages ;;
+    start) start "${2:-${CT_SLURM_NODES:-4}}" ;;
+    stop) stop ;;
+    status) status ;;
+    env) print_env ;;
+    *) echo "usage: $0 {install|start [N]|stop|status|env}" >&2; exit 2 ;;
+  esac
+}
+
+die() { echo "cluster.sh: $*" >&2; exit 1; }
+node_ip() { echo "$NET.$((10 + $1))"; }
+
+install_packages() {
+  local pkgs=(slurmctld slurmd slurm-client munge iproute2) apt=(apt-get -y -q -o DPkg::Lock::Timeout=120)
+  all_installed "${pkgs[@]}" && return 0
+  # Update the package lists only when an install from the current ones fails (a fresh machine has none).
+  "${apt[@]}" install --no-install-recommends "${pkgs[@]}" >/dev/null 2>&1 && return 0
+  "${apt[@]}" update >/dev/null
+  "${apt[@]}" install --no-install-recommends "${pkgs[@]}" >/dev/null
+}
+
+all_installed() {
+  local status
+  status=$(dpkg-query -W -f '${Status}\n' "$@" 2>/dev/null) || return 1
+  ! grep -qv '^install ok installed$' <<<"$status"
+}
+
+# --- processes, always by their own pid file -----------------------------------------------------------------------
+
+pid_of() {  # pid from FILE if that process is alive and is still the program NAME (pids get reused)
+  local file=$1 name=$2 pid
+  pid=$(cat "$file" 2>/dev/null) || return 1
+  [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ] && echo "$pid"
+}
+
+kill_pid() {  # TERM, wait up to 10 s, then KILL
+  local pid=$1 i
+  kill "$pid" 2>/dev/null || return 0
+  for i in $(seq 100); do
+    [ -d "/proc/$pid" ] || return 0
+    sleep 0.1
+  done
+  kill -9 "$pid" 2>/dev/null || true
+}
+
+stop_daemon() { local pid; pid=$(pid_of "$1" "$2") && kill_pid "$pid"; return 0; }
+
+nodes() {  # the node names of the cluster that is (or was) set up, from the state dir or the tagged /etc/hosts lines
+  if [ -f "$STATE/nodes" ]; then cat "$STATE/nodes"; else awk -v t="$HOSTS_TAG" 'index($0, t) {print $2}' /etc/hosts; fi
+}
+
+up() {  # every daemon alive and slurmctld answering
+  local n
+  [ -f "$STATE/nodes" ] || return 1
+  pid_of "$STATE/munge/munged.pid" munged >/dev/null && pid_of "$STATE/slurmctld.pid" slurmctld >/dev/null || return 1
+  for n in $(nodes); do pid_of "$STATE/slurmd-$n.pid" slurmd >/dev/null || return 1; done
+  sinfo -h >/dev/null 2>&1
+}
+
+# --- start ---------------------------------------------------------------------------------------------------------
+
+start() {
+  local n=$1
+  [[ "$n" =~ ^[1-9][0-9]?$ ]] && [ "$n" -le 50 ] || die "node count must be 1..50, got '$n'"
+  [ "$(id -u)" = 0 ] || die "run as root"
+  command -v slurmctld >/dev/null || die "Slurm is not installed: run '$0 install'"
+  if up; then
+    [ "$(nodes | wc -l)" = "$n" ] && return 0
+    die "already running with $(nodes | wc -l) nodes; run '$0 stop' first"
+  fi
+  stop >/dev/null  # whatever a failed or crashed earlier start left behind
+  mkdir -p "$STATE"/{log,spool,dev} && chmod 0755 "$STATE"
+  seq 1 "$n" | sed 's/^/n/' >"$STATE/nodes"
+  write_config "$n"
+  start_munge
+  setup_network "$n"
+  slurmctld -c -f "$STATE/slurm.conf"  # -c: no saved state, so no DRAIN reason of an earlier run carries over
+  start_slurmds
+  wait_idle "$n"
+}
+
+write_config() {
+  local n=$1 i small=n1
+  [ "$n" -lt 2 ] || small=n1,n2
+  for i in 0 1 2 3; do ln -sfn /dev/null "$STATE/dev/gpu$i"; done  # GRES files must be character devices
+  {
+    echo "ClusterName=ct"
+    echo "SlurmctldHost=$(hostname -s)($NET.1)"  # must be this host's short name (else slurmctld refuses to run)
+    echo "AuthType=auth/munge"
+    echo "CredType=cred/munge"
+    echo "AuthInfo=socket=$STATE/munge/munge.socket"
+    echo "SlurmUser=root"
+    echo "SlurmdUser=root"
+    echo "StateSaveLocation=$STATE/spool/ctld"
+    echo "SlurmdSpoolDir=$STATE/spool/%n"
+    echo "SlurmctldPidFile=$STATE/slurmctld.pid"
+    echo "SlurmdPidFile=$STATE/slurmd-%n.pid"
+    echo "SlurmctldLogFile=$STATE/log/slurmctld.log"
+    echo "SlurmdLogFile=$STATE/log/slurmd-%n.log"
+    # No systemd, no cgroup hierarchy of our own, no accounting daemon: the plugins that need none of them.
+    echo "ProctrackType=proctrack/linuxproc"
+    echo "TaskPlugin=task/none"
+    echo "JobAcctGatherType=jobacct_gather/none"
+    echo "AccountingStorageType=accounting_storage/none"
+    echo "JobCompType=jobcomp/none"
+    echo "MailProg=/bin/true"
+    echo "SchedulerType=sched/backfill"
+    echo "SchedulerParameters=batch_sched_delay=0"  # else every job waits ~3 s
+    echo "SelectType=select/cons_tres"              # GPUs as TRES (--gpus-per-node) need cons_tres
+    echo "SelectTypeParameters=CR_Core"
+    echo "MinJobAge=300"                            # finished jobs stay visible to `scontrol show job` (no sacct)
+    echo "KillWait=5"
+    echo "ReturnToService=2"
+    echo "SlurmdParameters=config_overrides"        # advertise 8 CPUs / 16 GB per node on a 2-core machine
+    echo "GresTypes=gpu"
+    for i in $(seq 1 "$n"); do
+      echo "NodeName=n$i NodeHostname=n$i NodeAddr=$(node_ip "$i") CPUs=8 RealMemory=16000 Gres=gpu:$GPUS State=UNKNOWN"
+    done
+    echo "PartitionName=ci Nodes=n[1-$n] Default=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=ci-small Nodes=$small MaxTime=INFINITE State=UP"
+  } >"$STATE/slurm.conf"
+  printf 'AutoDetect=off\nNodeName=n[1-%s] Name=gpu File=%s/dev/gpu[0-%s]\n' "$n" "$STATE" "$((GPUS - 1))" \
+    >"$STATE/gres.conf"
+  link_etc_conf
+}
+
+link_etc_conf() {  # the client commands read /etc/slurm/slurm.conf: point it at ours, keeping any real one aside
+  mkdir -p /etc/slurm
+  if [ -e "$ETC_CONF" ] && [ ! -L "$ETC_CONF" ] && [ ! -e "$ETC_CONF.ct-saved" ]; then
+    mv "$ETC_CONF" "$ETC_CONF.ct-saved"
+  fi
+  ln -sfn "$STATE/slurm.conf" "$ETC_CONF"
+}
+
+start_munge() {
+  # munged runs as munge and refuses a key anyone else can read or a directory anyone else can write.
+  install -d -o munge -g munge -m 0755 "$STATE/munge"  # 0755: clients must reach the socket
+  dd if=/dev/urandom of="$STATE/munge/munge.key" bs=1024 count=1 status=none
+  chown munge:munge "$STATE/munge/munge.key" && chmod 0600 "$STATE/munge/munge.key"
+  runuser -u munge -- munged --key-file="$STATE/munge/munge.key" --socket="$STATE/munge/munge.socket" \
+    --pid-file="$STATE/munge/munged.pid" --log-file="$STATE/munge/munged.log" --seed-file="$STATE/munge/seed"
+}
+
+setup_network() {
+  local n=$1 i ip
+  ip link add "$BRIDGE" type bridge
+  ip addr add "$NET.1/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  for i in $(seq 1 "$n"); do
+    ip="$(node_ip "$i")"
+    ip netns add "n$i"
+    ip link add "ct-n$i" type veth peer name eth0 netns "n$i"
+    ip link set "ct-n$i" master "$BRIDGE" up
+    ip -n "n$i" addr add "$ip/24" dev eth0
+    ip -n "n$i" link set lo up
+    ip -n "n$i" link set eth0 up
+    ip -n "n$i" route add default via "$NET.1"
+    # Each node's hostname must resolve to its own address (gloo binds to what gethostname() resolves to).
+    printf '%s n%s %s\n' "$ip" "$i" "$HOSTS_TAG" >>/etc/hosts
+  done
+}
+
+start_slurmds() {
+  local node
+  # nsenter, not `ip netns exec`: that remounts /sys, hides /sys/fs/cgroup, and slurmd then dies at start.
+  for node in $(nodes); do
+    # shellcheck disable=SC2016  # $1 and $2 belong to the inner sh
+    nsenter --net="/run/netns/$node" -- unshare --uts -- \
+      sh -c 'hostname "$1" && exec slurmd -N "$1" -f "$2"' _ "$node" "$STATE/slurm.conf"
+  done
+}
+
+wait_idle() {
+  local n=$1 i
+  for i in $(seq $((TIMEOUT * 5))); do
+    [ "$(sinfo -h -N -p ci -o %T 2>/dev/null | grep -cx idle)" = "$n" ] && return 0
+    sleep 0.2
+  done
+  echo "cluster.sh: $n nodes not idle after ${TIMEOUT} s:" >&2
+  sinfo -N -p ci >&2 || true
+  tail -n 20 "$STATE"/log/*.log "$STATE/munge/munged.log" >&2 || true
+  exit 1
+}
+
+# --- stop ----------------------------------------------------------------------------------------------------------
+
+stop() {
+  local node
+  cancel_jobs
+  for node in $(nodes); do stop_daemon "$STATE/slurmd-$node.pid" slurmd; done
+  stop_daemon "$STATE/slurmctld.pid" slurmctld
+  stop_daemon "$STATE/munge/munged.pid" munged
+  for node in $(nodes); do
+    kill_netns_leftovers "$node"
+    ip netns del "$node" 2>/dev/null || true
+    ip link del "ct-$node" 2>/dev/null || true
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+  remove_hosts_lines
+  unlink_etc_conf
+  rm -rf "$STATE"
+}
+
+cancel_jobs() {  # job steps outlive a killed slurmd (slurmstepd is reparented): end every job while slurmctld is up
+  local i
+  pid_of "$STATE/slurmctld.pid" slurmctld >/dev/null || return 0
+  squeue -h -o %A 2>/dev/null | xargs -r scancel 2>/dev/null || true
+  for i in $(seq $((TIMEOUT * 5))); do
+    [ -z "$(squeue -h -o %A 2>/dev/null)" ] && return 0
+    sleep 0.2
+  done
+  echo "cluster.sh: jobs still queued after ${TIMEOUT} s; stopping anyway" >&2
+}
+
+kill_netns_leftovers() {  # any process still in a node's namespace (a stray slurmstepd or task) is ours
+  local pid
+  [ -e "/run/netns/$1" ] || return 0
+  for pid in $(ip netns pids "$1" 2>/dev/null); do kill_pid "$pid"; done
+}
+
+remove_hosts_lines() {
+  grep -qF "$HOSTS_TAG" /etc/hosts || return 0
+  local kept
+  kept=$(grep -vF "$HOSTS_TAG" /etc/hosts)
+  printf '%s\n' "$kept" >/etc/hosts  # rewrite in place: /etc/hosts may be a bind mount that rename cannot replace
+}
+
+unlink_etc_conf() {
+  [ -L "$ETC_CONF" ] && [ "$(readlink "$ETC_CONF")" = "$STATE/slurm.conf" ] && rm -f "$ETC_CONF"
+  if [ -e "$ETC_CONF.ct-saved" ] && [ ! -e "$ETC_CONF" ]; then mv "$ETC_CONF.ct-saved" "$ETC_CONF"; fi
+  return 0
+}
+
+# --- status, env ---------------------------------------------------------------------------------------------------
+
+status() {
+  if up; then sinfo; else echo "cluster.sh: test cluster is not running" >&2; return 1; fi
+}
+
+print_env() {
+  up || die "test cluster is not running (start it: $0 start)"
+  printf 'export %s=%q\n' CT_SLURM_STATE "$STATE" CT_SLURM_NODES "$(nodes | wc -l)" CT_SLURM_PARTITION ci \
+    CT_SLURM_SMALL_PARTITION ci-small CT_SLURM_GPUS_PER_NODE "$GPUS" SLURM_CONF "$STATE/slurm.conf"
+}
+
+main "$@"

@@ -1,0 +1,50 @@
+"""`run-cluster CLUSTER PROFILE --dry-run` for every profile of every cluster equals a reviewed golden file.
+
+Regenerate after a deliberate change with CT_UPDATE_GOLDEN=1 and review the diff (git diff tests/golden)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from train.host import images
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "golden"
+SMALL_CLUSTERS = {"local", "ci-slurm", "ci-lsf"}  # this machine's clusters train the small demo
+
+
+def every_profile():
+    for path in sorted((ROOT / "clusters").glob("*.yaml")):
+        for profile in yaml.safe_load(path.read_text())["profiles"]:
+            yield path.stem, profile
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("golden")
+    for flavor in ("cpu", "cuda11.6", "cuda12.8"):  # stand-in images with fixed content, so fixed digests
+        (tmp / f"{flavor}.sif").write_text(f"stand-in {flavor} image\n")
+        images.record(flavor, tmp / f"{flavor}.sif", ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=tmp / "images")
+    (tmp / "settings.yaml").write_text("email: student@example.edu\nclusters:\n  gilbreth: {account: lusu}\n")
+    return {**os.environ, "CT_IMAGES_DIR": str(tmp / "images"), "CT_SETTINGS": str(tmp / "settings.yaml"),
+            "CT_RUNS_DIR": str(tmp / "runs")}, tmp
+
+
+@pytest.mark.parametrize("cluster, profile", list(every_profile()))
+def test_dry_run_script_matches_golden(env, cluster, profile):
+    variables, tmp = env
+    experiment = "demo" if cluster in SMALL_CLUSTERS else "cifar100_resnet"
+    done = subprocess.run([sys.executable, str(ROOT / "bin" / "run-cluster"), cluster, profile, experiment,
+                           "--dry-run", "--run-id", "golden"], capture_output=True, text=True, env=variables)
+    assert done.returncode == 0, done.stderr
+    rendered = (done.stdout.replace(str(tmp / "images"), "<images>").replace(str(tmp / "runs"), "<runs>")
+                .replace(str(ROOT), "<repo>"))
+    golden = GOLDEN / cluster / f"{profile}.txt"
+    if os.environ.get("CT_UPDATE_GOLDEN"):
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(rendered)
+    assert golden.is_file(), f"no golden file {golden}: run with CT_UPDATE_GOLDEN=1 and review it"
+    assert rendered == golden.read_text()

@@ -1,0 +1,305 @@
+"""The image store: built SIFs kept by sha256 under images/store/, and images/index.json recording each build.
+
+A rebuild never removes an older image: `record` hard-links the SIF into `images/store/<sha256>.sif`, so when
+`make image` later replaces `images/cpu.sif` the store still holds the bytes an earlier run used, and a rerun
+(`bin/run-cluster --rerun`) finds them by digest with `find`.
+
+`images/index.json` is a list of records, oldest first; store paths in it are relative to the images directory,
+so the directory can move. Stdlib only, Python 3.9+, no torch: this runs on login nodes, and `make image` calls
+`python3 -m train.host.images record ...` after each build.
+
+The same module computes the content key of a build (`inputs`): the sha256 of the definition file, the lock file,
+containers/install.sh, pyproject.toml and every file of the train package (tracked or untracked-but-not-ignored).
+`make image` rebuilds exactly when that key differs from the one recorded in `images/<flavor>.inputs`.
+"""
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+try:  # POSIX: serialise concurrent writers of the index
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None
+
+INDEX = "index.json"
+STORE = "store"
+# Files, besides the definition and lock file, whose content goes into every image.
+SHARED_INPUTS = ("containers/install.sh", "pyproject.toml")
+PACKAGE_DIR = "train"
+
+
+@dataclass
+class ImageRecord:
+    flavor: str
+    path: str  # absolute path of the store copy: <images>/store/<sha256>.sif
+    sha256: str
+    def_sha256: str
+    lock_sha256: str
+    inputs_sha256: str  # the content key of the build (see `inputs_text`); "" when unknown
+    size: int
+    built_at: str
+    git_commit: Optional[str]
+
+
+def sha256_file(path) -> str:
+    """sha256 of a file, read in 1 MiB blocks (SIFs are hundreds of MB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The store and the index
+
+
+def record(
+    flavor: str,
+    sif,
+    def_file,
+    lock_file,
+    root=Path("images"),
+    inputs_sha256: str = "",
+    git_commit: Optional[str] = None,
+) -> ImageRecord:
+    """Hash a built SIF, keep it in the store under its digest and append a record to the index."""
+    root = Path(root)
+    sif = Path(sif)
+    digest = sha256_file(sif)
+    store = root / STORE
+    store.mkdir(parents=True, exist_ok=True)
+    stored = store / f"{digest}.sif"
+    if not stored.exists():
+        _link_or_copy(sif, stored)
+    entry = ImageRecord(
+        flavor=flavor,
+        path=str(stored.resolve()),
+        sha256=digest,
+        def_sha256=sha256_file(def_file),
+        lock_sha256=sha256_file(lock_file),
+        inputs_sha256=inputs_sha256,
+        size=stored.stat().st_size,
+        built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        git_commit=git_commit if git_commit is not None else _git_commit(),
+    )
+    with _index_lock(root):
+        _write_index(root, _read_index(root) + [entry])
+    return entry
+
+
+def current(flavor: str, root=Path("images")) -> Optional[ImageRecord]:
+    """The latest recorded build of a flavor whose store file still exists."""
+    for entry in reversed(_read_index(Path(root))):
+        if entry.flavor == flavor and Path(entry.path).is_file():
+            return entry
+    return None
+
+
+def find(sha256: str, root=Path("images")) -> Optional[ImageRecord]:
+    """The record of the image with this digest, if its store file still exists."""
+    for entry in reversed(_read_index(Path(root))):
+        if entry.sha256 == sha256 and Path(entry.path).is_file():
+            return entry
+    return None
+
+
+def records(root=Path("images")) -> List[ImageRecord]:
+    """Every record of the index, oldest first."""
+    return _read_index(Path(root))
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    try:
+        os.link(src, tmp)
+    except OSError:  # another file system, or one without hard links: a copy keeps the bytes as well
+        shutil.copy2(src, tmp)
+    os.replace(tmp, dst)
+
+
+def _read_index(root: Path) -> List[ImageRecord]:
+    index = root / INDEX
+    if not index.is_file():
+        return []
+    fields = {f.name for f in dataclasses.fields(ImageRecord)}
+    entries = []
+    for item in json.loads(index.read_text()):
+        item = {k: v for k, v in item.items() if k in fields}
+        item.setdefault("inputs_sha256", "")
+        item.setdefault("git_commit", None)
+        path = Path(item["path"])
+        item["path"] = str(path if path.is_absolute() else (root / path).resolve())
+        entries.append(ImageRecord(**item))
+    return entries
+
+
+def _write_index(root: Path, entries: List[ImageRecord]) -> None:
+    items = []
+    for entry in entries:
+        item = dataclasses.asdict(entry)
+        path = Path(entry.path)
+        try:  # store paths are kept relative to the images directory, so it can move
+            item["path"] = str(path.relative_to(root.resolve()))
+        except ValueError:
+            pass
+        items.append(item)
+    _atomic_write(root / INDEX, json.dumps(items, indent=2) + "\n")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write a temporary file beside `path`, then rename it over: a reader never sees half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class _index_lock:
+    def __init__(self, root: Path):
+        self.path = root / ".index.lock"
+
+    def __enter__(self):
+        self.f = open(self.path, "a")
+        if fcntl is not None:
+            fcntl.flock(self.f, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def _git_commit(cwd=None) -> Optional[str]:
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=cwd)
+    except OSError:
+        return None
+    return done.stdout.strip() or None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The content key of a build
+
+
+def input_files(def_file, lock_file, repo=Path(".")) -> List[str]:
+    """The files whose content goes into an image, relative to the repository root, sorted."""
+    repo = Path(repo)
+    files = {str(def_file), str(lock_file), *SHARED_INPUTS}
+    try:
+        done = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", PACKAGE_DIR],
+            cwd=repo, capture_output=True, check=True,
+        )
+        package = [p for p in done.stdout.decode().split("\0") if p]
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file but bytecode
+        package = [
+            str(p.relative_to(repo)) for p in (repo / PACKAGE_DIR).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
+        ]
+    # a tracked file deleted from the work tree is not an input any more
+    files.update(p for p in package if (repo / p).is_file() and "__pycache__" not in Path(p).parts)
+    return sorted(files)
+
+
+def inputs_text(def_file, lock_file, repo=Path(".")) -> str:
+    """What `images/<flavor>.inputs` holds: one `sha256  path` line per input, as `sha256sum` prints them."""
+    repo = Path(repo)
+    lines = [f"{sha256_file(repo / p)}  {p}" for p in input_files(def_file, lock_file, repo)]
+    return "\n".join(lines) + "\n"
+
+
+def inputs_status(stamp, def_file, lock_file, repo=Path(".")) -> Tuple[str, str]:
+    """("fresh" | "stale", inputs text): fresh when the stamp holds exactly the current inputs."""
+    text = inputs_text(def_file, lock_file, repo)
+    stamp = Path(stamp)
+    old = stamp.read_text() if stamp.is_file() else None
+    return ("fresh" if old == text else "stale"), text
+
+
+def write_stamp(stamp, text: str) -> bool:
+    """Write the stamp only when its content changes (its mtime then means "the inputs changed")."""
+    stamp = Path(stamp)
+    if stamp.is_file() and stamp.read_text() == text:
+        return False
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(stamp, text)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m train.host.images", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    rec = sub.add_parser("record", help="hash a built SIF into the store and append it to the index")
+    rec.add_argument("--flavor", required=True)
+    rec.add_argument("--sif", type=Path, required=True)
+    rec.add_argument("--def", dest="def_file", type=Path, required=True)
+    rec.add_argument("--lock", type=Path, required=True)
+    rec.add_argument("--root", type=Path, default=Path("images"))
+    rec.add_argument("--git-commit", default=None, help="default: git rev-parse HEAD")
+    rec.add_argument("--inputs", type=Path, default=None,
+                     help="the content key taken just before the build (`inputs --snapshot`); default: computed now")
+    rec.add_argument("--stamp", type=Path, default=None,
+                     help="also write the build's content key here (only if it changed): images/FLAVOR.inputs")
+
+    inp = sub.add_parser("inputs", help="print 'fresh' if STAMP holds the current content key, else 'stale'")
+    inp.add_argument("--def", dest="def_file", type=Path, required=True)
+    inp.add_argument("--lock", type=Path, required=True)
+    inp.add_argument("--stamp", type=Path, required=True)
+    inp.add_argument("--write", action="store_true", help="rewrite STAMP (only if it changed) instead")
+    inp.add_argument("--snapshot", type=Path, default=None,
+                     help="instead write the current content key to this file (taken before a build, so an edit "
+                          "made while it runs is not credited to the image)")
+
+    sub.add_parser("list", help="print the index")
+    for p in (inp, sub.choices["list"]):
+        p.add_argument("--root", type=Path, default=Path("images"))
+
+    args = parser.parse_args(argv)
+    if args.command == "record":
+        text = args.inputs.read_text() if args.inputs else inputs_text(args.def_file, args.lock)
+        entry = record(args.flavor, args.sif, args.def_file, args.lock, args.root,
+                       inputs_sha256=sha256_text(text), git_commit=args.git_commit)
+        if args.stamp is not None:
+            write_stamp(args.stamp, text)
+        print(f"recorded {entry.flavor} image sha256:{entry.sha256} ({entry.size / 2**20:.0f} MiB) -> {entry.path}")
+    elif args.command == "inputs":
+        status, text = inputs_status(args.stamp, args.def_file, args.lock)
+        if args.snapshot:
+            args.snapshot.write_text(text)
+        elif args.write:
+            write_stamp(args.stamp, text)
+        else:
+            print(status)
+    elif args.command == "list":
+        for entry in records(args.root):
+            alive = "" if Path(entry.path).is_file() else "  (gone)"
+            print(f"{entry.built_at}  {entry.flavor:9s} sha256:{entry.sha256}  {entry.git_commit or '-'}{alive}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
