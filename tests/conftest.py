@@ -52,6 +52,24 @@ def slurm_cluster():
 
 
 @pytest.fixture
+def store(tmp_path, monkeypatch):
+    """A stand-in image store (tiny files recorded as cpu, cuda11.6 and cuda12.8 images), settings, empty runs dir."""
+    from train.host import images
+
+    root = tmp_path / "images"
+    for flavor in ("cpu", "cuda11.6", "cuda12.8"):
+        sif = tmp_path / f"{flavor}.sif"
+        sif.write_text(f"stand-in {flavor} image\n")
+        images.record(flavor, sif, ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=root)
+    (tmp_path / "settings.yaml").write_text("clusters:\n  gilbreth: {account: lusu}\n")
+    monkeypatch.setenv("CT_IMAGES_DIR", str(root))
+    monkeypatch.setenv("CT_SETTINGS", str(tmp_path / "settings.yaml"))
+    monkeypatch.setenv("CT_RUNS_DIR", str(tmp_path / "runs"))
+    (tmp_path / "runs").mkdir()
+    return tmp_path
+
+
+@pytest.fixture
 def runs_dir(tmp_path, monkeypatch):
     path = tmp_path / "runs"
     path.mkdir()

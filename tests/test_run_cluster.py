@@ -6,24 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from train.host import images
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_CLUSTER = ROOT / "bin" / "run-cluster"
-
-
-@pytest.fixture
-def store(tmp_path, monkeypatch):
-    """A fake image store with a tiny 'cpu' image, and an empty runs dir."""
-    root = tmp_path / "images"
-    root.mkdir()
-    sif = root / "cpu.sif"
-    sif.write_bytes(b"not really a SIF, but hashed like one")
-    images.record("cpu", sif, ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=root)
-    monkeypatch.setenv("CT_IMAGES_DIR", str(root))
-    monkeypatch.setenv("CT_RUNS_DIR", str(tmp_path / "runs"))
-    (tmp_path / "runs").mkdir()
-    return tmp_path
 
 
 def run_cluster(*args, env=None):

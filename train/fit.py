@@ -13,6 +13,7 @@ from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 from train import config as cfg
 from train.data import DATASETS
 from train.lit import Classifier
+from train.lsf_environment import LSFHostfileEnvironment
 from train.models import MODELS
 from train.strategies import STRATEGIES
 
@@ -83,6 +84,7 @@ def build_trainer(run: cfg.RunConfig, out: Path) -> pl.Trainer:
         log_every_n_steps=t.log_every_n_steps,
         logger=[CSVLogger(out, name="", version=""), TensorBoardLogger(out, name="tensorboard", version="")],
         callbacks=[checkpoints, AnnounceRanks()],
+        plugins=[LSFHostfileEnvironment()] if LSFHostfileEnvironment.detect() else None,
         enable_progress_bar=False,  # batch-job logs are files: a progress bar only fills them with carriage returns
         num_sanity_val_steps=0,  # the initial validate() already exercises the validation loop
     )

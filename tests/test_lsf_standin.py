@@ -1,0 +1,57 @@
+"""The LSF stand-in refuses what bsub refuses and sets what LSF sets (no image, no Slurm needed)."""
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+LSF = Path(__file__).resolve().parent / "lsf"
+
+
+@pytest.fixture
+def lsf_env(tmp_path):
+    return {**os.environ, "PATH": f"{LSF}:{os.environ['PATH']}", "CT_LSF_STATE": str(tmp_path / "lsf")}
+
+
+def bsub(script: str, env):
+    return subprocess.run(["bsub"], input=script, capture_output=True, text=True, env=env)
+
+
+@pytest.mark.parametrize(
+    "directive, message",
+    [
+        ("-q gpunope", "gpunope: No such queue. Job not submitted."),
+        ("-W 4h", "4h: Bad RUNLIMIT specification"),
+        ('-gpu "num=1:mode=exclusive"', "Invalid GPU requirement"),
+        ('-R "rusage[mem=16 GB]"', "Bad resource requirement syntax"),
+        ('-R "rusage[memory=16GB]"', "Bad resource requirement syntax"),
+        ("-n four", "Bad argument for option -n"),
+        ("--ntasks=4", "illegal option"),
+    ],
+)
+def test_bsub_refuses_what_lsf_refuses(lsf_env, tmp_path, directive, message):
+    done = bsub(f"#!/bin/bash\n#BSUB -q ci\n#BSUB {directive}\necho ran\n", lsf_env)
+    assert done.returncode != 0 and message in done.stderr
+    assert not (tmp_path / "lsf").exists() or not any((tmp_path / "lsf").glob("1*"))
+
+
+def test_bsub_runs_the_body_with_lsf_variables(lsf_env, tmp_path):
+    out = tmp_path / "out_%J.txt"
+    script = (f'#!/bin/bash\n#BSUB -q ci\n#BSUB -n 4\n#BSUB -R "span[ptile=2]"\n#BSUB -R "rusage[mem=2GB]"\n'
+              f'#BSUB -gpu "num=1:mode=exclusive_process"\n#BSUB -W 0:10\n#BSUB -o {out}\n'
+              'echo "id=$LSB_JOBID hosts=$LSB_HOSTS mcpu=$LSB_MCPU_HOSTS gpus=$CUDA_VISIBLE_DEVICES"\n'
+              'cat "$LSB_DJOB_HOSTFILE"\n')
+    done = bsub(script, lsf_env)
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.split("<")[1].split(">")[0]
+    for _ in range(100):
+        state = subprocess.run(["bjobs", "-noheader", "-o", "stat exit_code", job_id], capture_output=True,
+                               text=True, env=lsf_env).stdout.split()
+        if state[0] in ("DONE", "EXIT"):
+            break
+        time.sleep(0.1)
+    assert state[:2] == ["DONE", "0"]
+    text = (tmp_path / f"out_{job_id}.txt").read_text()  # %J expanded
+    assert f"id={job_id} hosts=n1 n1 n2 n2 mcpu=n1 2 n2 2 gpus=0" in text
+    assert text.splitlines()[1:] == ["n1", "n1", "n2", "n2"]

@@ -1,0 +1,109 @@
+"""Each failure the seeds hit is refused before anything is queued, with the cause and the fix (one line)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+SEED_003 = ["torch-hpc", "l40s_4x4", "cifar100_resnet", "--set", "data.worker_mem_gb=10"]
+
+
+def run_cluster(*args, env=None):
+    return subprocess.run([sys.executable, str(ROOT / "bin" / "run-cluster"), *args], capture_output=True, text=True,
+                          env=env)
+
+
+def refused(done, *fragments):
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    for fragment in fragments:
+        assert fragment in done.stderr, done.stderr
+    return done.stderr
+
+
+def cluster_file(tmp_path, profile: str, scheduler="slurm", partition="gpu: {image: cuda12.8, gpu_type: A100, "
+                 "gpus_per_node: 4, cpus_per_node: 32, mem_per_node_gb: 256, nodes: 4}"):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(f"name: test\nscheduler: {scheduler}\npartitions:\n  {partition}\nprofiles:\n  p: {profile}\n")
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def nothing_submitted(store):
+    yield
+    assert list((store / "runs").iterdir()) == []
+
+
+def test_seed_003_eight_workers_per_rank_exhaust_host_ram(store):
+    message = refused(run_cluster(*SEED_003, "--set", "data.num_workers=8", "--dry-run"),
+                      "4 rank(s) per node x (3 GB + 8 dataloader workers x 10 GB) needs 332 GB per node",
+                      "the job has 240 GB", "set data.num_workers=5 or fewer")
+    assert "num_workers" in message
+
+
+def test_seed_003_two_workers_per_rank_fit(store):
+    done = run_cluster(*SEED_003, "--set", "data.num_workers=2", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "host RAM: about 92 GB per node of 240 GB requested" in done.stdout
+
+
+def test_more_workers_than_cpus(store):
+    refused(run_cluster("gilbreth", "n1_gpu1", "--set", "data.num_workers=64", "--dry-run"),
+            "data.num_workers=64 dataloader workers per rank but each rank has 16 CPU(s)")
+
+
+def test_multi_node_without_srun_would_hang(store, tmp_path):
+    path = cluster_file(tmp_path, "{partition: gpu, nodes: 4, gpus_per_node: 4, mem_gb: 64, launch: lightning}")
+    refused(run_cluster(path, "p", "--dry-run"), "without srun: only rank 0 would join", "set launch: srun")
+
+
+def test_tasks_per_node_not_matching_gpus(store, tmp_path):
+    path = cluster_file(tmp_path, "{partition: gpu, nodes: 1, gpus_per_node: 4, ranks_per_node: 1, mem_gb: 64}")
+    refused(run_cluster(path, "p", "--dry-run"), "starts 1 rank(s) per node on 4 GPU(s)", "set ranks_per_node to 4")
+
+
+def test_devices_1_under_several_tasks_is_refused(store, tmp_path):
+    path = cluster_file(tmp_path, "{partition: gpu, gpus_per_node: 4, mem_gb: 64, trainer: {devices: 1}}")
+    refused(run_cluster(path, "p", "--dry-run"), "sets trainer.devices; it is derived from nodes and gpus_per_node")
+    refused(run_cluster("gilbreth", "n1_gpu2", "--set", "trainer.devices=1", "--dry-run"),
+            "trainer.devices is derived from the cluster profile")
+
+
+@pytest.mark.parametrize("cluster, profile, gpu", [("h100x8", "h100_8gpu", "H100"), ("torch-hpc", "l40s_2x4", "L40S")])
+def test_cuda_11_6_image_cannot_drive_hopper_or_ada(store, cluster, profile, gpu):
+    refused(run_cluster(cluster, profile, "--flavor", "cuda11.6", "--dry-run"),
+            f"image flavor 'cuda11.6' cannot drive {gpu} GPUs", "make image FLAVOR=cuda12.8")
+
+
+def test_missing_image_names_the_build_command(store, tmp_path):
+    env = {**os.environ, "CT_IMAGES_DIR": str(tmp_path / "none")}
+    refused(run_cluster("h100x8", "h100_4gpu", "--dry-run", env=env), "make image FLAVOR=cuda12.8")
+
+
+@pytest.mark.parametrize(
+    "profile, fragment",
+    [
+        ("{partition: gpux, mem_gb: 4}", "unknown partition of cluster 'test' 'gpux'"),
+        ("{partition: gpu, gpus_per_node: 8, mem_gb: 4}", "asks for 8 GPUs per node but a node has 4"),
+        ("{partition: gpu, gpus_per_node: 1, mem_gb: 512}", "asks for 512 GB per node but a node has 256 GB"),
+        ("{partition: gpu, nodes: 9, gpus_per_node: 1, mem_gb: 4}", "asks for 9 nodes but the partition has 4"),
+        ("{partition: gpu, gpus_per_node: 1, mem_gb: 4, time: '4 hours'}", "time limit '4 hours' is malformed"),
+    ],
+)
+def test_scheduler_would_reject(store, tmp_path, profile, fragment):
+    refused(run_cluster(cluster_file(tmp_path, profile), "p", "--dry-run"), fragment)
+
+
+def test_lsf_time_limit_uses_lsf_syntax(store, tmp_path):
+    partition = "gpuv100: {image: cuda11.6, gpu_type: V100, gpus_per_node: 2, cpus_per_node: 24, mem_per_node_gb: 384}"
+    path = cluster_file(tmp_path, "{partition: gpuv100, gpus_per_node: 1, cpus_per_task: 4, mem_gb: 64, time: '04:00:00'}",
+                        scheduler="lsf", partition=partition)
+    refused(run_cluster(path, "p", "--dry-run"), "time limit '04:00:00' is malformed; write it like 4:00")
+
+
+def test_missing_account_names_the_settings_file_and_key(store, tmp_path):
+    env = {**os.environ, "CT_SETTINGS": str(tmp_path / "empty.yaml")}
+    refused(run_cluster("gilbreth", "n1_gpu1", "--dry-run", env=env), "cluster 'gilbreth' needs your account",
+            str(tmp_path / "empty.yaml"), "clusters: {gilbreth: {account: ...}}")
