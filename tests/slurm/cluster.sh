@@ -12,6 +12,7 @@
 set -euo pipefail
 
 STATE=${CT_SLURM_STATE:-/run/cluster-train-slurm}
+export SLURM_CONF="$STATE/slurm.conf"  # this script's own sinfo/squeue/scancel talk to this cluster, whatever the caller set
 BRIDGE=ct-br0
 NET=10.77.0
 HOSTS_TAG="# cluster-train-slurm"
@@ -56,17 +57,18 @@ pid_of() {  # pid from FILE if that process is alive and is still the program NA
   [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ] && echo "$pid"
 }
 
-kill_pid() {  # TERM, wait up to 10 s, then KILL
-  local pid=$1 i
-  kill "$pid" 2>/dev/null || return 0
+kill_pids() {  # TERM them all at once (each daemon takes ~2 s to exit), wait up to 10 s, then KILL what is left
+  local pid i left
+  [ $# -gt 0 ] || return 0
+  kill "$@" 2>/dev/null || true
   for i in $(seq 100); do
-    [ -d "/proc/$pid" ] || return 0
+    left=()
+    for pid in "$@"; do [ ! -d "/proc/$pid" ] || left+=("$pid"); done
+    [ ${#left[@]} -gt 0 ] || return 0
     sleep 0.1
   done
-  kill -9 "$pid" 2>/dev/null || true
+  kill -9 "${left[@]}" 2>/dev/null || true
 }
-
-stop_daemon() { local pid; pid=$(pid_of "$1" "$2") && kill_pid "$pid"; return 0; }
 
 nodes() {  # the node names of the cluster that is (or was) set up, from the state dir or the tagged /etc/hosts lines
   if [ -f "$STATE/nodes" ]; then cat "$STATE/nodes"; else awk -v t="$HOSTS_TAG" 'index($0, t) {print $2}' /etc/hosts; fi
@@ -106,7 +108,7 @@ start() {
 write_config() {
   local n=$1 i small=n1
   [ "$n" -lt 2 ] || small=n1,n2
-  for i in 0 1 2 3; do ln -sfn /dev/null "$STATE/dev/gpu$i"; done  # GRES files must be character devices
+  for i in $(seq 0 $((GPUS - 1))); do ln -sfn /dev/null "$STATE/dev/gpu$i"; done  # GRES files: character devices
   {
     echo "ClusterName=ct"
     echo "SlurmctldHost=$(hostname -s)($NET.1)"  # must be this host's short name (else slurmctld refuses to run)
@@ -180,7 +182,7 @@ setup_network() {
     ip -n "n$i" link set eth0 up
     # No default route on purpose: nodes reach only 10.77.0.0/24 (the host's resolver is unreachable anyway), and
     # without one a DNS query fails at once instead of timing out (`getent hosts nK` took 10 s with a route).
-    # Each node's hostname must resolve to its own address (gloo binds to what gethostname() resolves to).
+    # Each node's hostname must resolve to its own address (gloo binds to what gethostname() resolves to):
     printf '%s n%s %s\n' "$ip" "$i" "$HOSTS_TAG" >>/etc/hosts
   done
 }
@@ -210,13 +212,14 @@ wait_idle() {
 # --- stop ----------------------------------------------------------------------------------------------------------
 
 stop() {
-  local node
+  local node pids
   cancel_jobs
-  for node in $(nodes); do stop_daemon "$STATE/slurmd-$node.pid" slurmd; done
-  stop_daemon "$STATE/slurmctld.pid" slurmctld
-  stop_daemon "$STATE/munge/munged.pid" munged
+  mapfile -t pids < <(daemon_pids)
+  kill_pids "${pids[@]}"
   for node in $(nodes); do
-    kill_netns_leftovers "$node"
+    # A process still in a node's namespace (a stray slurmstepd or task) is ours.
+    mapfile -t pids < <(ip netns pids "$node" 2>/dev/null)
+    kill_pids "${pids[@]}"
     ip netns del "$node" 2>/dev/null || true
     ip link del "ct-$node" 2>/dev/null || true
   done
@@ -224,6 +227,13 @@ stop() {
   remove_hosts_lines
   unlink_etc_conf
   rm -rf "$STATE"
+}
+
+daemon_pids() {
+  local node
+  for node in $(nodes); do pid_of "$STATE/slurmd-$node.pid" slurmd || true; done
+  pid_of "$STATE/slurmctld.pid" slurmctld || true
+  pid_of "$STATE/munge/munged.pid" munged || true
 }
 
 cancel_jobs() {  # job steps outlive a killed slurmd (slurmstepd is reparented): end every job while slurmctld is up
@@ -235,12 +245,6 @@ cancel_jobs() {  # job steps outlive a killed slurmd (slurmstepd is reparented):
     sleep 0.2
   done
   echo "cluster.sh: jobs still queued after ${TIMEOUT} s; stopping anyway" >&2
-}
-
-kill_netns_leftovers() {  # any process still in a node's namespace (a stray slurmstepd or task) is ours
-  local pid
-  [ -e "/run/netns/$1" ] || return 0
-  for pid in $(ip netns pids "$1" 2>/dev/null); do kill_pid "$pid"; done
 }
 
 remove_hosts_lines() {

@@ -46,7 +46,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if argv and argv[0] in RUN_COMMANDS:
             return run_command(argv)
-        args = parser().parse_args(argv)
+        args = parser().parse_intermixed_args(argv)
         if args.rerun:
             return rerun(args)
         if args.first_to_start:
