@@ -2,6 +2,7 @@
 import json
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -88,3 +89,20 @@ def test_dry_run_submits_nothing_and_renders_the_real_script(cpu_image, slurm_cl
     assert dry.stdout.split("nothing submitted) ---\n", 1)[1] == (runs_dir / "same" / "job.sh").read_text()
     assert wait_for_slurm_job(job_id) == "COMPLETED"
     assert_trained(runs_dir / "same", world_size=2)
+
+
+@pytest.mark.image
+def test_status_logs_and_cancel_a_run(cpu_image, demo_data, runs_dir):
+    done = run_cluster("local", "cpu_1proc", "demo", *data_args(demo_data), "--set", "trainer.max_epochs=50",
+                       "--run-id", "long", "--no-wait")
+    assert done.returncode == 0, done.stderr
+    run_dir = runs_dir / "long"
+    assert "RUNNING" in run_cluster("status", run_dir).stdout
+    deadline = time.time() + 120
+    while "rank 0/1 on host" not in run_cluster("logs", run_dir).stdout:  # logs prints the job's log so far
+        assert time.time() < deadline, run_cluster("logs", run_dir).stdout
+        time.sleep(1)
+    assert "cancelled local job" in run_cluster("cancel", run_dir).stdout
+    assert "CANCELLED" in run_cluster("status", run_dir).stdout
+    bad = run_cluster("status", runs_dir / "nope")
+    assert bad.returncode == 2 and "has no manifest.json" in bad.stderr

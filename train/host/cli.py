@@ -61,6 +61,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def submit_one(args, profile: str, experiment: Optional[str]) -> int:
     sub = prepare(args.cluster, profile, experiment or DEFAULT_EXPERIMENT, args.overrides, args.run_id, args.flavor)
+    return show_and_queue(args, sub)
+
+
+def show_and_queue(args, sub: Submission) -> int:
+    """Print what will run; then, unless --dry-run, queue it and (by default on the local cluster) follow it."""
     print(sub.summary)
     if args.dry_run:
         print(f"--- {sub.job.scheduler} script (dry run: nothing submitted) ---")
@@ -107,14 +112,7 @@ def rerun(args) -> int:
     # The run's config.yaml already holds every override it was submitted with.
     sub = prepare(manifest["cluster_file"], manifest["profile"], str(Path(args.rerun) / "config.yaml"), [],
                   args.run_id, record.flavor, image=record, rerun_of=manifest["run_id"])
-    print(sub.summary)
-    if args.dry_run:
-        print(sub.script, end="")
-        return 0
-    job_id = queue(sub)
-    if args.wait if args.wait is not None else sub.job.scheduler == "local":
-        return follow(SCHEDULERS.build(sub.job.scheduler), job_id, Path(sub.job.run_dir), args.timeout)
-    return 0
+    return show_and_queue(args, sub)
 
 
 def run_command(argv: List[str]) -> int:
@@ -130,7 +128,7 @@ def run_command(argv: List[str]) -> int:
         print(f"{manifest['run_id']}: {manifest['scheduler']['name']} job {job_id} {state['state']}"
               + "".join(f" {k}={v}" for k, v in state.items() if k != "state" and v))
     elif argv[0] == "cancel":
-        scheduler.cancel(job_id)
+        scheduler.cancel(job_id, args.run_dir)
         print(f"cancelled {manifest['scheduler']['name']} job {job_id} ({manifest['run_id']})")
     else:
         follow_log(scheduler, job_id, args.run_dir, forever=args.follow)

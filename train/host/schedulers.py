@@ -40,7 +40,7 @@ class Slurm:
         return {"state": fields.get("JobState", "UNKNOWN"), "exit_code": fields.get("ExitCode", ""),
                 "nodes": fields.get("NodeList", "")}
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         _run(["scancel", job_id], "scancel")
 
 
@@ -71,7 +71,7 @@ class Lsf:
         return {"state": self.STATES.get(fields[0], fields[0]), "exit_code": fields[1] if len(fields) > 1 else "",
                 "nodes": fields[2] if len(fields) > 2 else ""}
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         _run(["bkill", job_id], "bkill")
 
 
@@ -94,6 +94,8 @@ class Local:
         status = run_dir / "logs" / "exit_code" if run_dir else None
         if status and status.is_file() and status.read_text().strip():
             code = status.read_text().strip()
+            if code == "cancelled":
+                return {"state": "CANCELLED"}
             return {"state": "COMPLETED" if code == "0" else "FAILED", "exit_code": code}
         try:
             os.kill(int(job_id), 0)
@@ -101,11 +103,13 @@ class Local:
         except (ProcessLookupError, ValueError):
             return {"state": "UNKNOWN"}
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         try:
             os.killpg(int(job_id), signal.SIGTERM)
         except ProcessLookupError:
-            pass
+            return  # already ended: its exit code stands
+        if run_dir is not None:
+            (run_dir / "logs" / "exit_code").write_text("cancelled\n")
 
 
 def wait(scheduler, job_id: str, run_dir: Path, timeout_s: float, poll_s: float = 1.0) -> Dict[str, str]:
@@ -128,7 +132,7 @@ def race(scheduler, job_ids, run_dirs, timeout_s: float, poll_s: float = 1.0) ->
         started = [s not in ("PENDING", "UNKNOWN", "CONFIGURING") for s in states]
         if any(started):
             winner = started.index(True)
-            scheduler.cancel(job_ids[1 - winner])
+            scheduler.cancel(job_ids[1 - winner], run_dirs[1 - winner])
             return winner
         time.sleep(poll_s)
     raise UserError(f"neither job {job_ids[0]} nor {job_ids[1]} started within {timeout_s:.0f} s; both are still queued")
