@@ -28,6 +28,7 @@ class DataConfig:
     batch_size: int = 64  # per rank (per GPU)
     num_workers: int = 2  # per rank
     augment: bool = True
+    params: Dict[str, Any] = field(default_factory=dict)  # data-set keyword arguments (e.g. num_frames for video)
 
 
 @dataclass
@@ -57,6 +58,10 @@ class TrainerConfig:
 @dataclass
 class RunConfig:
     name: str = "cifar100_resnet"
+    # What `python -m train fit` runs (train/tasks): classify (one model, the default), video_suite,
+    # cifar_experts, cifar_fusion, ...; task_params are that task's own options.
+    task: str = "classify"
+    task_params: Dict[str, Any] = field(default_factory=dict)
     seed: int = 42
     output_dir: str = "runs/local"
     model: ModelConfig = field(default_factory=ModelConfig)

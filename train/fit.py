@@ -29,6 +29,14 @@ class AnnounceRanks(Callback):
 
 
 def fit(run: cfg.RunConfig) -> dict:
+    """Run the config's task (train/tasks): `classify` below by default, or video_suite, cifar_experts, ..."""
+    from train.tasks import TASKS
+
+    return TASKS.get(run.task)(run)
+
+
+def classify(run: cfg.RunConfig) -> dict:
+    """One registered model on one data set: checkpoints/best.ckpt, last.ckpt, metrics.csv, results.json."""
     out = Path(run.output_dir)
     pl.seed_everything(run.seed, workers=True)
     data = DATASETS.build(run.data.name, config=run.data)
