@@ -3,4 +3,4 @@ from train.registry import Registry
 
 TASKS = Registry("task")
 
-from train.tasks import classify, video_suite  # noqa: E402,F401  (register their tasks)
+from train.tasks import cifar_experts, cifar_fusion, classify, video_suite  # noqa: E402,F401  (register their tasks)

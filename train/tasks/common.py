@@ -10,7 +10,7 @@ from train.config import RunConfig
 from train.strategies import STRATEGIES
 
 
-def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=None) -> pl.Trainer:
+def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=None, extra_loggers=()) -> pl.Trainer:
     t = run.trainer
     accelerator = "gpu" if t.accelerator == "auto" and torch.cuda.is_available() else t.accelerator
     accelerator = "cpu" if accelerator == "auto" else accelerator
@@ -26,7 +26,7 @@ def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=N
         limit_train_batches=t.limit_train_batches,
         limit_val_batches=t.limit_val_batches,
         log_every_n_steps=t.log_every_n_steps,
-        logger=CSVLogger(out / "logs", name=log_name, version=""),
+        logger=[CSVLogger(out / "logs", name=log_name, version=""), *extra_loggers],
         callbacks=list(callbacks),
         enable_checkpointing=False,  # these tasks write the seeds' own file names (see their callbacks)
         enable_progress_bar=False,
