@@ -14,11 +14,33 @@ def model_name(request):
     return request.param
 
 
+TORCHVISION_MODELS = {"mobilenet", "mobilenet_finetuned", "efficientnet", "vgg"}
+
+
 def build(name):
+    if name in TORCHVISION_MODELS:
+        pytest.importorskip("torchvision")  # only the image has it (Debian's build); the registry imports without it
     torch.manual_seed(0)
-    model = MODELS.build(name, num_classes=10, **SMALL.get(name, {}))
+    params = dict(SMALL.get(name, {}))
+    if name == "mobilenet_finetuned":
+        params["weights_path"] = _pretend_pretrained_weights()
+    model = MODELS.build(name, num_classes=10, **params)
     PARAMETER_COUNTS[name] = sum(p.numel() for p in model.parameters())
     return model
+
+
+def _pretend_pretrained_weights():
+    """A stand-in for torchvision's ImageNet file (same architecture, random values): no network in tests."""
+    import tempfile
+    from pathlib import Path
+
+    from torchvision.models import mobilenet_v3_small
+
+    path = Path(tempfile.gettempdir()) / "ct-test-mobilenet_v3_small.pth"
+    if not path.is_file():
+        torch.manual_seed(1)
+        torch.save(mobilenet_v3_small().state_dict(), path)
+    return str(path)
 
 
 def batch(name, n):
@@ -69,3 +91,17 @@ def test_unknown_model_names_the_choices():
 
     with pytest.raises(UserError, match="unknown model 'resnet_cifr'.*did you mean 'resnet_cifar'"):
         MODELS.get("resnet_cifr")
+
+
+def test_finetuned_model_without_its_weights_file_is_a_one_line_error(tmp_path):
+    from train.errors import UserError
+
+    with pytest.raises(UserError, match=r"pretrained weights file .*absent\.pth is missing; .*weights_path") as err:
+        MODELS.build("mobilenet_finetuned", num_classes=10, weights_path=str(tmp_path / "absent.pth"))
+    assert "\n" not in str(err.value)
+
+
+def test_registry_imports_and_lists_every_family_without_torchvision():
+    names = set(MODELS.names())
+    assert {"PerFrameAggregation2D", "EarlyFusion3D", "densenet_cifar", "improved_wide_resnet", "resnext_cifar",
+            "mobilenet", "mobilenet_finetuned", "efficientnet", "basic_cnn", "vgg", "cnn_lstm", "ensemble"} <= names

@@ -27,4 +27,6 @@ def input_shape(name: str) -> Tuple[int, ...]:
     return getattr(MODELS.get(name), "input_shape", IMAGE_INPUT)
 
 
-from train.models import densenet_cifar, resnet_cifar, resnext_cifar, video_fusion, wide_resnet_cifar  # noqa: E402,F401,E501
+from train.models import (  # noqa: E402,F401  (register their models)
+    action_recognition, densenet_cifar, resnet_cifar, resnext_cifar, video_fusion, wide_resnet_cifar,
+)
