@@ -30,12 +30,12 @@ class PerFrame(nn.Module):
         return self.image_model(clips.flatten(0, 1)).view(b, t, -1).mean(1)
 
 
-def _basic_features(in_channels: int, width: int) -> nn.Sequential:
+def _basic_features(in_channels: int, width: int, pooled: int = 1) -> nn.Sequential:
     def block(cin, cout):
         return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True), nn.MaxPool2d(2))
 
     return nn.Sequential(block(in_channels, width), block(width, 2 * width), block(2 * width, 4 * width),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten())
+                         nn.AdaptiveAvgPool2d(pooled), nn.Flatten())
 
 
 @MODELS.register("basic_cnn")
@@ -47,8 +47,9 @@ def basic_cnn(num_classes: int = 10, width: int = 16, in_channels: int = 3) -> n
 class CnnLstm(nn.Module):
     def __init__(self, num_classes=10, width=16, hidden=64, in_channels=3):
         super().__init__()
-        self.features = _basic_features(in_channels, width)
-        self.lstm = nn.LSTM(4 * width, hidden, batch_first=True)
+        # A 4x4 map, not one pooled vector: the LSTM can only see motion if it knows where things are.
+        self.features = _basic_features(in_channels, width, pooled=4)
+        self.lstm = nn.LSTM(4 * width * 16, hidden, batch_first=True)
         self.head = nn.Linear(hidden, num_classes)
 
     def forward(self, clips):
