@@ -3,9 +3,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from train.models import MODELS  # noqa: E402
+from train.models import MODELS, input_shape  # noqa: E402
 
 SMALL = {"resnet_cifar": {"depth": 8, "width": 4}}
+PARAMETER_COUNTS = {}  # name -> count at 10 classes, printed by the last test (pytest -s) for the record
 
 
 @pytest.fixture(params=MODELS.names())
@@ -13,14 +14,43 @@ def model_name(request):
     return request.param
 
 
+TORCHVISION_MODELS = {"mobilenet", "mobilenet_finetuned", "efficientnet", "vgg"}
+
+
 def build(name):
+    if name in TORCHVISION_MODELS:
+        pytest.importorskip("torchvision")  # only the image has it (Debian's build); the registry imports without it
     torch.manual_seed(0)
-    return MODELS.build(name, num_classes=10, **SMALL.get(name, {}))
+    params = dict(SMALL.get(name, {}))
+    if name == "mobilenet_finetuned":
+        params["weights_path"] = _pretend_pretrained_weights()
+    model = MODELS.build(name, num_classes=10, **params)
+    PARAMETER_COUNTS[name] = sum(p.numel() for p in model.parameters())
+    return model
+
+
+def _pretend_pretrained_weights():
+    """A stand-in for torchvision's ImageNet file (same architecture, random values): no network in tests."""
+    import tempfile
+    from pathlib import Path
+
+    from torchvision.models import mobilenet_v3_small
+
+    path = Path(tempfile.gettempdir()) / "ct-test-mobilenet_v3_small.pth"
+    if not path.is_file():
+        torch.manual_seed(1)
+        torch.save(mobilenet_v3_small().state_dict(), path)
+    return str(path)
+
+
+def batch(name, n):
+    """n example inputs shaped as the model takes them: (n, C, H, W) images or (n, T, C, H, W) clips."""
+    return torch.randn(n, *input_shape(name))
 
 
 def test_forward_backward_shapes(model_name):
     model = build(model_name)
-    x = torch.randn(4, 3, 32, 32)
+    x = batch(model_name, 4)
     out = model(x)
     assert out.shape == (4, 10)
     out.sum().backward()
@@ -29,7 +59,7 @@ def test_forward_backward_shapes(model_name):
 
 def test_one_step_lowers_loss_on_a_fixed_batch(model_name):
     model = build(model_name)
-    x, y = torch.randn(8, 3, 32, 32), torch.arange(8) % 10
+    x, y = batch(model_name, 8), torch.arange(8) % 10
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     losses = []
     for _ in range(2):
@@ -46,8 +76,14 @@ def test_save_load_round_trip(model_name, tmp_path):
     torch.save(model.state_dict(), tmp_path / "w.pth")
     again = build(model_name)
     again.load_state_dict(torch.load(tmp_path / "w.pth"))
-    x = torch.randn(2, 3, 32, 32)
+    x = batch(model_name, 2)
     assert torch.equal(model(x), again.eval()(x))
+
+
+def test_parameter_count_is_recorded(model_name):
+    count = sum(p.numel() for p in build(model_name).parameters())
+    assert 0 < count < 5_000_000, "default params must stay small so CPU tests are fast"
+    print(f"{model_name}: {count:,d} parameters")
 
 
 def test_unknown_model_names_the_choices():
@@ -55,3 +91,17 @@ def test_unknown_model_names_the_choices():
 
     with pytest.raises(UserError, match="unknown model 'resnet_cifr'.*did you mean 'resnet_cifar'"):
         MODELS.get("resnet_cifr")
+
+
+def test_finetuned_model_without_its_weights_file_is_a_one_line_error(tmp_path):
+    from train.errors import UserError
+
+    with pytest.raises(UserError, match=r"pretrained weights file .*absent\.pth is missing; .*weights_path") as err:
+        MODELS.build("mobilenet_finetuned", num_classes=10, weights_path=str(tmp_path / "absent.pth"))
+    assert "\n" not in str(err.value)
+
+
+def test_registry_imports_and_lists_every_family_without_torchvision():
+    names = set(MODELS.names())
+    assert {"PerFrameAggregation2D", "EarlyFusion3D", "densenet_cifar", "improved_wide_resnet", "resnext_cifar",
+            "mobilenet", "mobilenet_finetuned", "efficientnet", "basic_cnn", "vgg", "cnn_lstm", "ensemble"} <= names

@@ -18,12 +18,15 @@ def fit(config: str, **overrides):
 
 
 def models():
-    """List registered models with their parameter counts (at 100 classes)."""
-    from train.models import MODELS
+    """List registered models with their parameter counts (at 100 classes, default params) and input shapes."""
+    from train.models import MODELS, input_shape
 
     for name in MODELS.names():
-        count = sum(p.numel() for p in MODELS.build(name, num_classes=100).parameters())
-        print(f"{name:32s} {count:>12,d} parameters")
+        try:
+            count = f"{sum(p.numel() for p in MODELS.build(name, num_classes=100).parameters()):>12,d} parameters"
+        except (ImportError, UserError) as err:  # torchvision absent, local weights file absent
+            count = f"{'-':>12s} ({str(err).splitlines()[0][:60]})"
+        print(f"{name:32s} {count}  input (B, {', '.join(map(str, input_shape(name)))})")
 
 
 def make_data(name: str, root: str, **options):

@@ -32,6 +32,7 @@ class DataConfig:
     # dataloader workers (a worker holds its own copy of the dataset's state and prefetched batches).
     rank_mem_gb: float = 4.0
     worker_mem_gb: float = 1.0
+    params: Dict[str, Any] = field(default_factory=dict)  # data-set keyword arguments (e.g. num_frames for video)
 
 
 @dataclass
@@ -61,6 +62,10 @@ class TrainerConfig:
 @dataclass
 class RunConfig:
     name: str = "cifar100_resnet"
+    # What `python -m train fit` runs (train/tasks): classify (one model, the default), video_suite,
+    # cifar_experts, cifar_fusion, ...; task_params are that task's own options.
+    task: str = "classify"
+    task_params: Dict[str, Any] = field(default_factory=dict)
     seed: int = 42
     output_dir: str = "runs/local"
     model: ModelConfig = field(default_factory=ModelConfig)

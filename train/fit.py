@@ -30,6 +30,14 @@ class AnnounceRanks(Callback):
 
 
 def fit(run: cfg.RunConfig) -> dict:
+    """Run the config's task (train/tasks): `classify` below by default, or video_suite, cifar_experts, ..."""
+    from train.tasks import TASKS
+
+    return TASKS.get(run.task)(run)
+
+
+def classify(run: cfg.RunConfig) -> dict:
+    """One registered model on one data set: checkpoints/best.ckpt, last.ckpt, metrics.csv, results.json."""
     out = Path(run.output_dir)
     pl.seed_everything(run.seed, workers=True)
     data = DATASETS.build(run.data.name, config=run.data)
@@ -65,7 +73,7 @@ def fit(run: cfg.RunConfig) -> dict:
 
 def build_trainer(run: cfg.RunConfig, out: Path) -> pl.Trainer:
     t = run.trainer
-    accelerator = _accelerator(t.accelerator)
+    accelerator = accelerator_for(t.accelerator)
     checkpoints = ModelCheckpoint(
         dirpath=out / "checkpoints", filename="best", monitor="val/loss", mode="min", save_top_k=1, save_last=True
     )
@@ -84,13 +92,18 @@ def build_trainer(run: cfg.RunConfig, out: Path) -> pl.Trainer:
         log_every_n_steps=t.log_every_n_steps,
         logger=[CSVLogger(out, name="", version=""), TensorBoardLogger(out, name="tensorboard", version="")],
         callbacks=[checkpoints, AnnounceRanks()],
-        plugins=[LSFHostfileEnvironment()] if LSFHostfileEnvironment.detect() else None,
+        plugins=cluster_plugins(),
         enable_progress_bar=False,  # batch-job logs are files: a progress bar only fills them with carriage returns
         num_sanity_val_steps=0,  # the initial validate() already exercises the validation loop
     )
 
 
-def _accelerator(requested: str) -> str:
+def cluster_plugins():
+    """Lightning detects Slurm by itself; plain LSF with blaunch it cannot (see train/lsf_environment.py)."""
+    return [LSFHostfileEnvironment()] if LSFHostfileEnvironment.detect() else None
+
+
+def accelerator_for(requested: str) -> str:
     if requested == "auto":
         return "gpu" if torch.cuda.is_available() else "cpu"
     return requested

@@ -35,11 +35,15 @@ class ResNetCifar(nn.Module):
                 layers.append(BasicBlock(in_ch, out_ch, stride=2 if stage > 0 and i == 0 else 1))
                 in_ch = out_ch
         self.stages = nn.Sequential(*layers)
+        self.num_features = in_ch
         self.head = nn.Linear(in_ch, num_classes)
 
+    def forward_features(self, x):
+        """(B, num_features) pooled features: what the CIFAR fusion heads combine."""
+        return F.adaptive_avg_pool2d(self.stages(self.stem(x)), 1).flatten(1)
+
     def forward(self, x):
-        x = self.stages(self.stem(x))
-        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+        return self.head(self.forward_features(x))
 
 
 @MODELS.register("resnet_cifar")

@@ -1,0 +1,81 @@
+"""`task: cifar_experts`: seed 001's first stage, several experts of one CIFAR architecture.
+
+A fraction of the training set is held out for the fusion stage; its indices are saved first, so the fusion
+stage trains only on images no expert saw. Every expert trains on the rest with its own seed.
+Writes under output_dir:
+  splits/fusion_holdout_indices.npy
+  checkpoints/<model.name>/expert_<i>_best.pth   {model_name, model_params, num_classes, state_dict, val_acc, epoch}
+  checkpoints/<model.name>/expert_<i>_history.json
+task_params: num_experts (4), fusion_holdout (fraction of the training set, 0.2).
+"""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+
+from train.data import DATASETS
+from train.errors import UserError
+from train.lit import Classifier
+from train.models import MODELS
+from train.tasks import TASKS
+from train.tasks.common import EpochHistory, trainer
+from train.tasks.subset_data import TrainSubset, train_size
+
+HOLDOUT_FILE = Path("splits") / "fusion_holdout_indices.npy"
+
+
+class SaveBestExpert(EpochHistory):
+    def __init__(self, path: Path, meta: dict):
+        super().__init__()
+        self.path, self.meta, self.best = path, meta, -1.0
+
+    def on_epoch_recorded(self, trainer, module):
+        acc = self.history["val_acc"][-1]
+        if trainer.is_global_zero and acc > self.best:
+            self.best = acc
+            state = {k: v.detach().cpu() for k, v in module.model.state_dict().items()}
+            torch.save(dict(self.meta, state_dict=state, val_acc=acc, epoch=self.history["epoch"][-1]), self.path)
+
+
+@TASKS.register("cifar_experts")
+def cifar_experts(run) -> dict:
+    out = Path(run.output_dir)
+    experts = int(run.task_params.get("num_experts", 4))
+    holdout = float(run.task_params.get("fusion_holdout", 0.2))
+    if not 0 < holdout < 1:
+        raise UserError(f"task_params.fusion_holdout = {holdout} must be a fraction between 0 and 1, e.g. 0.2")
+    MODELS.get(run.model.name)
+    n = train_size(DATASETS.build(run.data.name, config=run.data))
+    order = np.random.default_rng(run.seed).permutation(n)
+    held, kept = np.sort(order[: int(round(holdout * n))]), np.sort(order[int(round(holdout * n)) :])
+    (out / HOLDOUT_FILE).parent.mkdir(parents=True, exist_ok=True)
+    np.save(out / HOLDOUT_FILE, held)
+    folder = out / "checkpoints" / run.model.name
+    folder.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for i in range(experts):
+        print(f"[cluster-train] cifar_experts: {run.model.name} expert {i}", flush=True)
+        pl.seed_everything(run.seed + i, workers=True)  # a different start and batch order per expert
+        data = TrainSubset(DATASETS.build(run.data.name, config=run.data), kept)
+        net = MODELS.build(run.model.name, num_classes=data.num_classes, **run.model.params)
+        meta = {"model_name": run.model.name, "model_params": dict(run.model.params), "num_classes": data.num_classes}
+        saver = SaveBestExpert(folder / f"expert_{i}_best.pth", meta)
+        trainer(run, out, f"{run.model.name}_expert_{i}", callbacks=[saver]).fit(Classifier(net, run.optim), datamodule=data)
+        (folder / f"expert_{i}_history.json").write_text(json.dumps(dict(saver.history, best_val_acc=saver.best), indent=2) + "\n")
+        results[f"expert_{i}"] = saver.best
+    record = {"task": "cifar_experts", "model": run.model.name, "best_val_acc": results,
+              "holdout_size": int(len(held)), "expert_train_size": int(len(kept))}
+    (out / "results.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(f"[cluster-train] results: {json.dumps(record)}", flush=True)
+    return record
+
+
+def load_expert(path: Path) -> torch.nn.Module:
+    if not Path(path).is_file():
+        raise UserError(f"expert checkpoint {path} is missing; train the experts first (task: cifar_experts)")
+    saved = torch.load(path, map_location="cpu")
+    net = MODELS.build(saved["model_name"], num_classes=saved["num_classes"], **saved["model_params"])
+    net.load_state_dict(saved["state_dict"])
+    return net
