@@ -14,6 +14,7 @@ from train.host import images
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
 SMALL_CLUSTERS = {"local", "ci-slurm", "ci-lsf"}  # this machine's clusters train the small demo
+EXPERIMENT = {"slurm-4gpu": "cifar100_fusion"}  # seed 001's packing trains fusion heads
 
 
 def every_profile():
@@ -28,7 +29,8 @@ def env(tmp_path_factory):
     for flavor in ("cpu", "cuda11.6", "cuda12.8"):  # stand-in images with fixed content, so fixed digests
         (tmp / f"{flavor}.sif").write_text(f"stand-in {flavor} image\n")
         images.record(flavor, tmp / f"{flavor}.sif", ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=tmp / "images")
-    (tmp / "settings.yaml").write_text("email: student@example.edu\nclusters:\n  gilbreth: {account: lusu}\n")
+    (tmp / "settings.yaml").write_text("email: student@example.edu\nexperts: /work/experts\n"
+                                       "clusters:\n  gilbreth: {account: lusu}\n")
     return {**os.environ, "CT_IMAGES_DIR": str(tmp / "images"), "CT_SETTINGS": str(tmp / "settings.yaml"),
             "CT_RUNS_DIR": str(tmp / "runs")}, tmp
 
@@ -36,7 +38,7 @@ def env(tmp_path_factory):
 @pytest.mark.parametrize("cluster, profile", list(every_profile()))
 def test_dry_run_script_matches_golden(env, cluster, profile):
     variables, tmp = env
-    experiment = "demo" if cluster in SMALL_CLUSTERS else "cifar100_resnet"
+    experiment = "demo" if cluster in SMALL_CLUSTERS else EXPERIMENT.get(cluster, "cifar100_resnet")
     done = subprocess.run([sys.executable, str(ROOT / "bin" / "run-cluster"), cluster, profile, experiment,
                            "--dry-run", "--run-id", "golden"], capture_output=True, text=True, env=variables)
     assert done.returncode == 0, done.stderr

@@ -107,3 +107,8 @@ def test_missing_account_names_the_settings_file_and_key(store, tmp_path):
     env = {**os.environ, "CT_SETTINGS": str(tmp_path / "empty.yaml")}
     refused(run_cluster("gilbreth", "n1_gpu1", "--dry-run", env=env), "cluster 'gilbreth' needs your account",
             str(tmp_path / "empty.yaml"), "clusters: {gilbreth: {account: ...}}")
+
+
+def test_packing_needs_the_users_expert_checkpoints(store):
+    refused(run_cluster("slurm-4gpu", "fusion_4gpu", "cifar100_fusion", "--dry-run"),
+            "cluster 'slurm-4gpu' needs your experts", "experts: ...")

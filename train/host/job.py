@@ -168,8 +168,10 @@ def apply_profile(run: cfg.RunConfig, profile: Profile, run_dir: Path, project_r
     return cfg.resolve(cfg.to_dict(run), overrides)
 
 
-def task_config(run: cfg.RunConfig, profile: Profile, task: Task, index: int) -> cfg.RunConfig:
-    overrides = dict(profile.tasks[index].get("set") or {})
+def task_config(run: cfg.RunConfig, cluster: Cluster, profile: Profile, task: Task, index: int) -> cfg.RunConfig:
+    user = settings.load(cluster.name)
+    overrides = {k: settings.expand(v, user, cluster.name) if isinstance(v, str) else v
+                 for k, v in (profile.tasks[index].get("set") or {}).items()}
     overrides["output_dir"] = task.run_dir
     return cfg.resolve(cfg.to_dict(run), overrides)
 

@@ -55,7 +55,7 @@ def prepare(cluster_name: str, profile_name: str, experiment: str, overrides: Li
     if image is None:
         image = images.current(flavor, project.images_dir())
     job = resolve(cluster, profile, run, run_dir, image, flavor)
-    task_runs = [task_config(run, profile, task, i) for i, task in enumerate(job.tasks)]
+    task_runs = [task_config(run, cluster, profile, task, i) for i, task in enumerate(job.tasks)]
     preflight.check(job, cluster, run)
     return Submission(job, run, render(job), preflight.summary(job, run), str(config_file), list(overrides),
                       task_runs, rerun_of)
