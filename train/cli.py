@@ -17,6 +17,13 @@ def fit(config: str, **overrides):
     run_fit(run)
 
 
+def export(checkpoint: str, out: str):
+    """Plain weights from any strategy's checkpoint: `export --checkpoint ... --out models/<Model>_best_weights.pth`."""
+    from train.export import export_weights
+
+    print(f"wrote {export_weights(checkpoint, out)}")
+
+
 def models():
     """List registered models with their parameter counts (at 100 classes)."""
     from train.models import MODELS
@@ -57,7 +64,7 @@ def selftest():
 
 def main(argv=None):
     try:
-        fire.Fire({"fit": fit, "models": models, "make_data": make_data, "selftest": selftest}, command=argv)
+        fire.Fire({"fit": fit, "export": export, "models": models, "make_data": make_data, "selftest": selftest}, command=argv)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
