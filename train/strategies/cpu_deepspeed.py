@@ -4,10 +4,13 @@ Written by hand because Lightning refuses the CPU in `setup_environment`, while 
 trains ZeRO 1/2/3 there; on GPUs it behaves as the parent class except for the gradient-accumulation fix in backward.
 """
 import contextlib
+from pathlib import Path
 
 from lightning_fabric.utilities.seed import reset_seed
 from pytorch_lightning.accelerators import CPUAccelerator
 from pytorch_lightning.strategies import DDPStrategy, DeepSpeedStrategy
+
+from train.errors import UserError
 
 
 class DeepSpeedAnyAccelerator(DeepSpeedStrategy):
@@ -24,6 +27,25 @@ class DeepSpeedAnyAccelerator(DeepSpeedStrategy):
         # (measured: with accumulation 2, zero1 learnt at half the rate of plain training); undo Lightning's division.
         accumulate = self.lightning_module.trainer.accumulate_grad_batches
         return super().backward(closure_loss * accumulate, *args, **kwargs)
+
+    def load_checkpoint(self, checkpoint_path, weights_only=None):
+        saved = _saved_world_size(checkpoint_path)
+        if saved is None or saved == self.world_size or not self.lightning_module.trainer.training:
+            return super().load_checkpoint(checkpoint_path, weights_only)
+        if self.zero_stage_3:
+            raise UserError(
+                f"checkpoint {checkpoint_path} was written by {saved} ranks and ZeRO-3 resumes only on {saved}; "
+                f"export it with `python -m train export` and start from the weights"
+            )
+        # DeepSpeed cannot re-partition ZeRO-1/2 optimizer state for a new rank count; stage 1/2 checkpoints hold the
+        # full weights, so resume weights, epoch and step, and let the optimizer state (momentum, moments) restart.
+        print(f"[cluster-train] checkpoint written by {saved} ranks, resuming on {self.world_size}: weights, epoch and "
+              "step restored, ZeRO optimizer state restarts (DeepSpeed cannot re-partition it)", flush=True)
+        _, client_state = self.deepspeed_engine.load_checkpoint(
+            checkpoint_path, load_optimizer_states=False, load_lr_scheduler_states=False,
+            load_module_strict=self.lightning_module.strict_loading,
+        )
+        return client_state
 
     def _initialize_deepspeed_train(self, *args, **kwargs):
         with _cpu_device_rank(self):
@@ -60,3 +82,16 @@ def _cpu_device_rank(strategy):
         yield
     finally:
         deepspeed.initialize = original
+
+
+def _saved_world_size(checkpoint_path):
+    """The data-parallel size a DeepSpeed checkpoint directory was written with (None if it is not one)."""
+    import torch
+
+    path = Path(checkpoint_path)
+    if not (path / "latest").is_file():
+        return None
+    states = path / (path / "latest").read_text().strip() / "mp_rank_00_model_states.pt"
+    if not states.is_file():
+        return None
+    return torch.load(states, map_location="cpu", weights_only=False).get("dp_world_size")
