@@ -33,6 +33,8 @@ def _worker(rank, case):
 
     cuda = torch.cuda.is_available()
     accelerator = "gpu" if cuda else "cpu"
+    if not cuda:  # share the cores fairly between ranks (DeepSpeed otherwise pins some, torch oversubscribes)
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // case["ranks"]))
     torch.manual_seed(0)
     name, params = case["model"]
     net = MODELS.build(name, num_classes=100, **params)
@@ -104,8 +106,10 @@ def bench(models=None, strategies=None, ranks: int = 2, batch: int = 32, steps: 
     cuda = torch.cuda.is_available()
     if cuda:
         ranks = min(ranks, torch.cuda.device_count())
-    chosen = {k: v for k, v in DEFAULT_MODELS.items() if models is None or k in str(models).split(",")}
-    names = STRATEGY_ORDER if strategies is None else str(strategies).split(",")
+    if models is None:  # on CPU only the smallest model, so `make bench` stays well under 10 minutes
+        models = list(DEFAULT_MODELS) if cuda else list(DEFAULT_MODELS)[:1]
+    chosen = {k: v for k, v in DEFAULT_MODELS.items() if k in _names(models)}
+    names = STRATEGY_ORDER if strategies is None else _names(strategies)
     started, rows = time.time(), []
     for label, model in chosen.items():
         base = {"label": label, "model": model, "batch": batch, "steps": steps, "warmup": warmup, "precision": "32"}
@@ -131,6 +135,11 @@ def bench(models=None, strategies=None, ranks: int = 2, batch: int = 32, steps: 
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out} in {result['total_s']} s")
     return out
+
+
+def _names(value) -> list:
+    """fire gives "a,b" as a tuple and "a" as a string."""
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value).split(",")
 
 
 def _row(r) -> str:
