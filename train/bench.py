@@ -33,8 +33,8 @@ def _worker(rank, case):
 
     cuda = torch.cuda.is_available()
     accelerator = "gpu" if cuda else "cpu"
-    if not cuda:  # share the cores fairly between ranks (DeepSpeed otherwise pins some, torch oversubscribes)
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // case["ranks"]))
+    if not cuda:  # the same threads per rank in every case (single included), so no case oversubscribes the cores
+        torch.set_num_threads(case["threads"])
     torch.manual_seed(0)
     name, params = case["model"]
     net = MODELS.build(name, num_classes=100, **params)
@@ -112,7 +112,7 @@ def bench(models=None, strategies=None, ranks: int = 2, batch: int = 32, steps: 
     names = STRATEGY_ORDER if strategies is None else _names(strategies)
     started, rows = time.time(), []
     for label, model in chosen.items():
-        base = {"label": label, "model": model, "batch": batch, "steps": steps, "warmup": warmup, "precision": "32"}
+        base = {"label": label, "model": model, "threads": max(1, (os.cpu_count() or 1) // ranks), "batch": batch, "steps": steps, "warmup": warmup, "precision": "32"}
         for strategy in names:
             rows.append(run_case({**base, "strategy": strategy, "ranks": 1 if strategy == "single" else ranks}))
             print(_row(rows[-1]), flush=True)
@@ -126,7 +126,7 @@ def bench(models=None, strategies=None, ranks: int = 2, batch: int = 32, steps: 
     result = {
         "host": socket.gethostname(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(0) if cuda else "cpu", "cpu_count": os.cpu_count(),
-        "torch": torch.__version__, "total_s": round(time.time() - started, 1), "rows": rows,
+        "torch": torch.__version__, "cpu_threads_per_rank": max(1, (os.cpu_count() or 1) // ranks), "total_s": round(time.time() - started, 1), "rows": rows,
         "note": "CPU: gloo; fsdp = FSDP2 via ModelParallelStrategy, zero* = DeepSpeed with Lightning's CUDA check "
                 "relaxed; state bytes = live parameter + optimizer tensors on the rank (train.memory)",
     }
