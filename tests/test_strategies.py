@@ -42,13 +42,13 @@ def train_worker(rank, strategy, nprocs, out, extra):
 
         def training_step(self, batch, batch_idx):
             x, y, idx = batch
-            loss = F.cross_entropy(self(x), y)
+            loss = F.cross_entropy(self.model(x), y)
             self.records.append((self.current_epoch, batch_idx, idx.tolist(), float(loss.detach())))
             return loss
 
         def validation_step(self, batch, batch_idx):
             x, y, _ = batch
-            self.log("val/loss", F.cross_entropy(self(x), y), sync_dist=True)
+            self.log("val/loss", F.cross_entropy(self.model(x), y), sync_dist=True)
 
     run = cfg.resolve(
         {
@@ -124,3 +124,8 @@ def test_zero3_holds_less_state_per_rank_than_ddp(two_ranks):
         assert z["param_bytes"] < 0.6 * d["param_bytes"]
         assert z["optimizer_state_bytes"] < 0.6 * d["optimizer_state_bytes"]
         assert z["total_bytes"] < 0.8 * d["total_bytes"]
+
+
+def test_deepspeed_flops_profiler_option_prints_a_profile(tmp_path, capfd):
+    spawn(train_worker, 1, "zero1", 1, tmp_path, {"flops_profiler": True})
+    assert "DeepSpeed Flops Profiler" in capfd.readouterr().out

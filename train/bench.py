@@ -62,7 +62,7 @@ def _worker(rank, case):
             x, y = batch
             if case.get("channels_last"):
                 x = x.contiguous(memory_format=torch.channels_last)
-            return F.cross_entropy(self(x), y)
+            return F.cross_entropy(self.model(x), y)
 
     n = case["batch"] * (case["warmup"] + case["steps"])
     g = torch.Generator().manual_seed(rank)
