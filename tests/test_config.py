@@ -40,3 +40,27 @@ def test_round_trip_through_yaml(tmp_path):
 def test_missing_file_is_one_line(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
         cfg.load(tmp_path / "nope.yaml")
+
+
+def test_unknown_precision_is_one_line_naming_the_choices():
+    with pytest.raises(UserError) as err:
+        cfg.resolve({"trainer": {"precision": "fp8"}})
+    message = str(err.value)
+    assert "\n" not in message and "'fp8'" in message and "bf16-mixed" in message and "16-mixed" in message
+
+
+def test_every_strategy_name_of_the_issue_is_registered():
+    from train.strategies import STRATEGIES
+
+    assert {"ddp", "fsdp", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload"} <= set(STRATEGIES.names())
+
+
+def test_deepspeed_configs_are_files_and_precision_comes_from_the_trainer():
+    from train.config import TrainerConfig
+    from train.strategies import DEEPSPEED_CONFIGS, deepspeed_config
+
+    assert sorted(p.stem for p in DEEPSPEED_CONFIGS.glob("*.json")) == [
+        "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload"]
+    stage3 = deepspeed_config("zero3_offload", TrainerConfig(flops_profiler=True))
+    assert stage3["zero_optimization"]["offload_param"]["device"] == "cpu" and "bf16" not in stage3
+    assert stage3["flops_profiler"]["enabled"] is True

@@ -17,6 +17,20 @@ def fit(config: str, **overrides):
     run_fit(run)
 
 
+def export(checkpoint: str, out: str):
+    """Plain weights from any strategy's checkpoint: `export --checkpoint ... --out models/<Model>_best_weights.pth`."""
+    from train.export import export_weights
+
+    print(f"wrote {export_weights(checkpoint, out)}")
+
+
+def bench(models=None, strategies=None, ranks: int = 2, batch: int = 32, steps: int = 5, out_dir="bench/results"):
+    """Throughput, step time, peak memory per model and strategy: `bench [--models=...] [--strategies=ddp,zero3]`."""
+    from train.bench import bench as run_bench
+
+    run_bench(models=models, strategies=strategies, ranks=ranks, batch=batch, steps=steps, out_dir=out_dir)
+
+
 def models():
     """List registered models with their parameter counts (at 100 classes, default params) and input shapes."""
     from train.models import MODELS, input_shape
@@ -60,7 +74,7 @@ def selftest():
 
 def main(argv=None):
     try:
-        fire.Fire({"fit": fit, "models": models, "make_data": make_data, "selftest": selftest}, command=argv)
+        fire.Fire({"fit": fit, "export": export, "bench": bench, "models": models, "make_data": make_data, "selftest": selftest}, command=argv)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -57,6 +57,8 @@ class TrainerConfig:
     limit_train_batches: Optional[Union[int, float]] = None
     limit_val_batches: Optional[Union[int, float]] = None
     log_every_n_steps: int = 10
+    flops_profiler: bool = False  # DeepSpeed strategies only: print DeepSpeed's FLOPS profile at step 2
+    export_weights: bool = True  # at the end of fit, write models/<Model>_best_weights.pth from the best checkpoint
 
 
 @dataclass
@@ -92,7 +94,11 @@ def resolve(raw: Mapping[str, Any], overrides: Union[Mapping[str, Any], List[str
     merged = _deep_copy(raw)
     for key, value in parse_overrides(overrides).items():
         _set_dotted(merged, key, value)
-    return _build(RunConfig, merged, "")
+    run = _build(RunConfig, merged, "")
+    from train.strategies import check_precision  # torch-free
+
+    run.trainer.precision = check_precision(run.trainer.precision)
+    return run
 
 
 def parse_overrides(overrides: Union[Mapping[str, Any], List[str], None]) -> Dict[str, Any]:

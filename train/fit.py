@@ -49,6 +49,12 @@ def classify(run: cfg.RunConfig) -> dict:
     trainer.fit(module, datamodule=data)
     final = trainer.validate(module, datamodule=data, verbose=False)[0]
     hosts = _all_hostnames(trainer)
+    weights = out / "models" / f"{run.model.name}_best_weights.pth"
+    best = trainer.checkpoint_callback.best_model_path
+    if run.trainer.export_weights and best and trainer.is_global_zero:
+        from train.export import export_weights
+
+        export_weights(best, weights)
     results = {
         "model": run.model.name,
         "initial_val_loss": initial["val/loss"],
@@ -57,6 +63,7 @@ def classify(run: cfg.RunConfig) -> dict:
         "best_val_loss": _scalar(trainer.checkpoint_callback.best_model_score),
         "best_checkpoint": trainer.checkpoint_callback.best_model_path,
         "last_checkpoint": str(out / "checkpoints" / "last.ckpt"),
+        "weights": str(weights) if run.trainer.export_weights and best else None,
         "epochs": trainer.current_epoch,
         "world_size": trainer.world_size,
         "hostnames": hosts,
@@ -82,7 +89,7 @@ def build_trainer(run: cfg.RunConfig, out: Path) -> pl.Trainer:
         accelerator=accelerator,
         devices=t.devices,
         num_nodes=t.num_nodes,
-        strategy=STRATEGIES.build(t.strategy, accelerator=accelerator),
+        strategy=STRATEGIES.build(t.strategy, accelerator=accelerator, trainer=t),
         precision=t.precision,
         max_epochs=t.max_epochs,
         accumulate_grad_batches=t.accumulate_grad_batches,

@@ -12,12 +12,19 @@ class Classifier(pl.LightningModule):
         self.model = model
         self.optim = optim
 
+    def configure_model(self):
+        # Only ModelParallelStrategy (strategy "fsdp" on CPU) sets a device mesh; every other strategy skips this.
+        if getattr(self, "_device_mesh", None) is not None:
+            from train.strategies import apply_fsdp2
+
+            apply_fsdp2(self.model, self._device_mesh)
+
     def forward(self, x):
         return self.model(x)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        logits = self(x)
+        logits = self.model(x)  # not self(x): DeepSpeed hooks the LightningModule, re-entry breaks its timers
         loss = F.cross_entropy(logits, y)
         self.log("train/loss", loss, prog_bar=True, sync_dist=True)
         self.log("train/acc", (logits.argmax(1) == y).float().mean(), sync_dist=True)
@@ -25,7 +32,7 @@ class Classifier(pl.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
-        logits = self(x)
+        logits = self.model(x)  # not self(x): DeepSpeed hooks the LightningModule, re-entry breaks its timers
         self.log("val/loss", F.cross_entropy(logits, y), prog_bar=True, sync_dist=True)
         self.log("val/acc", (logits.argmax(1) == y).float().mean(), prog_bar=True, sync_dist=True)
 
