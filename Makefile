@@ -10,12 +10,14 @@ TORCH_WHEELS := $(wildcard /opt/wheels)
 DEMO_DATA := data/cifar100-synthetic
 
 -include containers/images.mk
+-include bench/bench.mk
 
 .PHONY: help demo deps apptainer slurm venv data test test-fast test-image test-slurm clean
 help:
 	@echo "make demo       install what is missing, build the CPU image, train the demo via bin/run-cluster local"
 	@echo "make test       every test: installs Apptainer and Slurm, builds the image, starts the test cluster"
 	@echo "make test-fast  unit tests only (no image, no Slurm), under 2 minutes"
+	@echo "make bench      throughput, step time and memory per model and strategy -> bench/results/<host>-<date>.json"
 	@echo "make image      build images/\$$FLAVOR.sif (FLAVOR=cpu|cuda12.8|cuda11.6) and record its sha256"
 
 demo: deps image data
@@ -42,7 +44,7 @@ $(DEMO_DATA)/cifar-100-python/meta: | image
 		python -m train make_data cifar100 $(DEMO_DATA)
 
 test-fast: venv
-	$(PYTEST) -q -m "not image and not slurm" tests
+	$(PYTEST) -q -m "not image and not slurm and not slow" tests
 
 test: deps slurm image
 	$(PYTEST) -q -rs tests

@@ -7,6 +7,8 @@ from test_strategies import make_data, tiny_net
 from train import config as cfg
 from train.localrun import spawn
 
+pytestmark = pytest.mark.slow  # real multi-process training: `make test`, not `make test-fast`
+
 
 def worker(rank, strategy, nprocs, out, epochs, ckpt_path):
     from torch.utils.data import DataLoader

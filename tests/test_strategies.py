@@ -10,6 +10,8 @@ from train import config as cfg
 from train.localrun import spawn
 from train.strategies import STRATEGIES
 
+pytestmark = pytest.mark.slow  # real multi-process training: `make test`, not `make test-fast`
+
 N_SAMPLES, GLOBAL_BATCH, ACCUMULATE, EPOCHS = 64, 16, 2, 2
 LOSS_RTOL = 1e-4  # fp32 on both sides: only the order of the gradient reduction differs
 

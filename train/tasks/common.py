@@ -18,7 +18,7 @@ def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=N
         accelerator=accelerator,
         devices=t.devices,
         num_nodes=t.num_nodes,
-        strategy=STRATEGIES.build(t.strategy, accelerator=accelerator),
+        strategy=STRATEGIES.build(t.strategy, accelerator=accelerator, trainer=t),
         precision=t.precision,
         max_epochs=max_epochs or t.max_epochs,
         gradient_clip_val=t.gradient_clip_val,
