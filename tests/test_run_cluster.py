@@ -86,3 +86,20 @@ def test_a_cluster_file_outside_the_repo(store, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "#SBATCH --partition=never-seen-gpu" in done.stdout and " --nv " in done.stdout
     assert "#SBATCH --ntasks-per-node=2" in done.stdout
+
+
+def test_scratch_symlink_is_bound_at_its_real_path_too(store, tmp_path):
+    real = tmp_path / "gpfs" / "scratch-you"
+    real.mkdir(parents=True)
+    (tmp_path / "scratch").symlink_to(real)
+    (store / "settings.yaml").write_text(f"scratch: {tmp_path / 'scratch'}\n")
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        "name: c\nscheduler: slurm\napptainer: {binds: ['${scratch}']}\n"
+        "partitions:\n  p: {image: cpu, cpus_per_node: 4, mem_per_node_gb: 8, nodes: 1}\n"
+        "profiles:\n  one: {partition: p, mem_gb: 4}\n"
+    )
+    done = run_cluster(str(cluster), "one", "demo", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert f"-B {real}:{real} -B {real}:{tmp_path / 'scratch'} " in done.stdout
+    assert ":ro " in done.stdout.split("-B ", 1)[1]  # the data directory comes first, read-only
