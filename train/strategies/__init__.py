@@ -39,7 +39,13 @@ def single(accelerator: str, trainer=None):
 def fsdp(accelerator: str, trainer=None):
     if accelerator == "cpu":
         # Lightning's FSDPStrategy refuses the CPU; FSDP2 through ModelParallelStrategy is the nearest real path.
+        import torch
         from pytorch_lightning.strategies import ModelParallelStrategy
+
+        if tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 7):
+            # measured: torch 2.6's FSDP2 all-gather calls Stream.record_event, which CPU streams lack there
+            raise UserError(f"strategy 'fsdp' on CPU needs torch >= 2.7 (this is torch {torch.__version__}); "
+                            f"use ddp or zero3 on CPU, or fsdp on GPUs")
 
         ranks = trainer.devices * trainer.num_nodes if trainer is not None else "auto"  # "auto" means one per node
         return ModelParallelStrategy(data_parallel_size=ranks, tensor_parallel_size=1)
