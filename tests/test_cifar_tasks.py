@@ -1,6 +1,5 @@
 """Seed 001 end to end at small scale: experts (with the saved fusion split), then every fusion head over them."""
 import csv
-import json
 
 import numpy as np
 import pytest

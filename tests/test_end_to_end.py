@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, manifest, only_run, run_cluster, sha256, wait_for_slurm_job
+from conftest import manifest, only_run, run_cluster, sha256, wait_for_slurm_job
 
 SMALL = ["--set", "trainer.max_epochs=3", "--set", "data.num_workers=0"]
 

@@ -1,7 +1,6 @@
 """`python -m train COMMAND`: the image-side command line (fire)."""
 import sys
 import tempfile
-from pathlib import Path
 
 import fire
 

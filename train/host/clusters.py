@@ -94,7 +94,7 @@ def find(name_or_path: str, clusters_dir: Path) -> Path:
     path = clusters_dir / f"{name_or_path}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in clusters_dir.glob("*.yaml"))
-        raise UserError(unknown_name("cluster", name_or_path, known) + f" (or the path of a cluster file)")
+        raise UserError(unknown_name("cluster", name_or_path, known) + " (or the path of a cluster file)")
     return path
 
 

@@ -6,7 +6,6 @@ DeepSpeed configurations are JSON files beside this module (package data), one p
 import json
 import os
 from pathlib import Path
-from typing import Optional
 
 from train.errors import UserError
 from train.registry import Registry
