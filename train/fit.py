@@ -78,14 +78,11 @@ def classify(run: cfg.RunConfig) -> dict:
     return results
 
 
-def build_trainer(run: cfg.RunConfig, out: Path) -> pl.Trainer:
+def trainer_options(run: cfg.RunConfig) -> dict:
+    """Everything the run config decides about a Lightning Trainer; callers add loggers, callbacks and paths."""
     t = run.trainer
     accelerator = accelerator_for(t.accelerator)
-    checkpoints = ModelCheckpoint(
-        dirpath=out / "checkpoints", filename="best", monitor="val/loss", mode="min", save_top_k=1, save_last=True
-    )
-    return pl.Trainer(
-        default_root_dir=out,
+    return dict(
         accelerator=accelerator,
         devices=t.devices,
         num_nodes=t.num_nodes,
@@ -97,11 +94,21 @@ def build_trainer(run: cfg.RunConfig, out: Path) -> pl.Trainer:
         limit_train_batches=t.limit_train_batches,
         limit_val_batches=t.limit_val_batches,
         log_every_n_steps=t.log_every_n_steps,
-        logger=[CSVLogger(out, name="", version=""), TensorBoardLogger(out, name="tensorboard", version="")],
-        callbacks=[checkpoints, AnnounceRanks()],
         plugins=cluster_plugins(),
         enable_progress_bar=False,  # batch-job logs are files: a progress bar only fills them with carriage returns
-        num_sanity_val_steps=0,  # the initial validate() already exercises the validation loop
+        num_sanity_val_steps=0,  # the tasks validate explicitly before training
+    )
+
+
+def build_trainer(run: cfg.RunConfig, out: Path) -> pl.Trainer:
+    checkpoints = ModelCheckpoint(
+        dirpath=out / "checkpoints", filename="best", monitor="val/loss", mode="min", save_top_k=1, save_last=True
+    )
+    return pl.Trainer(
+        **trainer_options(run),
+        default_root_dir=out,
+        logger=[CSVLogger(out, name="", version=""), TensorBoardLogger(out, name="tensorboard", version="")],
+        callbacks=[checkpoints, AnnounceRanks()],
     )
 
 

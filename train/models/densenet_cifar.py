@@ -1,9 +1,9 @@
 """CIFAR DenseNet-BC (Huang et al. 2017): bottleneck dense layers, transitions halve channels and resolution."""
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from train.models import MODELS
+from train.models.pooled import PooledClassifier
 
 
 class DenseLayer(nn.Module):
@@ -18,7 +18,7 @@ class DenseLayer(nn.Module):
         return torch.cat([x, self.net(x)], 1)
 
 
-class DenseNetCifar(nn.Module):
+class DenseNetCifar(PooledClassifier):
     def __init__(self, num_classes=100, depth=22, growth=8, reduction=0.5):
         super().__init__()
         if (depth - 4) % 6 != 0:
@@ -35,15 +35,7 @@ class DenseNetCifar(nn.Module):
                 layers += [nn.BatchNorm2d(ch), nn.ReLU(), nn.Conv2d(ch, out, 1, bias=False), nn.AvgPool2d(2)]
                 ch = out
         layers += [nn.BatchNorm2d(ch), nn.ReLU()]
-        self.features = nn.Sequential(*layers)
-        self.num_features = ch
-        self.head = nn.Linear(ch, num_classes)
-
-    def forward_features(self, x):
-        return F.adaptive_avg_pool2d(self.features(x), 1).flatten(1)
-
-    def forward(self, x):
-        return self.head(self.forward_features(x))
+        self.set_features(nn.Sequential(*layers), ch, num_classes)
 
 
 @MODELS.register("densenet_cifar")

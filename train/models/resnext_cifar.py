@@ -3,6 +3,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from train.models import MODELS
+from train.models.pooled import PooledClassifier
 
 
 class NeXtBlock(nn.Module):
@@ -22,7 +23,7 @@ class NeXtBlock(nn.Module):
         return F.relu(self.net(x) + self.shortcut(x))
 
 
-class ResNeXtCifar(nn.Module):
+class ResNeXtCifar(PooledClassifier):
     def __init__(self, num_classes=100, blocks_per_stage=1, cardinality=4, group_width=4, base=16):
         super().__init__()
         layers, ch = [nn.Conv2d(3, base, 3, 1, 1, bias=False), nn.BatchNorm2d(base), nn.ReLU()], base
@@ -31,15 +32,7 @@ class ResNeXtCifar(nn.Module):
                 out = base * 2 ** (stage + 1)
                 layers.append(NeXtBlock(ch, out, 2 if stage > 0 and i == 0 else 1, cardinality, group_width * 2**stage))
                 ch = out
-        self.features = nn.Sequential(*layers)
-        self.num_features = ch
-        self.head = nn.Linear(ch, num_classes)
-
-    def forward_features(self, x):
-        return F.adaptive_avg_pool2d(self.features(x), 1).flatten(1)
-
-    def forward(self, x):
-        return self.head(self.forward_features(x))
+        self.set_features(nn.Sequential(*layers), ch, num_classes)
 
 
 @MODELS.register("resnext_cifar")

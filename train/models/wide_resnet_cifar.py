@@ -4,6 +4,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from train.models import MODELS
+from train.models.pooled import PooledClassifier
 
 
 class WideBlock(nn.Module):
@@ -21,7 +22,7 @@ class WideBlock(nn.Module):
         return out + (x if self.shortcut is None else self.shortcut(pre))
 
 
-class WideResNetCifar(nn.Module):
+class WideResNetCifar(PooledClassifier):
     def __init__(self, num_classes=100, depth=10, widen=2, base=8, dropout=0.1):
         super().__init__()
         if (depth - 4) % 6 != 0:
@@ -34,15 +35,7 @@ class WideResNetCifar(nn.Module):
                 layers.append(WideBlock(ch, width, 2 if stage > 0 and i == 0 else 1, dropout))
                 ch = width
         layers += [nn.BatchNorm2d(ch), nn.ReLU()]
-        self.features = nn.Sequential(*layers)
-        self.num_features = ch
-        self.head = nn.Linear(ch, num_classes)
-
-    def forward_features(self, x):
-        return F.adaptive_avg_pool2d(self.features(x), 1).flatten(1)
-
-    def forward(self, x):
-        return self.head(self.forward_features(x))
+        self.set_features(nn.Sequential(*layers), ch, num_classes)
 
 
 @MODELS.register("improved_wide_resnet")

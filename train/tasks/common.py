@@ -6,31 +6,18 @@ from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.loggers import CSVLogger
 
 from train.config import RunConfig
-from train.fit import accelerator_for, cluster_plugins
-from train.strategies import STRATEGIES
+from train.fit import trainer_options
 
 
 def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=None, extra_loggers=()) -> pl.Trainer:
-    t = run.trainer
-    accelerator = accelerator_for(t.accelerator)
+    options = trainer_options(run)
+    options["max_epochs"] = max_epochs or options["max_epochs"]
     return pl.Trainer(
+        **options,
         default_root_dir=out,
-        accelerator=accelerator,
-        devices=t.devices,
-        num_nodes=t.num_nodes,
-        strategy=STRATEGIES.build(t.strategy, accelerator=accelerator, trainer=t),
-        precision=t.precision,
-        max_epochs=max_epochs or t.max_epochs,
-        gradient_clip_val=t.gradient_clip_val,
-        limit_train_batches=t.limit_train_batches,
-        limit_val_batches=t.limit_val_batches,
-        log_every_n_steps=t.log_every_n_steps,
         logger=[CSVLogger(out / "logs", name=log_name, version=""), *extra_loggers],
         callbacks=list(callbacks),
         enable_checkpointing=False,  # these tasks write the seeds' own file names (see their callbacks)
-        enable_progress_bar=False,
-        num_sanity_val_steps=0,
-        plugins=cluster_plugins(),
     )
 
 
