@@ -1,5 +1,6 @@
-"""The model tests again, inside the image: there Debian's torchvision exists, so the torchvision-based models
-(vgg, mobilenet, mobilenet_finetuned, efficientnet), which the host test venv must skip, are built and trained too."""
+"""Host tests again, inside the image, run by its own torch, torchvision, Lightning and DeepSpeed: the model tests
+(with the torchvision-based models vgg, mobilenet, mobilenet_finetuned and efficientnet, which the host venv must
+skip) and the multi-process strategy, resume and export tests."""
 import subprocess
 
 import pytest
@@ -16,4 +17,19 @@ def test_every_registered_model_passes_the_model_tests_in_the_image(cpu_image, t
         capture_output=True, text=True, timeout=1200,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-3000:]
+
+
+@pytest.mark.image
+def test_every_strategy_trains_resumes_and_exports_in_the_image(cpu_image, tmp_path):
+    """Issue 5's acceptance where it must hold: the multi-process strategy, resume and export tests, run by the
+    image's own torch, Lightning and DeepSpeed (which JIT-compiles its CPU comm op there with the image's g++)."""
+    done = subprocess.run(
+        ["apptainer", "exec", "--cleanenv", "--no-home", "-B", f"{ROOT / 'tests'}:/opt/ct-tests:ro", "-B", str(tmp_path),
+         "--pwd", str(tmp_path), cpu_image.path,
+         "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "/opt/ct-tests/test_strategies.py",
+         "/opt/ct-tests/test_resume_export.py"],
+        capture_output=True, text=True, timeout=1800,
+    )
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-3000:]

@@ -1,6 +1,6 @@
 """Every registered strategy trains for real on 2 CPU ranks (gloo) and matches 1-process training on the same global
-batch. On CPU, "fsdp" runs FSDP2 through ModelParallelStrategy and zero* run DeepSpeed through a strategy that only
-relaxes Lightning's CUDA check (Lightning's FSDP and DeepSpeed strategies refuse the CPU)."""
+batch. On CPU, "fsdp" and zero* run Lightning's FSDP and DeepSpeed strategies with only their CUDA checks relaxed
+(Lightning refuses the CPU for both): the same classes GPU jobs use."""
 import os
 
 import pytest

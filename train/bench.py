@@ -127,7 +127,7 @@ def bench(models=None, strategies=None, ranks: int = 2, batch: int = 32, steps: 
         "host": socket.gethostname(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(0) if cuda else "cpu", "cpu_count": os.cpu_count(),
         "torch": torch.__version__, "cpu_threads_per_rank": max(1, (os.cpu_count() or 1) // ranks), "total_s": round(time.time() - started, 1), "rows": rows,
-        "note": "CPU: gloo; fsdp = FSDP2 via ModelParallelStrategy, zero* = DeepSpeed with Lightning's CUDA check "
+        "note": "CPU: gloo; fsdp and zero* = Lightning's FSDP and DeepSpeed strategies with their CUDA checks "
                 "relaxed; state bytes = live parameter + optimizer tensors on the rank (train.memory)",
     }
     out = Path(out_dir) / f"{socket.gethostname()}-{datetime.date.today().isoformat()}.json"

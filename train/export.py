@@ -1,7 +1,7 @@
 """Export a checkpoint from any strategy to one plain weights file that loads into the bare model without DeepSpeed.
 
-Handles a Lightning checkpoint file (ddp, single, fsdp on GPU), a DeepSpeed checkpoint directory (zero*), and a
-torch.distributed.checkpoint directory (FSDP2 through ModelParallelStrategy).
+Handles a Lightning checkpoint file (single, ddp, fsdp: FSDPStrategy gathers the full state dict) and a DeepSpeed
+checkpoint directory (zero*).
 """
 import tempfile
 from pathlib import Path
@@ -23,18 +23,12 @@ def full_state_dict(checkpoint: Union[str, Path]) -> Dict[str, torch.Tensor]:
         return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
     with tempfile.TemporaryDirectory() as tmp:
         single = Path(tmp) / "full.ckpt"
-        if (path / ".metadata").is_file():  # torch.distributed.checkpoint (FSDP2)
-            from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-            dcp_to_torch_save(path, single)
-            state = torch.load(single, map_location="cpu", weights_only=False)
-            return state.get("state_dict", state)
         if (path / "latest").is_file():  # DeepSpeed ZeRO: gather the fp32 partitions
             from pytorch_lightning.utilities.deepspeed import convert_zero_checkpoint_to_fp32_state_dict
 
             convert_zero_checkpoint_to_fp32_state_dict(str(path), str(single))
             return torch.load(single, map_location="cpu", weights_only=False)["state_dict"]
-    raise UserError(f"checkpoint {str(path)!r} is a directory but neither a DeepSpeed nor a distributed checkpoint")
+    raise UserError(f"checkpoint {str(path)!r} is a directory but not a DeepSpeed checkpoint")
 
 
 def export_weights(checkpoint: Union[str, Path], out: Union[str, Path]) -> Path:

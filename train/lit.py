@@ -12,13 +12,6 @@ class Classifier(pl.LightningModule):
         self.model = model
         self.optim = optim
 
-    def configure_model(self):
-        # Only ModelParallelStrategy (strategy "fsdp" on CPU) sets a device mesh; every other strategy skips this.
-        if getattr(self, "_device_mesh", None) is not None:
-            from train.strategies import apply_fsdp2
-
-            apply_fsdp2(self.model, self._device_mesh)
-
     def forward(self, x):
         return self.model(x)
 

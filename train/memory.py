@@ -1,7 +1,7 @@
 """Measure, on this rank, the bytes of parameter and optimizer state that training actually holds.
 
 Counts live tensors (deduplicated by storage): the module's parameters as stored on this rank (a DeepSpeed ZeRO-3
-partition, an FSDP2 local shard, or the whole tensor) and the innermost torch optimizer's parameters (DeepSpeed's
+partition, an FSDP flat-parameter shard, or the whole tensor) and the innermost torch optimizer's parameters (DeepSpeed's
 fp32 master partitions) and state (momentum, Adam moments).
 """
 import resource
@@ -12,8 +12,6 @@ import torch
 def _local(t: torch.Tensor) -> torch.Tensor:
     if hasattr(t, "ds_tensor"):  # DeepSpeed ZeRO-3: the rank keeps only its partition
         return t.ds_tensor
-    if hasattr(t, "to_local"):  # DTensor (FSDP2): the local shard
-        return t.to_local()
     return t
 
 

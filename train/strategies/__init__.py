@@ -36,21 +36,13 @@ def single(accelerator: str, trainer=None):
 
 @STRATEGIES.register("fsdp")
 def fsdp(accelerator: str, trainer=None):
-    if accelerator == "cpu":
-        # Lightning's FSDPStrategy refuses the CPU; FSDP2 through ModelParallelStrategy is the nearest real path.
-        import torch
-        from pytorch_lightning.strategies import ModelParallelStrategy
+    from train.strategies.fsdp_any import FSDPAnyAccelerator
 
-        if tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 7):
-            # measured: torch 2.6's FSDP2 all-gather calls Stream.record_event, which CPU streams lack there
-            raise UserError(f"strategy 'fsdp' on CPU needs torch >= 2.7 (this is torch {torch.__version__}); "
-                            f"use ddp or zero3 on CPU, or fsdp on GPUs")
-
-        ranks = trainer.devices * trainer.num_nodes if trainer is not None else "auto"  # "auto" means one per node
-        return ModelParallelStrategy(data_parallel_size=ranks, tensor_parallel_size=1)
-    from pytorch_lightning.strategies import FSDPStrategy
-
-    return FSDPStrategy(sharding_strategy="FULL_SHARD")
+    # the same class on GPUs and on CPU (gloo), so the CPU tests prove what GPU jobs run
+    return FSDPAnyAccelerator(
+        precision=str(trainer.precision) if trainer is not None else "32", sharding_strategy="FULL_SHARD",
+        process_group_backend="gloo" if accelerator == "cpu" else None,
+    )
 
 
 def deepspeed_config(name: str, trainer=None) -> dict:
@@ -77,15 +69,3 @@ def _deepspeed(name: str, accelerator: str, trainer=None):
 for _name in ("zero1", "zero2", "zero2_offload", "zero3", "zero3_offload"):
     STRATEGIES.register(_name)(lambda accelerator, trainer=None, _n=_name: _deepspeed(_n, accelerator, trainer))
 
-
-def apply_fsdp2(module, device_mesh) -> None:
-    """Shard every parameter-holding leaf module, then the root, with FSDP2 (ModelParallelStrategy's contract)."""
-    try:
-        from torch.distributed.fsdp import fully_shard  # torch >= 2.6 public path
-    except ImportError:  # pragma: no cover - older torch
-        from torch.distributed._composable.fsdp import fully_shard
-    mesh = device_mesh["data_parallel"]
-    for child in module.modules():
-        if child is not module and any(True for _ in child.parameters(recurse=False)):
-            fully_shard(child, mesh=mesh)
-    fully_shard(module, mesh=mesh)

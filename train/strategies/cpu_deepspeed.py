@@ -10,7 +10,6 @@ from lightning_fabric.utilities.seed import reset_seed
 from pytorch_lightning.accelerators import CPUAccelerator
 from pytorch_lightning.strategies import DDPStrategy, DeepSpeedStrategy
 
-from train.errors import UserError
 
 
 class DeepSpeedAnyAccelerator(DeepSpeedStrategy):
@@ -32,19 +31,16 @@ class DeepSpeedAnyAccelerator(DeepSpeedStrategy):
         saved = _saved_world_size(checkpoint_path)
         if saved is None or saved == self.world_size or not self.lightning_module.trainer.training:
             return super().load_checkpoint(checkpoint_path, weights_only)
-        if self.zero_stage_3:
-            raise UserError(
-                f"checkpoint {checkpoint_path} was written by {saved} ranks and ZeRO-3 resumes only on {saved}; "
-                f"export it with `python -m train export` and start from the weights"
-            )
-        # DeepSpeed cannot re-partition ZeRO-1/2 optimizer state for a new rank count; stage 1/2 checkpoints hold the
-        # full weights, so resume weights, epoch and step, and let the optimizer state (momentum, moments) restart.
+        # DeepSpeed cannot re-partition ZeRO optimizer state for a new rank count: resume weights, epoch and step,
+        # and let the optimizer state (momentum, moments) restart.
         print(f"[cluster-train] checkpoint written by {saved} ranks, resuming on {self.world_size}: weights, epoch and "
               "step restored, ZeRO optimizer state restarts (DeepSpeed cannot re-partition it)", flush=True)
         _, client_state = self.deepspeed_engine.load_checkpoint(
             checkpoint_path, load_optimizer_states=False, load_lr_scheduler_states=False,
             load_module_strict=self.lightning_module.strict_loading,
         )
+        if self.zero_stage_3:  # its module file holds no weights: gather them from every rank's partition file
+            _load_gathered_weights(self.deepspeed_engine, checkpoint_path)
         return client_state
 
     def _initialize_deepspeed_train(self, *args, **kwargs):
@@ -84,6 +80,19 @@ def _cpu_device_rank(strategy):
         deepspeed.initialize = original
 
 
+def _load_gathered_weights(engine, checkpoint_path) -> None:
+    """ZeRO-3: the fp32 weights of all partitions, loaded into this rank count's partitions and master copies."""
+    import deepspeed
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    weights = get_fp32_state_dict_from_zero_checkpoint(str(checkpoint_path))
+    params = dict(engine.module.named_parameters())
+    with deepspeed.zero.GatheredParameters(list(params.values()), modifier_rank=0):
+        for name, param in params.items():
+            param.data.copy_(weights[name])
+    engine.optimizer.refresh_fp32_params()  # the optimizer steps its fp32 partitions, not the parameters
+
+
 def _saved_world_size(checkpoint_path):
     """The data-parallel size a DeepSpeed checkpoint directory was written with (None if it is not one)."""
     import torch
@@ -91,7 +100,8 @@ def _saved_world_size(checkpoint_path):
     path = Path(checkpoint_path)
     if not (path / "latest").is_file():
         return None
-    states = path / (path / "latest").read_text().strip() / "mp_rank_00_model_states.pt"
-    if not states.is_file():
+    # ZeRO-1/2 write mp_rank_00_model_states.pt; ZeRO-3 one zero_pp_rank_<r>_mp_rank_00_model_states.pt per rank
+    states = sorted((path / (path / "latest").read_text().strip()).glob("*mp_rank_00_model_states.pt"))
+    if not states:
         return None
-    return torch.load(states, map_location="cpu", weights_only=False).get("dp_world_size")
+    return torch.load(states[0], map_location="cpu", weights_only=False).get("dp_world_size")
