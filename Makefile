@@ -8,6 +8,7 @@ PYTEST := $(VENV)/bin/pytest
 # would pull gigabytes of CUDA wheels).
 TORCH_WHEELS := $(wildcard /opt/wheels)
 DEMO_DATA := data/cifar100-synthetic
+VIDEO_DATA := data/ufc10-synthetic
 
 -include containers/images.mk
 -include bench/bench.mk
@@ -38,10 +39,14 @@ $(VENV)/.installed: pyproject.toml tests/requirements.txt
 	$(VENV)/bin/uv pip install -q --python $(PY) $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS)) -r tests/requirements.txt
 	touch $@
 
-data: $(DEMO_DATA)/cifar-100-python/meta
+# the generated sets the experiments read by default (experiments/*.yaml): CIFAR-100 and UFC-10 formats
+data: $(DEMO_DATA)/cifar-100-python/meta $(VIDEO_DATA)/metadata/test.csv
 $(DEMO_DATA)/cifar-100-python/meta: | image
 	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" images/cpu.sif \
 		python -m train make_data cifar100 $(DEMO_DATA)
+$(VIDEO_DATA)/metadata/test.csv: | image
+	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" images/cpu.sif \
+		python -m train make_data ufc10 $(VIDEO_DATA)
 
 test-fast: venv
 	$(PYTEST) -q -m "not image and not slurm and not slow" tests
@@ -50,4 +55,4 @@ test: deps slurm image
 	$(PYTEST) -q -rs tests
 
 clean:
-	rm -rf runs $(DEMO_DATA) .pytest_cache
+	rm -rf runs $(DEMO_DATA) $(VIDEO_DATA) .pytest_cache

@@ -33,6 +33,8 @@ def test_experts_write_their_checkpoints_and_the_fusion_split(experts_run):
     assert record["holdout_size"] == len(held) == 200  # 20 % of the 1000 generated training images
     for i in range(4):
         assert (out / "checkpoints" / "resnet_cifar" / f"expert_{i}_best.pth").is_file()
+    # the experts folder carries its split too, so it can be copied or linked elsewhere and still fused
+    assert np.array_equal(np.load(out / "checkpoints" / "resnet_cifar" / "fusion_holdout_indices.npy"), held)
 
 
 @pytest.mark.parametrize("fusion", FUSION_HEADS.names())
@@ -81,4 +83,21 @@ def test_fusion_without_experts_dir_is_a_one_line_error(tmp_path):
     with pytest.raises(UserError, match=r"expert checkpoint .*expert_0_best.pth is missing"):
         np.save(tmp_path / "h.npy", np.arange(3))
         fit(cfg.resolve({"task": "cifar_fusion", "output_dir": str(tmp_path),
-                         "task_params": {"experts_dir": str(tmp_path), "holdout_indices": str(tmp_path / "h.npy")}}))
+                         "task_params": {"experts_dir": str(tmp_path), "holdout_path": str(tmp_path / "h.npy")}}))
+
+
+@pytest.mark.parametrize("mode", ["offline", None])
+def test_fusion_logs_to_weights_and_biases_only_when_configured(experts_run, demo_data, tmp_path, monkeypatch, mode):
+    pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    if mode:
+        monkeypatch.setenv("WANDB_MODE", mode)  # offline: W&B writes its run files locally, no network
+    else:
+        monkeypatch.delenv("WANDB_MODE", raising=False)
+    experts_out, _ = experts_run
+    fit(cfg.resolve(dict(COMMON, task="cifar_fusion", output_dir=str(tmp_path),
+                         task_params={"experts_dir": str(experts_out / "checkpoints" / "resnet_cifar"),
+                                      "fusion": "concatenation", "fusion_dim": 16},
+                         data={"root": str(demo_data), "batch_size": 32, "num_workers": 0})))
+    runs = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(runs) == (1 if mode else 0), sorted(p.name for p in tmp_path.iterdir())

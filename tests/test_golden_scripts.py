@@ -14,7 +14,9 @@ from train.host import images
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
 SMALL_CLUSTERS = {"local", "ci-slurm", "ci-lsf"}  # this machine's clusters train the small demo
-EXPERIMENT = {"slurm-4gpu": "cifar100_fusion"}  # seed 001's packing trains fusion heads
+# seed 001's packing trains experts, then fusion heads (by cluster, or cluster/profile)
+EXPERIMENT = {"slurm-4gpu": "cifar100_fusion", "ci-slurm/experts_4x1": "cifar100_experts",
+              "ci-slurm/fusion_4x1": "cifar100_fusion"}
 
 
 def every_profile():
@@ -38,7 +40,8 @@ def env(tmp_path_factory):
 @pytest.mark.parametrize("cluster, profile", list(every_profile()))
 def test_dry_run_script_matches_golden(env, cluster, profile):
     variables, tmp = env
-    experiment = "demo" if cluster in SMALL_CLUSTERS else EXPERIMENT.get(cluster, "cifar100_resnet")
+    experiment = EXPERIMENT.get(f"{cluster}/{profile}") or EXPERIMENT.get(cluster) or (
+        "demo" if cluster in SMALL_CLUSTERS else "cifar100_resnet")
     done = subprocess.run([sys.executable, str(ROOT / "bin" / "run-cluster"), cluster, profile, experiment,
                            "--dry-run", "--run-id", "golden"], capture_output=True, text=True, env=variables)
     assert done.returncode == 0, done.stderr

@@ -103,3 +103,27 @@ def test_scratch_symlink_is_bound_at_its_real_path_too(store, tmp_path):
     assert done.returncode == 0, done.stderr
     assert f"-B {real}:{real} -B {real}:{tmp_path / 'scratch'} " in done.stdout
     assert ":ro " in done.stdout.split("-B ", 1)[1]  # the data directory comes first, read-only
+
+
+def test_input_paths_are_made_absolute_and_bound_read_only(store, tmp_path, monkeypatch):
+    experts = tmp_path / "experts" / "resnet_cifar"
+    experts.mkdir(parents=True)
+    weights = tmp_path / "mobilenet.pth"
+    weights.write_text("stand-in")
+    monkeypatch.chdir(tmp_path)  # a relative input path is the project's, wherever run-cluster is started
+    done = run_cluster("local", "cpu_1proc", "cifar100_fusion", "--dry-run", "--set", f"task_params.experts_dir={experts}",
+                       "--set", f"model.params.weights_path={weights}", "--set", "data.params.labels_path=data/x.csv")
+    assert done.returncode == 0, done.stderr
+    for path in (experts, weights, ROOT / "data" / "x.csv"):
+        assert f"-B {path}:{path}:ro" in done.stdout
+
+
+def test_a_missing_input_path_is_one_line_and_submits_nothing(store, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    done = run_cluster("local", "cpu_1proc", "cifar100_fusion", "--set", f"data.root={data}",
+                       "--set", f"task_params.experts_dir={tmp_path / 'nope'}")
+    assert done.returncode == 2
+    assert f"task_params.experts_dir: {tmp_path / 'nope'} does not exist; fix task_params.experts_dir" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert list((store / "runs").iterdir()) == []

@@ -101,6 +101,22 @@ def resolve(raw: Mapping[str, Any], overrides: Union[Mapping[str, Any], List[str
     return run
 
 
+INPUT_KEY_SUFFIXES = ("_dir", "_path")  # in task_params, model.params, data.params: a path the job reads
+
+
+def input_paths(run: RunConfig) -> Dict[str, str]:
+    """Every host path a run reads, by dotted key: data.root, and each `*_dir` / `*_path` value in task_params,
+    model.params and data.params (expert checkpoints, pretrained weights). run-cluster makes them absolute, checks
+    they exist before anything is queued, and binds them read-only into the container."""
+    found = {"data.root": run.data.root}
+    for section, params in (("task_params", run.task_params), ("model.params", run.model.params),
+                            ("data.params", run.data.params)):
+        for key, value in params.items():
+            if isinstance(value, str) and value and key.endswith(INPUT_KEY_SUFFIXES):
+                found[f"{section}.{key}"] = value
+    return found
+
+
 def parse_overrides(overrides: Union[Mapping[str, Any], List[str], None]) -> Dict[str, Any]:
     """`["a.b=1", "c=x"]` -> {"a.b": 1, "c": "x"}; values are read as YAML scalars (2 -> int, true -> bool)."""
     if overrides is None:

@@ -24,7 +24,8 @@ class AnnounceRanks(Callback):
     def setup(self, trainer, pl_module, stage):
         print(
             f"[cluster-train] rank {trainer.global_rank}/{trainer.world_size} on host {socket.gethostname()} "
-            f"(node {trainer.node_rank}, local rank {trainer.local_rank}, {getattr(stage, 'value', stage)})",
+            f"(node {trainer.node_rank}, local rank {trainer.local_rank}, {getattr(stage, 'value', stage)}) "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}",  # which GPU the scheduler gave it
             flush=True,
         )
 

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from train import config as cfg
 from train.errors import UserError
-from train.host import images, settings
+from train.host import images, project, settings
 from train.host.clusters import Cluster, Profile
 
 LAUNCH_DEFAULT = {"slurm": "srun", "lsf": "lightning", "local": "lightning"}
@@ -93,6 +93,7 @@ def resolve(
         settings.require(user, key, cluster.name, "the scheduler rejects jobs without it")
     per_task = launch in ("srun", "blaunch")
     tasks = independent_tasks(profile, run_dir) if launch == "independent" else []
+    task_runs = [task_config(run, cluster, profile, task, i) for i, task in enumerate(tasks)]
     log_name = "job-%j.out" if cluster.scheduler == "slurm" else f"{_job_name(run.name)}_%J.out"
     return Job(
         run_id=run_dir.name,
@@ -118,7 +119,7 @@ def resolve(
         image_flavor=image_flavor,
         data_dir=run.data.root,
         nv=cluster.nv and profile.gpus_per_node > 0,
-        binds=bind_mounts(cluster, run, run_dir, user),
+        binds=bind_mounts(cluster, task_runs or [run], run_dir, user),  # packed: only the tasks run
         env={k: settings.expand(v, user, cluster.name) for k, v in {**cluster.env, **profile.env}.items()},
         directives=list(profile.directives),
         modules=list(cluster.modules) + [str(m) for m in user.get("modules", [])],
@@ -129,10 +130,12 @@ def resolve(
     )
 
 
-def bind_mounts(cluster: Cluster, run: cfg.RunConfig, run_dir: Path, user: Dict[str, Any]) -> List[str]:
-    """Data read-only, the run directory, and the cluster's own binds (scratch...). A path that is a symlink is
-    bound at its real path too, so code that resolves it inside the container still finds it."""
-    wanted = [(run.data.root, ":ro"), (str(run_dir), "")]
+def bind_mounts(cluster: Cluster, runs: List[cfg.RunConfig], run_dir: Path, user: Dict[str, Any]) -> List[str]:
+    """Every input path of the runs (data, expert checkpoints, weights) read-only, the run directory, and the
+    cluster's own binds (scratch...). A path that is a symlink is bound at its real path too, so code that resolves
+    it inside the container still finds it."""
+    inputs = [path for run in runs for path in cfg.input_paths(run).values()]
+    wanted = [(path, ":ro") for path in inputs] + [(str(run_dir), "")]
     wanted += [(settings.expand(b, user, cluster.name), "") for b in cluster.binds]
     binds: List[str] = []
     for path, mode in wanted:
@@ -152,7 +155,7 @@ def independent_tasks(profile: Profile, run_dir: Path) -> List[Task]:
     return tasks
 
 
-def apply_profile(run: cfg.RunConfig, profile: Profile, run_dir: Path, project_root: Path) -> cfg.RunConfig:
+def apply_profile(run: cfg.RunConfig, profile: Profile, run_dir: Path) -> cfg.RunConfig:
     """Force what the job shape decides onto the run config: ranks, nodes, paths."""
     for key in ("devices", "num_nodes"):
         if key in profile.trainer:
@@ -163,9 +166,13 @@ def apply_profile(run: cfg.RunConfig, profile: Profile, run_dir: Path, project_r
     overrides = {f"trainer.{k}": v for k, v in trainer.items()}
     overrides.update({f"data.{k}": v for k, v in profile.data.items()})
     overrides["output_dir"] = str(run_dir)
-    data_root = Path(run.data.root)
-    overrides["data.root"] = str(data_root if data_root.is_absolute() else (project_root / data_root).resolve())
-    return cfg.resolve(cfg.to_dict(run), overrides)
+    return absolute_inputs(cfg.resolve(cfg.to_dict(run), overrides))
+
+
+def absolute_inputs(run: cfg.RunConfig) -> cfg.RunConfig:
+    """Input paths relative to the project root, as users write them, made absolute: the job runs elsewhere."""
+    relative = {key: path for key, path in cfg.input_paths(run).items() if not Path(path).is_absolute()}
+    return cfg.resolve(cfg.to_dict(run), {k: str((project.ROOT / p).resolve()) for k, p in relative.items()})
 
 
 def task_config(run: cfg.RunConfig, cluster: Cluster, profile: Profile, task: Task, index: int) -> cfg.RunConfig:
@@ -173,7 +180,7 @@ def task_config(run: cfg.RunConfig, cluster: Cluster, profile: Profile, task: Ta
     overrides = {k: settings.expand(v, user, cluster.name) if isinstance(v, str) else v
                  for k, v in (profile.tasks[index].get("set") or {}).items()}
     overrides["output_dir"] = task.run_dir
-    return cfg.resolve(cfg.to_dict(run), overrides)
+    return absolute_inputs(cfg.resolve(cfg.to_dict(run), overrides))
 
 
 def _job_name(name: str) -> str:

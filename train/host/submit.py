@@ -50,7 +50,7 @@ def prepare(cluster_name: str, profile_name: str, experiment: str, overrides: Li
     partition = cluster.partition(profile.partition)
     run_dir = (project.runs_dir() / (run_id or new_run_id(cluster.name, profile.name))).resolve()
     config_file = experiment_config(experiment)
-    run = apply_profile(cfg.load(config_file, overrides), profile, run_dir, project.ROOT)
+    run = apply_profile(cfg.load(config_file, overrides), profile, run_dir)
     flavor = flavor or partition.image
     if image is None:
         image = images.current(flavor, project.images_dir())
@@ -64,10 +64,11 @@ def prepare(cluster_name: str, profile_name: str, experiment: str, overrides: Li
 def queue(sub: Submission) -> str:
     """Write the run directory, submit, record the manifest. A failed submission leaves nothing behind."""
     job = sub.job
-    data_dirs = {sub.run.data.root} | {t.data.root for t in sub.task_runs}
-    for root in data_dirs:
-        if not Path(root).exists():
-            raise UserError(f"data directory {root} does not exist; create it (the demo's: make data)")
+    for run in sub.task_runs or [sub.run]:  # packed jobs run only their tasks
+        for key, path in cfg.input_paths(run).items():
+            if not Path(path).exists():
+                fix = "create it (the generated data sets: make data)" if key == "data.root" else f"fix {key}"
+                raise UserError(f"{key}: {path} does not exist; {fix}")
     run_dir = runs.create(Path(job.run_dir))
     try:
         cfg.dump(sub.run, job.config_path)

@@ -4,6 +4,7 @@ A fraction of the training set is held out for the fusion stage; its indices are
 stage trains only on images no expert saw. Every expert trains on the rest with its own seed.
 Writes under output_dir:
   splits/fusion_holdout_indices.npy
+  checkpoints/<model.name>/fusion_holdout_indices.npy  the same split, so the experts folder alone is enough to fuse
   checkpoints/<model.name>/expert_<i>_best.pth   {model_name, model_params, num_classes, state_dict, val_acc, epoch}
   checkpoints/<model.name>/expert_<i>_history.json
 task_params: num_experts (4), fusion_holdout (fraction of the training set, 0.2).
@@ -24,6 +25,7 @@ from train.tasks.common import EpochHistory, trainer
 from train.tasks.subset_data import TrainSubset, train_size
 
 HOLDOUT_FILE = Path("splits") / "fusion_holdout_indices.npy"
+HOLDOUT_BESIDE_EXPERTS = HOLDOUT_FILE.name  # in checkpoints/<model.name>/, next to the experts
 
 
 class SaveBestExpert(EpochHistory):
@@ -54,6 +56,7 @@ def cifar_experts(run) -> dict:
     np.save(out / HOLDOUT_FILE, held)
     folder = out / "checkpoints" / run.model.name
     folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / HOLDOUT_BESIDE_EXPERTS, held)
     results = {}
     for i in range(experts):
         print(f"[cluster-train] cifar_experts: {run.model.name} expert {i}", flush=True)

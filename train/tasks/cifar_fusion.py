@@ -13,7 +13,8 @@ Writes under output_dir (at the best validation accuracy):
   csv_logs/<arch>_fusions/<arch>_<fusion>_training_log.csv   per epoch: loss, accuracy, val_loss, val_accuracy,
                                                              expert_accuracy, experts_lr, fusion_lr
 Weights & Biases logging is on when `wandb` imports and is configured (WANDB_API_KEY or WANDB_MODE set), else off.
-task_params: experts_dir (required), holdout_indices (default <experts run>/splits/fusion_holdout_indices.npy),
+task_params: experts_dir (required), holdout_path (default: fusion_holdout_indices.npy in experts_dir, else
+<experts run>/splits/fusion_holdout_indices.npy),
 fusion (multiplicative), num_experts (4), experts_lr (optim.lr / 10), fusion_lr (optim.lr), fusion_dim (64),
 expert_loss_weight (0.5), wandb_project (MCN_<arch>_Fusion).
 """
@@ -33,7 +34,7 @@ from train.data import DATASETS
 from train.errors import UserError
 from train.models.fusion import FUSION_HEADS, FusionNet
 from train.tasks import TASKS
-from train.tasks.cifar_experts import HOLDOUT_FILE, load_expert
+from train.tasks.cifar_experts import HOLDOUT_BESIDE_EXPERTS, HOLDOUT_FILE, load_expert
 from train.tasks.common import trainer
 from train.tasks.subset_data import TrainSubset
 
@@ -144,6 +145,11 @@ def _cpu(state):
     return {k: v.detach().cpu() for k, v in state.items()}
 
 
+def _default_holdout(experts_dir: Path) -> Path:
+    beside = experts_dir / HOLDOUT_BESIDE_EXPERTS
+    return beside if beside.is_file() else experts_dir.parent.parent / HOLDOUT_FILE
+
+
 @TASKS.register("cifar_fusion")
 def cifar_fusion(run) -> dict:
     p, out = run.task_params, Path(run.output_dir)
@@ -152,9 +158,9 @@ def cifar_fusion(run) -> dict:
     experts_dir = Path(p["experts_dir"])
     fusion = p.get("fusion", "multiplicative")
     FUSION_HEADS.get(fusion)
-    holdout_path = Path(p.get("holdout_indices", experts_dir.parent.parent / HOLDOUT_FILE))
+    holdout_path = Path(p.get("holdout_path") or _default_holdout(experts_dir))
     if not holdout_path.is_file():
-        raise UserError(f"fusion split {holdout_path} is missing; set task_params.holdout_indices or train the experts first")
+        raise UserError(f"fusion split {holdout_path} is missing; set task_params.holdout_path or train the experts first")
     held = np.load(holdout_path)
     experts = [load_expert(experts_dir / f"expert_{i}_best.pth") for i in range(int(p.get("num_experts", 4)))]
     expert_meta = [torch.load(experts_dir / f"expert_{i}_best.pth", map_location="cpu") for i in range(len(experts))]

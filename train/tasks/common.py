@@ -6,7 +6,7 @@ from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.loggers import CSVLogger
 
 from train.config import RunConfig
-from train.fit import trainer_options
+from train.fit import AnnounceRanks, trainer_options
 
 
 def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=None, extra_loggers=()) -> pl.Trainer:
@@ -16,7 +16,7 @@ def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=N
         **options,
         default_root_dir=out,
         logger=[CSVLogger(out / "logs", name=log_name, version=""), *extra_loggers],
-        callbacks=list(callbacks),
+        callbacks=[*callbacks, AnnounceRanks()],  # every job log shows where each rank ran, and on which GPU
         enable_checkpointing=False,  # these tasks write the seeds' own file names (see their callbacks)
     )
 
