@@ -59,6 +59,14 @@ def test_multi_node_without_srun_would_hang(store, tmp_path):
     refused(run_cluster(path, "p", "--dry-run"), "without srun: only rank 0 would join", "set launch: srun")
 
 
+def test_independent_packing_outside_slurm_is_refused(store, tmp_path):
+    """Only the Slurm template starts one step per task; elsewhere the tasks would silently never run."""
+    path = cluster_file(tmp_path, "{partition: gpu, gpus_per_node: 2, mem_gb: 64, time: '4:00', launch: independent, "
+                        "tasks: [{name: a}, {name: b}]}", scheduler="lsf")
+    refused(run_cluster(path, "p", "--dry-run"), "launch: independent packs tasks with one srun step each, which lsf "
+                                                  "lacks")
+
+
 def test_tasks_per_node_not_matching_gpus(store, tmp_path):
     path = cluster_file(tmp_path, "{partition: gpu, nodes: 1, gpus_per_node: 4, ranks_per_node: 1, mem_gb: 64}")
     refused(run_cluster(path, "p", "--dry-run"), "starts 1 rank(s) per node on 4 GPU(s)", "set ranks_per_node to 4")

@@ -57,6 +57,11 @@ def one_rank_per_gpu(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
 
 
 def launcher_starts_every_rank(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+    if job.tasks and job.scheduler != "slurm":
+        raise UserError(
+            f"profile {job.profile!r}: launch: independent packs tasks with one srun step each, which {job.scheduler} "
+            f"lacks; submit one job per task instead"
+        )
     if job.scheduler == "local" and job.nodes > 1:
         raise UserError(f"profile {job.profile!r}: the local cluster has one node, not {job.nodes}; set nodes: 1")
     if job.total_ranks > 1 and job.scheduler == "slurm" and job.launch != "srun":
