@@ -24,7 +24,7 @@ class FSDPAnyAccelerator(FSDPStrategy):
     strategy_name = "fsdp_any_accelerator"
 
     def __init__(self, precision: str = "32", **kwargs):
-        # the Trainer's precision is ignored once a strategy brings its plugin: the registry passes trainer.precision here
+        # a strategy's own plugin overrides the Trainer's precision, so the registry passes trainer.precision here
         plugin = FSDPNormClipping(_convert_precision_to_unified_args(precision))  # "32" -> "32-true"
         super().__init__(precision_plugin=plugin, **kwargs)
 
