@@ -13,13 +13,14 @@ VIDEO_DATA := data/ufc10-synthetic
 -include containers/images.mk
 -include bench/bench.mk
 
-.PHONY: help demo deps apptainer slurm venv data test test-fast test-image test-slurm clean
+.PHONY: help demo deps apptainer slurm venv data test test-fast test-image test-slurm golden clean
 help:
 	@echo "make demo       install what is missing, build the CPU image, train the demo via bin/run-cluster local"
 	@echo "make test       every test: installs Apptainer and Slurm, builds the image, starts the test cluster"
 	@echo "make test-fast  unit tests only (no image, no Slurm), under 2 minutes"
 	@echo "make bench      throughput, step time and memory per model and strategy -> bench/results/<host>-<date>.json"
 	@echo "make image      build images/\$$FLAVOR.sif (FLAVOR=cpu|cuda12.8|cuda11.6) and record its sha256"
+	@echo "make golden     rewrite tests/golden/ from every profile's dry run, after a deliberate change (review the diff)"
 
 demo: deps image data
 	bin/run-cluster local cpu_2proc demo
@@ -53,6 +54,10 @@ test-fast: venv
 
 test: deps slurm image
 	$(PYTEST) -q -rs tests
+
+# After a deliberate change to what a profile renders: rewrite the golden scripts, then review `git diff tests/golden`.
+golden: venv
+	CT_UPDATE_GOLDEN=1 $(PYTEST) -q tests/test_golden_scripts.py
 
 clean:
 	rm -rf runs $(DEMO_DATA) $(VIDEO_DATA) .pytest_cache

@@ -5,8 +5,8 @@
 #   make lock [UPGRADE=1]                       regenerate containers/*.lock from containers/requirements/*.in
 #
 # Builds are content-addressed. The key of a build is the sha256 of every input that goes into the image: the
-# definition file, the lock file, containers/install.sh, pyproject.toml and every file of the train package
-# (`git ls-files` plus untracked, not ignored files). After a build, images/$(FLAVOR).inputs holds that key (one
+# definition file, the lock file, containers/install.sh, pyproject.toml and every file of the train package that
+# runs in the image (`git ls-files` plus untracked, not ignored files; not train/host/ or train/templates/). After a build, images/$(FLAVOR).inputs holds that key (one
 # `sha256  path` line per input, taken just before the build started), rewritten only when its content changes.
 # `make image` rebuilds exactly when the current key differs from the stamp (or there is no image): a second
 # `make image` with nothing changed runs nothing and `make -q image` answers 0; touching a file without changing
@@ -14,7 +14,7 @@
 # The key is computed while the Makefile is read (train.host.images, stdlib only, ~0.1 s).
 
 FLAVOR ?= cpu
-IMAGE_FLAVORS := cpu cuda12.8 cuda11.6
+IMAGE_FLAVORS := $(patsubst containers/%.def,%,$(wildcard containers/*.def))  # containers/flavors.yaml describes each
 IMAGES_DIR ?= images
 HOST_PYTHON ?= python3
 APPTAINER ?= apptainer

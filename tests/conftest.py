@@ -17,6 +17,24 @@ def sha256(path) -> str:
     return out.split()[0]
 
 
+# Input directories the experiment files name by default: preflight refuses a dry run whose inputs do not exist, so
+# the dry-run tests need them (`make data` fills them; an empty one made here is removed again).
+DEFAULT_INPUTS = [ROOT / "data" / name for name in ("cifar100-synthetic", "ufc10-synthetic", "cifar100")]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_input_dirs():
+    made = [path for path in DEFAULT_INPUTS if not path.exists()]
+    for path in made:
+        path.mkdir(parents=True)
+    yield
+    for path in made:
+        try:
+            path.rmdir()
+        except OSError:  # filled meanwhile (make data): keep it
+            pass
+
+
 @pytest.fixture(scope="session")
 def cpu_image():
     """The built CPU image's record; `make test` builds it before pytest starts (a test never builds it)."""

@@ -12,6 +12,7 @@ import yaml
 from train.host import images
 
 ROOT = Path(__file__).resolve().parents[1]
+EXPERTS = "/work/experts"  # how the golden files show the settings' experts directory
 GOLDEN = ROOT / "tests" / "golden"
 SMALL_CLUSTERS = {"local", "ci-slurm", "ci-lsf"}  # this machine's clusters train the small demo
 # seed 001's packing trains experts, then fusion heads (by cluster, or cluster/profile)
@@ -31,7 +32,9 @@ def env(tmp_path_factory):
     for flavor in ("cpu", "cuda11.6", "cuda12.8"):  # stand-in images with fixed content, so fixed digests
         (tmp / f"{flavor}.sif").write_text(f"stand-in {flavor} image\n")
         images.record(flavor, tmp / f"{flavor}.sif", ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=tmp / "images")
-    (tmp / "settings.yaml").write_text("email: student@example.edu\nexperts: /work/experts\n"
+    for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
+        (tmp / "experts" / arch).mkdir(parents=True)  # the packed fusion tasks' inputs must exist
+    (tmp / "settings.yaml").write_text(f"email: student@example.edu\nexperts: {tmp / 'experts'}\n"
                                        "clusters:\n  gilbreth: {account: lusu}\n")
     return {**os.environ, "CT_IMAGES_DIR": str(tmp / "images"), "CT_SETTINGS": str(tmp / "settings.yaml"),
             "CT_RUNS_DIR": str(tmp / "runs")}, tmp
@@ -46,7 +49,7 @@ def test_dry_run_script_matches_golden(env, cluster, profile):
                            "--dry-run", "--run-id", "golden"], capture_output=True, text=True, env=variables)
     assert done.returncode == 0, done.stderr
     rendered = (done.stdout.replace(str(tmp / "images"), "<images>").replace(str(tmp / "runs"), "<runs>")
-                .replace(str(ROOT), "<repo>"))
+                .replace(str(tmp / "experts"), EXPERTS).replace(str(ROOT), "<repo>"))
     golden = GOLDEN / cluster / f"{profile}.txt"
     if os.environ.get("CT_UPDATE_GOLDEN"):
         golden.parent.mkdir(parents=True, exist_ok=True)

@@ -87,7 +87,7 @@ def test_cuda_11_6_image_cannot_drive_hopper_or_ada(store, cluster, profile, gpu
 
 def test_missing_image_names_the_build_command(store, tmp_path):
     env = {**os.environ, "CT_IMAGES_DIR": str(tmp_path / "none")}
-    refused(run_cluster("h100x8", "h100_4gpu", "--dry-run", env=env), "make image FLAVOR=cuda12.8")
+    refused(run_cluster("h100x8", "h100_4gpu", env=env), "make image FLAVOR=cuda12.8")
 
 
 @pytest.mark.parametrize(

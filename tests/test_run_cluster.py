@@ -28,6 +28,7 @@ def test_dry_run_renders_srun_per_rank_and_submits_nothing(store):
 
 
 def test_dry_run_script_is_valid_bash(store, tmp_path):
+    Path("/tmp/a b;$(touch pwned)").mkdir(exist_ok=True)  # an input must exist, even with this name
     done = run_cluster("local", "cpu_2proc", "demo", "--dry-run", "--set", "data.root=/tmp/a b;$(touch pwned)")
     assert done.returncode == 0, done.stderr
     script = done.stdout.split("nothing submitted) ---\n", 1)[1]
@@ -56,9 +57,37 @@ def test_bad_input_is_one_line_and_submits_nothing(store, args, message):
 
 def test_missing_image_prints_the_make_command(store, monkeypatch, tmp_path):
     env = {**os.environ, "CT_IMAGES_DIR": str(tmp_path / "empty")}
-    done = run_cluster("local", "cpu_1proc", "demo", "--dry-run", env=env)
+    done = run_cluster("local", "cpu_1proc", "demo", env=env)
     assert done.returncode == 2
-    assert "make image FLAVOR=cpu" in done.stderr
+    assert "make image FLAVOR=cpu" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert list((store / "runs").iterdir()) == []
+
+
+def test_a_dry_run_can_be_reviewed_before_the_image_exists(store, tmp_path):
+    """The one problem fixed outside the config (build the image) is a warning: the script is still printed."""
+    env = {**os.environ, "CT_IMAGES_DIR": str(tmp_path / "empty")}
+    done = run_cluster("h100x8", "h100_4gpu", "--dry-run", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "warning: no cuda12.8 image has been built here" in done.stderr and "#SBATCH --nodes=1" in done.stdout
+    both = run_cluster("h100x8", "h100_4gpu", "--dry-run", "--set", "optim.name=adamm", env=env)
+    assert both.returncode == 2 and len(both.stderr.strip().splitlines()) == 2  # every problem at once
+    assert "did you mean 'adamw'" in both.stderr and "make image FLAVOR=cuda12.8" in both.stderr
+
+
+def test_a_set_value_the_profile_would_override_wins_or_is_refused(store):
+    done = run_cluster("local", "cpu_2proc", "demo", "--dry-run", "--set", "trainer.strategy=fsdp")
+    assert done.returncode == 0, done.stderr
+    assert "trainer.strategy: your --set replaces the profile's 'ddp'" in done.stdout
+    refused = run_cluster("local", "cpu_2proc", "demo", "--dry-run", "--set", "trainer.accelerator=gpu")
+    assert refused.returncode == 2 and "profile 'cpu_2proc' has no GPUs" in refused.stderr
+
+
+def test_names_lists_every_registry_without_torch():
+    done = run_cluster("names")
+    assert done.returncode == 0, done.stderr
+    for word in ("resnet_cifar", "TransformerBase", "cifar100", "video_suite", "zero3_offload", "adamw", "cosine",
+                 "bf16-mixed"):
+        assert word in done.stdout
 
 
 def test_failed_submission_leaves_no_run_dir(store, tmp_path):

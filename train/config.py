@@ -4,6 +4,7 @@ Torch-free, so the host side can resolve and check a config before anything is q
 config is saved as `config.yaml` beside the run's outputs, as timm saves its `args.yaml`.
 """
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,8 +12,9 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 
 import yaml
 
-from train.errors import UserError
+from train.errors import UserError, raise_all
 from train.registry import unknown_name
+from train.yaml_file import load_yaml
 
 
 @dataclass
@@ -25,38 +27,38 @@ class ModelConfig:
 class DataConfig:
     name: str = "cifar100"
     root: str = "data/cifar100"
-    batch_size: int = 64  # per rank (per GPU)
-    num_workers: int = 2  # per rank
+    batch_size: int = field(default=64, metadata={"min": 1})  # per rank (per GPU)
+    num_workers: int = field(default=2, metadata={"min": 0})  # per rank
     augment: bool = True
     # Host RAM estimates the preflight check budgets per node: each rank's main process, and each of its
     # dataloader workers (a worker holds its own copy of the dataset's state and prefetched batches).
-    rank_mem_gb: float = 4.0
-    worker_mem_gb: float = 1.0
+    rank_mem_gb: float = field(default=4.0, metadata={"min": 0})
+    worker_mem_gb: float = field(default=1.0, metadata={"min": 0})
     params: Dict[str, Any] = field(default_factory=dict)  # data-set keyword arguments (e.g. num_frames for video)
 
 
 @dataclass
 class OptimConfig:
     name: str = "sgd"
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
+    lr: float = field(default=0.05, metadata={"above": 0})
+    momentum: float = field(default=0.9, metadata={"min": 0})
+    weight_decay: float = field(default=5e-4, metadata={"min": 0})
     scheduler: str = "cosine"  # cosine | none
 
 
 @dataclass
 class TrainerConfig:
-    max_epochs: int = 3
-    accelerator: str = "auto"
-    devices: int = 1  # per node; derived from the cluster profile when submitted through run-cluster
-    num_nodes: int = 1
+    max_epochs: int = field(default=3, metadata={"min": 1})
+    accelerator: str = field(default="auto", metadata={"choices": ("auto", "cpu", "gpu", "cuda")})
+    devices: int = field(default=1, metadata={"min": 1})  # per node; derived from the cluster profile when submitted through run-cluster
+    num_nodes: int = field(default=1, metadata={"min": 1})
     strategy: str = "ddp"
     precision: str = "32"
-    accumulate_grad_batches: int = 1
-    gradient_clip_val: Optional[float] = None
-    limit_train_batches: Optional[Union[int, float]] = None
-    limit_val_batches: Optional[Union[int, float]] = None
-    log_every_n_steps: int = 10
+    accumulate_grad_batches: int = field(default=1, metadata={"min": 1})
+    gradient_clip_val: Optional[float] = field(default=None, metadata={"min": 0})
+    limit_train_batches: Optional[Union[int, float]] = field(default=None, metadata={"above": 0})
+    limit_val_batches: Optional[Union[int, float]] = field(default=None, metadata={"above": 0})
+    log_every_n_steps: int = field(default=10, metadata={"min": 1})
     flops_profiler: bool = False  # DeepSpeed strategies only: print DeepSpeed's FLOPS profile at step 2
     export_weights: bool = True  # at the end of fit, write models/<Model>_best_weights.pth from the best checkpoint
 
@@ -68,7 +70,7 @@ class RunConfig:
     # cifar_experts, cifar_fusion, ...; task_params are that task's own options.
     task: str = "classify"
     task_params: Dict[str, Any] = field(default_factory=dict)
-    seed: int = 42
+    seed: int = field(default=42, metadata={"min": 0})
     output_dir: str = "runs/local"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -78,16 +80,18 @@ class RunConfig:
 
 def load(path: Union[str, Path], overrides: Union[Mapping[str, Any], List[str], None] = None) -> RunConfig:
     """Read a YAML config file and apply overrides ({"trainer.max_epochs": 2} or ["trainer.max_epochs=2"])."""
+    return resolve(read(path), overrides)
+
+
+def read(path: Union[str, Path]) -> Dict[str, Any]:
+    """A YAML run config file's mapping, unresolved."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"config file {str(path)!r} does not exist; pass the path of a YAML run config")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise UserError(f"config file {str(path)!r} is not valid YAML: {str(err).splitlines()[0]}") from None
+    raw = load_yaml(path, "config file") or {}
     if not isinstance(raw, dict):
         raise UserError(f"config file {str(path)!r} must hold a mapping at the top level")
-    return resolve(raw, overrides)
+    return raw
 
 
 def resolve(raw: Mapping[str, Any], overrides: Union[Mapping[str, Any], List[str], None] = None) -> RunConfig:
@@ -115,6 +119,18 @@ def input_paths(run: RunConfig) -> Dict[str, str]:
             if isinstance(value, str) and value and key.endswith(INPUT_KEY_SUFFIXES):
                 found[f"{section}.{key}"] = value
     return found
+
+
+def set_value(run: RunConfig, dotted: str, value: Any) -> None:
+    """Set one already-checked value of a resolved config by its dotted key (a field, or a key of a params dict)."""
+    *parents, leaf = dotted.split(".")
+    node: Any = run
+    for part in parents:
+        node = node[part] if isinstance(node, dict) else getattr(node, part)
+    if isinstance(node, dict):
+        node[leaf] = value
+    else:
+        setattr(node, leaf, value)
 
 
 def parse_overrides(overrides: Union[Mapping[str, Any], List[str], None]) -> Dict[str, Any]:
@@ -147,24 +163,44 @@ def dump(config: RunConfig, path: Union[str, Path]) -> None:
     Path(path).write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
 
 
-def _build(cls, raw: Mapping[str, Any], prefix: str):
+def _build(cls, raw: Mapping[str, Any], prefix: str, errors: Optional[List[UserError]] = None):
+    """The dataclass from its mapping; every bad key or value is collected, and all are raised at once."""
+    top = errors is None
+    errors = [] if top else errors
     if not isinstance(raw, Mapping):
         raise UserError(f"config key {prefix.rstrip('.')!r} must be a mapping, got {raw!r}")
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    for key in raw:
-        if key not in names:
-            raise UserError(unknown_name("config key", prefix + str(key), [prefix + n for n in names]))
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     values = {}
-    for name in names:
+    for key in raw:
+        if key not in fields:
+            errors.append(UserError(unknown_name("config key", prefix + str(key), [prefix + n for n in fields])))
+    for name, f in fields.items():
         if name not in raw:
             continue
-        hint = hints[name]
-        if dataclasses.is_dataclass(hint):
-            values[name] = _build(hint, raw[name] or {}, f"{prefix}{name}.")
-        else:
-            values[name] = _coerce(raw[name], hint, prefix + name)
-    return cls(**values)
+        try:
+            if dataclasses.is_dataclass(hints[name]):
+                values[name] = _build(hints[name], raw[name] or {}, f"{prefix}{name}.", errors)
+            else:
+                values[name] = _in_range(_coerce(raw[name], hints[name], prefix + name), f.metadata, prefix + name)
+        except UserError as err:
+            errors.append(err)
+    if top:
+        raise_all(errors)
+    return None if errors else cls(**values)
+
+
+def _in_range(value: Any, meta: Mapping[str, Any], key: str) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"config key {key!r} = {value!r} must be a finite number")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "min" in meta and value < meta["min"]:
+            raise UserError(f"config key {key!r} = {value!r} must be at least {meta['min']}")
+        if "above" in meta and value <= meta["above"]:
+            raise UserError(f"config key {key!r} = {value!r} must be greater than {meta['above']}")
+    if "choices" in meta and value not in meta["choices"]:
+        raise UserError(unknown_name(f"value of {key}", value, list(meta["choices"])))
+    return value
 
 
 def _coerce(value: Any, hint: Any, key: str) -> Any:
@@ -179,13 +215,18 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
                     return _coerce(value, option, key)
                 except UserError:
                     continue
-        raise UserError(f"config key {key!r} = {value!r} must be one of {_type_names(options)}")
+        raise UserError(f"config key {key!r} = {value!r} must be {_type_names(options)}")
     if origin in (dict, Dict):
         if not isinstance(value, Mapping):
             raise UserError(f"config key {key!r} = {value!r} must be a mapping")
         return dict(value)
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint is float and isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot), nan and inf as text
+        try:
+            return float(value)
+        except ValueError:
+            pass
     if hint is str and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)  # precision: 32 -> "32"
     if hint is Any or (isinstance(value, hint) and not (hint is int and isinstance(value, bool))):

@@ -4,6 +4,7 @@
     run-cluster CLUSTER --first-to-start PROFILE_A PROFILE_B [EXPERIMENT]
     run-cluster --rerun runs/<id>
     run-cluster status|logs|cancel runs/<id>
+    run-cluster names
 
 argparse rather than fire: `--set` repeats, and fire cannot take a repeated flag.
 """
@@ -16,14 +17,21 @@ from train.errors import UserError
 from train.host import images, project, runs
 from train.host.follow import follow, follow_log
 from train.host.submit import Submission, prepare, queue
-from train.host.schedulers import SCHEDULERS, race
+from train.host.schedulers import adapter, race
 
 DEFAULT_EXPERIMENT = "cifar100_resnet"
 RUN_COMMANDS = ("status", "logs", "cancel")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's usage errors as our one-line UserError (argparse would print the usage too)."""
+
+    def error(self, message: str):
+        raise UserError(f"{message}; see {self.prog} --help")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="run-cluster", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="run-cluster", description=__doc__.split("\n\n")[0])
     p.add_argument("cluster", nargs="?", help="a name in clusters/ or the path of a cluster YAML file")
     p.add_argument("profile", nargs="?", help="a profile of that cluster")
     p.add_argument("experiment", nargs="?", help=f"a name in experiments/ or a YAML path (default {DEFAULT_EXPERIMENT})")
@@ -46,6 +54,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if argv and argv[0] in RUN_COMMANDS:
             return run_command(argv)
+        if argv and argv[0] == "names":
+            from train.catalog import describe  # torch-free: the registries' tables, not their modules
+
+            print(describe())
+            return 0
         args = parser().parse_intermixed_args(argv)
         if args.rerun:
             return rerun(args)
@@ -55,41 +68,49 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise UserError("name a cluster and a profile: run-cluster CLUSTER PROFILE [EXPERIMENT] (or --rerun runs/<id>)")
         return submit_one(args, args.profile, args.experiment)
     except UserError as err:
-        print(f"run-cluster: error: {err}", file=sys.stderr)
+        for line in err.lines:
+            print(f"run-cluster: error: {line}", file=sys.stderr)
         return 2
 
 
 def submit_one(args, profile: str, experiment: Optional[str]) -> int:
-    sub = prepare(args.cluster, profile, experiment or DEFAULT_EXPERIMENT, args.overrides, args.run_id, args.flavor)
+    sub = prepare(args.cluster, profile, experiment or DEFAULT_EXPERIMENT, args.overrides, args.run_id, args.flavor,
+                  dry_run=args.dry_run)
     return show_and_queue(args, sub)
 
 
 def show_and_queue(args, sub: Submission) -> int:
     """Print what will run; then, unless --dry-run, queue it and (by default on the local cluster) follow it."""
     print(sub.summary)
+    for warning in sub.warnings:
+        print(f"run-cluster: {warning}", file=sys.stderr)
     if args.dry_run:
         print(f"--- {sub.job.scheduler} script (dry run: nothing submitted) ---")
         print(sub.script, end="")
         return 0
     job_id = queue(sub)
-    if args.wait if args.wait is not None else sub.job.scheduler == "local":
-        return follow(SCHEDULERS.build(sub.job.scheduler), job_id, Path(sub.job.run_dir), args.timeout)
+    scheduler = adapter(sub.job.scheduler)
+    if args.wait if args.wait is not None else scheduler.follow_by_default:
+        return follow(scheduler, job_id, Path(sub.job.run_dir), args.timeout)
     return 0
 
 
 def first_to_start(args) -> int:
     """Seed 004's hybrid: queue two shapes of the same training, keep whichever the scheduler starts first."""
     experiment = args.profile or args.experiment or DEFAULT_EXPERIMENT
-    a, b = (prepare(args.cluster, name, experiment, args.overrides, None, args.flavor) for name in args.first_to_start)
+    a, b = (prepare(args.cluster, name, experiment, args.overrides, None, args.flavor, dry_run=args.dry_run)
+            for name in args.first_to_start)
     for sub in (a, b):
         print(sub.summary)
+        for warning in sub.warnings:
+            print(f"run-cluster: {warning}", file=sys.stderr)
     if args.dry_run:
         print("--- dry run: nothing submitted ---")
         return 0
     if a.job.scheduler != b.job.scheduler:
         raise UserError("both profiles of --first-to-start must be on the same cluster")
     ids = [queue(a), queue(b)]
-    scheduler = SCHEDULERS.build(a.job.scheduler)
+    scheduler = adapter(a.job.scheduler)
     winner = race(scheduler, ids, [Path(a.job.run_dir), Path(b.job.run_dir)], args.timeout)
     loser = 1 - winner
     for i, sub in enumerate((a, b)):
@@ -102,30 +123,39 @@ def first_to_start(args) -> int:
 
 
 def rerun(args) -> int:
+    """The run's own cluster, profile, config and image digest; extra --set values apply on top and are recorded."""
+    extra = [name for name, value in (("CLUSTER", args.cluster), ("--flavor", args.flavor),
+                                      ("--first-to-start", args.first_to_start)) if value]
+    if extra:
+        raise UserError(f"--rerun takes the run's own cluster, profile and image; drop {', '.join(extra)} "
+                        f"(or submit anew without --rerun)")
     manifest = runs.read_manifest(Path(args.rerun))
-    record = images.find(manifest["image"]["sha256"], project.images_dir())
-    if record is None or images.sha256_file(record.path) != manifest["image"]["sha256"]:
-        raise UserError(
-            f"the image of {args.rerun} (sha256 {manifest['image']['sha256']}) is no longer in "
-            f"{project.images_dir()}/store; restore it there to rerun exactly"
-        )
-    # The run's config.yaml already holds every override it was submitted with.
-    sub = prepare(manifest["cluster_file"], manifest["profile"], str(Path(args.rerun) / "config.yaml"), [],
-                  args.run_id, record.flavor, image=record, rerun_of=manifest["run_id"])
+    digest = manifest["image"]["sha256"]
+    record = images.find(digest, project.images_dir())
+    if record is None:
+        raise UserError(f"the image of {args.rerun} (sha256 {digest}) is not in {project.images_dir()}/store; "
+                        f"restore it there to rerun exactly")
+    if images.sha256_file(record.path) != digest:
+        raise UserError(f"the store copy {record.path} of the image of {args.rerun} was tampered with: its sha256 is "
+                        f"no longer {digest}; restore the original file to rerun exactly")
+    # The run's config.yaml already holds every override it was submitted with; new ones go on top.
+    sub = prepare(manifest["cluster_file"], manifest["profile"], str(Path(args.rerun) / "config.yaml"),
+                  args.overrides, args.run_id, record.flavor, image=record, rerun_of=manifest["run_id"],
+                  dry_run=args.dry_run)
     return show_and_queue(args, sub)
 
 
 def run_command(argv: List[str]) -> int:
-    p = argparse.ArgumentParser(prog=f"run-cluster {argv[0]}")
+    p = Parser(prog=f"run-cluster {argv[0]}")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--follow", "-f", action="store_true", help="logs: keep printing until the job ends")
     args = p.parse_args(argv[1:])
     manifest = runs.read_manifest(args.run_dir)
-    scheduler = SCHEDULERS.build(manifest["scheduler"]["name"])
+    scheduler = adapter(manifest["scheduler"]["name"])
     job_id = manifest["scheduler"]["job_id"]
     if argv[0] == "status":
         state = scheduler.state(job_id, args.run_dir)
-        print(f"{manifest['run_id']}: {manifest['scheduler']['name']} job {job_id} {state['state']}"
+        print(f"{manifest['run_id']}: {scheduler.name} job {job_id} {state['state'].value}"
               + "".join(f" {k}={v}" for k, v in state.items() if k != "state" and v))
     elif argv[0] == "cancel":
         scheduler.cancel(job_id, args.run_dir)

@@ -4,43 +4,45 @@ A cluster file names its scheduler, its partitions (or LSF queues) with the hard
 flavor that node needs, environment and bind mounts for every job, and named profiles (job shapes).
 """
 import dataclasses
+import functools
 import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
-
-import yaml
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from train.errors import UserError
+from train.host import project
+from train.host.schedulers import SCHEDULERS, adapter
 from train.registry import unknown_name
+from train.yaml_file import load_yaml
 
-SCHEDULERS = ("slurm", "lsf", "local")
 LAUNCHES = ("srun", "lightning", "blaunch", "independent")
-FLAVORS = ("cpu", "cuda11.6", "cuda12.8")
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # what may appear unquoted in a scheduler directive
+# A raw directive line is read by the scheduler, not a shell: one option; a newline would start a script line.
+DIRECTIVE = re.compile(r"^-[^\x00-\x1f\x7f]*$")  # one option, no control characters
 
 
 @dataclass
 class Partition:
     name: str
     image: str  # image flavor whose CUDA can drive this partition's GPUs
-    gpus_per_node: int = 0
-    gpu_type: str = "none"
-    gpu_mem_gb: int = 0
-    cpus_per_node: int = 1
-    mem_per_node_gb: int = 1
-    nodes: int = 1
+    gpus_per_node: int = field(default=0, metadata={"min": 0})
+    gpu_type: str = "none"  # a GPU model of containers/flavors.yaml
+    gpu_mem_gb: int = field(default=0, metadata={"min": 0})
+    cpus_per_node: int = field(default=1, metadata={"min": 1})
+    mem_per_node_gb: int = field(default=1, metadata={"min": 1})
+    nodes: int = field(default=1, metadata={"min": 1})
 
 
 @dataclass
 class Profile:
     name: str
-    partition: str
-    nodes: int = 1
-    gpus_per_node: int = 0
-    ranks_per_node: Optional[int] = None  # processes that train per node; defaults to the GPUs per node (or 1)
-    cpus_per_task: int = 1
-    mem_gb: int = 1  # per node
+    partition: str = field(default="", metadata={"required": True})
+    nodes: int = field(default=1, metadata={"min": 1})
+    gpus_per_node: int = field(default=0, metadata={"min": 0})
+    ranks_per_node: Optional[int] = field(default=None, metadata={"min": 1})  # default: the GPUs per node (or 1)
+    cpus_per_task: int = field(default=1, metadata={"min": 1})
+    mem_gb: int = field(default=1, metadata={"min": 1})  # per node
     time: str = "01:00:00"
     launch: Optional[str] = None  # srun | lightning | blaunch | independent; default from the scheduler
     description: str = ""
@@ -79,7 +81,7 @@ class Cluster:
 
     def partition(self, name: str) -> Partition:
         if name not in self.partitions:
-            kind = "queue" if self.scheduler == "lsf" else "partition"
+            kind = adapter(self.scheduler).partition_word
             raise UserError(unknown_name(f"{kind} of cluster {self.name!r}", name, sorted(self.partitions)))
         return self.partitions[name]
 
@@ -99,57 +101,159 @@ def find(name_or_path: str, clusters_dir: Path) -> Path:
 
 
 def load(path: Path) -> Cluster:
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise UserError(f"cluster file {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    raw = load_yaml(path, "cluster file")
     where = f"cluster file {path}"
+    if not isinstance(raw, dict):
+        raise UserError(f"{where} must hold a mapping (name:, scheduler:, partitions:, profiles:), not a {_kind(raw)}")
     raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}  # x-*: YAML anchors, not settings
     _only_keys(raw, [f.name for f in dataclasses.fields(Cluster)] + ["apptainer"], where)
-    apptainer = raw.get("apptainer") or {}
+    apptainer = _mapping(raw.get("apptainer"), f"{where}: apptainer")
+    _only_keys(apptainer, ["nv", "binds"], f"{where}: apptainer")
     cluster = Cluster(
-        name=str(raw.get("name") or path.stem),
-        scheduler=_choice(raw.get("scheduler"), SCHEDULERS, f"{where}: scheduler"),
+        name=_text(raw.get("name") or path.stem, f"{where}: name"),
+        scheduler=_choice(raw.get("scheduler"), tuple(SCHEDULERS), f"{where}: scheduler"),
         path=str(path),
-        description=str(raw.get("description", "")),
-        nv=bool(apptainer.get("nv", True)),
-        binds=[str(b) for b in apptainer.get("binds", [])],
-        env={str(k): str(v) for k, v in (raw.get("env") or {}).items()},
-        needs=[str(n) for n in raw.get("needs", [])],
-        modules=[str(m) for m in raw.get("modules", [])],
+        description=_text(raw.get("description", ""), f"{where}: description"),
+        nv=_flag(apptainer.get("nv", True), f"{where}: apptainer.nv"),
+        binds=_texts(apptainer.get("binds"), f"{where}: apptainer.binds"),
+        env=_env(raw.get("env"), f"{where}: env"),
+        needs=_texts(raw.get("needs"), f"{where}: needs"),
+        modules=_texts(raw.get("modules"), f"{where}: modules"),
     )
-    for name, spec in (raw.get("partitions") or {}).items():
-        cluster.partitions[name] = _record(Partition, name, spec, f"{where}: partition {name!r}")
-        _choice(cluster.partitions[name].image, FLAVORS, f"{where}: partition {name!r} image")
-    for name, spec in (raw.get("profiles") or {}).items():
-        profile = _record(Profile, name, spec, f"{where}: profile {name!r}")
-        if profile.launch is not None:
-            _choice(profile.launch, LAUNCHES, f"{where}: profile {name!r} launch")
-        for task in profile.tasks:
-            _only_keys(task, ["name", "set"], f"{where}: profile {name!r} task")
-        cluster.profiles[name] = profile
+    flavors = image_flavors()
+    for name, spec in _mapping(raw.get("partitions"), f"{where}: partitions").items():
+        part = cluster.partitions[name] = _record(Partition, name, spec, f"{where}: partition {name!r}")
+        _choice(part.image, flavors, f"{where}: partition {name!r} image")
+    for name, spec in _mapping(raw.get("profiles"), f"{where}: profiles").items():
+        cluster.profiles[name] = _profile(name, spec, f"{where}: profile {name!r}")
     if not cluster.profiles:
         raise UserError(f"{where} defines no profiles; add one under 'profiles:'")
     return cluster
 
 
+def _profile(name: str, spec: Any, where: str) -> Profile:
+    profile = _record(Profile, name, spec, where)
+    if profile.launch is not None:
+        _choice(profile.launch, LAUNCHES, f"{where} launch")
+    profile.env = _env(profile.env, f"{where} env")
+    profile.directives = _texts(profile.directives, f"{where} directives")
+    for directive in profile.directives:
+        if not DIRECTIVE.match(directive):
+            raise UserError(f"{where}: directive {directive!r} must be one option starting with '-' on one "
+                            f"line (no newline or control character); write one option per list item")
+    for key in ("trainer", "data"):
+        _mapping(getattr(profile, key), f"{where} {key}")
+    if not isinstance(profile.tasks, list):
+        raise UserError(f"{where}: tasks must be a list of {{name, set}} mappings")
+    for task in profile.tasks:
+        _only_keys(task, ["name", "set"], f"{where} task")
+        _mapping(task.get("set"), f"{where} task {task.get('name')!r} set")
+    return profile
+
+
+def image_flavors() -> Tuple[str, ...]:
+    """The image flavors, from containers/flavors.yaml: the one list of them."""
+    return tuple(flavor_table()["flavors"])
+
+
+@functools.lru_cache(maxsize=1)
+def flavor_table() -> Dict[str, Any]:
+    return load_yaml(project.ROOT / "containers" / "flavors.yaml", "flavor table")
+
+
 def _record(cls, name: str, spec: Any, where: str):
+    """A partition or profile from its mapping, every value checked against the field's type and minimum."""
     if not isinstance(spec, dict):
-        raise UserError(f"{where} must be a mapping")
+        raise UserError(f"{where} must be a mapping of keys, not a {_kind(spec)}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     _only_keys(spec, [n for n in fields if n != "name"], where)
+    for key, f in fields.items():
+        if f.metadata.get("required") and key not in spec:
+            raise UserError(f"{where} has no {key}; add '{key}: ...'")
+    hints = typing.get_type_hints(cls)
     values = {"name": name}
     for key, value in spec.items():
-        default = fields[key].default
-        if isinstance(default, int) and not isinstance(default, bool) and not isinstance(value, int):
-            raise UserError(f"{where}: {key} = {value!r} must be a whole number")
-        values[key] = value
+        values[key] = _typed(value, hints[key], fields[key].metadata, f"{where}: {key}")
     return cls(**values)
+
+
+def _typed(value: Any, hint: Any, meta: Dict[str, Any], where: str) -> Any:
+    if value is None and typing.get_origin(hint) is Union:
+        return None
+    kind = _base(hint)
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"{where} = {value!r} must be a whole number")
+        if value < meta.get("min", value):
+            raise UserError(f"{where} = {value} must be at least {meta['min']}")
+    elif kind is str:
+        if isinstance(value, int) and not isinstance(value, bool) and where.endswith(": time"):
+            raise UserError(f"{where} = {value}: YAML read an unquoted time as a number; quote it, e.g. time: \"12:00:00\"")
+        value = _text(value, where)
+    elif kind is bool:
+        value = _flag(value, where)
+    elif kind is list:
+        value = value if isinstance(value, list) else _texts(value, where)
+    elif kind is dict:
+        value = _mapping(value, where)
+    return value
+
+
+def _base(hint: Any) -> Any:
+    if typing.get_origin(hint) is Union:
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return typing.get_origin(hint) or hint
+
+
+def _text(value: Any, where: str) -> str:
+    if isinstance(value, (dict, list)) or value is None:
+        raise UserError(f"{where} must be a single value, not a {_kind(value)}")
+    text = str(value)
+    if any(ord(c) < 32 and c != "\t" for c in text) or "\t" in text:
+        raise UserError(f"{where} = {text!r} holds a control character (newline, tab); remove it")
+    return text
+
+
+def _texts(value: Any, where: str) -> List[str]:
+    """A list of strings; one string written alone (`modules: apptainer`) is a list of one."""
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [value]
+    return [_text(item, f"{where} item") for item in items]
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise UserError(f"{where} = {value!r} must be true or false")
+    return value
+
+
+def _env(value: Any, where: str) -> Dict[str, str]:
+    env = {}
+    for name, text in _mapping(value, where).items():
+        text = _text(text, f"{where} {name}")
+        if "$(" in text or "`" in text:
+            raise UserError(f"{where} {name} = {text!r} runs a command; give the value itself (only ${{setting}} "
+                            f"references to your settings file are expanded)")
+        env[str(name)] = text
+    return env
+
+
+def _mapping(value: Any, where: str) -> Dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UserError(f"{where} must be a mapping (name: value), not a {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return {list: "list", dict: "mapping", str: "string", type(None): "empty value"}.get(type(value), type(value).__name__)
 
 
 def _only_keys(raw: Dict, allowed: List[str], where: str) -> None:
     if not isinstance(raw, dict):
-        raise UserError(f"{where} must be a mapping")
+        raise UserError(f"{where} must be a mapping, not a {_kind(raw)}")
     for key in raw:
         if key not in allowed:
             raise UserError(unknown_name(f"key in {where}", key, sorted(allowed)))

@@ -15,7 +15,7 @@ def follow(scheduler, job_id: str, run_dir: Path, timeout_s: float) -> int:
     time.sleep(0.5)
     done.set()
     printer.join()
-    print(f"job {job_id} {state['state']}; results in {run_dir}")
+    print(f"job {job_id} {state['state'].value}; results in {run_dir}")
     return 0 if state["state"] == "COMPLETED" else 1
 
 

@@ -9,7 +9,8 @@ so the directory can move. Stdlib only, Python 3.9+, no torch: this runs on logi
 `python3 -m train.host.images record ...` after each build.
 
 The same module computes the content key of a build (`inputs`): the sha256 of the definition file, the lock file,
-containers/install.sh, pyproject.toml and every file of the train package (tracked or untracked-but-not-ignored).
+containers/install.sh, pyproject.toml and every file of the train package (tracked or untracked-but-not-ignored)
+that runs inside the image (not `train/host/` or `train/templates/`).
 `make image` rebuilds exactly when that key differs from the one recorded in `images/<flavor>.inputs`.
 """
 import argparse
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from train.errors import UserError
+
 try:  # POSIX: serialise concurrent writers of the index
     import fcntl
 except ImportError:  # pragma: no cover
@@ -36,6 +39,9 @@ STORE = "store"
 # Files, besides the definition and lock file, whose content goes into every image.
 SHARED_INPUTS = ("containers/install.sh", "pyproject.toml")
 PACKAGE_DIR = "train"
+# Parts of the package that never run inside an image (the login-node side and its job templates): editing them
+# does not rebuild the images.
+HOST_ONLY = ("train/host/", "train/templates/")
 
 
 @dataclass
@@ -138,7 +144,7 @@ def _read_index(root: Path) -> List[ImageRecord]:
         return []
     fields = {f.name for f in dataclasses.fields(ImageRecord)}
     entries = []
-    for item in json.loads(index.read_text()):
+    for item in _index_items(index):
         item = {k: v for k, v in item.items() if k in fields}
         item.setdefault("inputs_sha256", "")
         item.setdefault("git_commit", None)
@@ -146,6 +152,18 @@ def _read_index(root: Path) -> List[ImageRecord]:
         item["path"] = str(path if path.is_absolute() else (root / path).resolve())
         entries.append(ImageRecord(**item))
     return entries
+
+
+def _index_items(index: Path) -> List[dict]:
+    damaged = f"the image index {index} is damaged"
+    try:
+        items = json.loads(index.read_bytes().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise UserError(f"{damaged} (not JSON); restore it, or move it aside and rebuild with make image") from None
+    needed = {"flavor", "path", "sha256", "def_sha256", "lock_sha256", "size", "built_at"}
+    if not isinstance(items, list) or not all(isinstance(i, dict) and needed <= set(i) for i in items):
+        raise UserError(f"{damaged} (not a list of image records); restore it, or move it aside and rebuild")
+    return items
 
 
 def _write_index(root: Path, entries: List[ImageRecord]) -> None:
@@ -217,7 +235,8 @@ def input_files(def_file, lock_file, repo=Path(".")) -> List[str]:
             if p.is_file() and "__pycache__" not in p.parts
         ]
     # a tracked file deleted from the work tree is not an input any more
-    files.update(p for p in package if (repo / p).is_file() and "__pycache__" not in Path(p).parts)
+    files.update(p for p in package if (repo / p).is_file() and "__pycache__" not in Path(p).parts
+                 and not p.startswith(HOST_ONLY))
     return sorted(files)
 
 

@@ -15,8 +15,7 @@ from train import config as cfg
 from train.errors import UserError
 from train.host import images, project, settings
 from train.host.clusters import Cluster, Profile
-
-LAUNCH_DEFAULT = {"slurm": "srun", "lsf": "lightning", "local": "lightning"}
+from train.host.schedulers import adapter
 
 
 @dataclass
@@ -83,18 +82,19 @@ def resolve(
     cluster: Cluster,
     profile: Profile,
     run: cfg.RunConfig,
+    task_runs: List[cfg.RunConfig],
     run_dir: Path,
     image: Optional[images.ImageRecord],
     image_flavor: str,
+    user: Dict[str, Any],
 ) -> Job:
-    launch = profile.launch or LAUNCH_DEFAULT[cluster.scheduler]
-    user = settings.load(cluster.name)
+    """Every number and path the script needs, from configs already resolved (once) and settings already read."""
+    scheduler = adapter(cluster.scheduler)
+    launch = profile.launch or scheduler.default_launch
     for key in cluster.needs:
         settings.require(user, key, cluster.name, "the scheduler rejects jobs without it")
     per_task = launch in ("srun", "blaunch")
     tasks = independent_tasks(profile, run_dir) if launch == "independent" else []
-    task_runs = [task_config(run, cluster, profile, task, i) for i, task in enumerate(tasks)]
-    log_name = "job-%j.out" if cluster.scheduler == "slurm" else f"{_job_name(run.name)}_%J.out"
     return Job(
         run_id=run_dir.name,
         cluster=cluster.name,
@@ -110,10 +110,10 @@ def resolve(
         mem_gb=profile.mem_gb,
         time=profile.time,
         launch=launch,
-        job_name=_job_name(run.name),
+        job_name=job_name(run.name),
         run_dir=str(run_dir),
         config_path=str(run_dir / "config.yaml"),
-        log_path=str(run_dir / "logs" / (log_name if cluster.scheduler != "local" else "job.out")),
+        log_path=str(run_dir / "logs" / scheduler.log_name(job_name(run.name))),
         image=image.path if image else "",
         image_sha256=image.sha256 if image else "",
         image_flavor=image_flavor,
@@ -122,7 +122,7 @@ def resolve(
         binds=bind_mounts(cluster, task_runs or [run], run_dir, user),  # packed: only the tasks run
         env={k: settings.expand(v, user, cluster.name) for k, v in {**cluster.env, **profile.env}.items()},
         directives=list(profile.directives),
-        modules=list(cluster.modules) + [str(m) for m in user.get("modules", [])],
+        modules=list(cluster.modules) + settings.modules(user),
         account=user.get("account"),
         email=user.get("email"),
         notify=profile.notify,
@@ -146,44 +146,50 @@ def bind_mounts(cluster: Cluster, runs: List[cfg.RunConfig], run_dir: Path, user
 
 
 def independent_tasks(profile: Profile, run_dir: Path) -> List[Task]:
-    if not profile.tasks:
-        raise UserError(f"profile {profile.name!r} has launch: independent but no tasks; list them under tasks:")
     tasks = []
     for i, spec in enumerate(profile.tasks):
-        name = f"task-{i}-{_job_name(str(spec.get('name', i)))}"
+        name = f"task-{i}-{job_name(str(spec.get('name', i)))}"
         tasks.append(Task(name=name, run_dir=str(run_dir / name), config_path=str(run_dir / name / "config.yaml")))
     return tasks
 
 
-def apply_profile(run: cfg.RunConfig, profile: Profile, run_dir: Path) -> cfg.RunConfig:
-    """Force what the job shape decides onto the run config: ranks, nodes, paths."""
+def run_config(raw: Dict[str, Any], overrides: Dict[str, Any], profile: Profile, run_dir: Path) -> cfg.RunConfig:
+    """The run config, resolved once: the experiment, then what the profile sets, then the user's --set (which
+    wins; preflight refuses a choice that cannot run), then what the job shape decides (ranks, nodes, paths)."""
     for key in ("devices", "num_nodes"):
         if key in profile.trainer:
             raise UserError(f"profile {profile.name!r} sets trainer.{key}; it is derived from nodes and gpus_per_node, remove it")
-    ranks = 1 if profile.launch == "independent" else profile.ranks
-    nodes = 1 if profile.launch == "independent" else profile.nodes
-    trainer = {**profile.trainer, "devices": ranks, "num_nodes": nodes}
-    overrides = {f"trainer.{k}": v for k, v in trainer.items()}
-    overrides.update({f"data.{k}": v for k, v in profile.data.items()})
-    overrides["output_dir"] = str(run_dir)
-    return absolute_inputs(cfg.resolve(cfg.to_dict(run), overrides))
+    independent = profile.launch == "independent"
+    shape = {"trainer.devices": 1 if independent else profile.ranks, "trainer.num_nodes": 1 if independent else profile.nodes,
+             "output_dir": str(run_dir)}
+    return absolute_inputs(cfg.resolve(raw, {**profile_values(profile), **overrides, **shape}))
+
+
+def profile_values(profile: Profile) -> Dict[str, Any]:
+    """What a profile sets in the run config, as dotted keys."""
+    return {**{f"trainer.{k}": v for k, v in profile.trainer.items()}, **{f"data.{k}": v for k, v in profile.data.items()}}
+
+
+def task_configs(run: cfg.RunConfig, profile: Profile, tasks: List[Task], user: Dict[str, Any],
+                 cluster: str) -> List[cfg.RunConfig]:
+    """Each packed task's config, resolved once: the job's run config with the task's own `set:` values."""
+    configs = []
+    for spec, task in zip(profile.tasks, tasks):
+        overrides = {k: settings.expand(v, user, cluster) if isinstance(v, str) else v
+                     for k, v in (spec.get("set") or {}).items()}
+        configs.append(absolute_inputs(cfg.resolve(cfg.to_dict(run), {**overrides, "output_dir": task.run_dir})))
+    return configs
 
 
 def absolute_inputs(run: cfg.RunConfig) -> cfg.RunConfig:
-    """Input paths relative to the project root, as users write them, made absolute: the job runs elsewhere."""
-    relative = {key: path for key, path in cfg.input_paths(run).items() if not Path(path).is_absolute()}
-    return cfg.resolve(cfg.to_dict(run), {k: str((project.ROOT / p).resolve()) for k, p in relative.items()})
+    """Input paths relative to the project root, as users write them, made absolute (the job runs elsewhere)."""
+    for key, path in cfg.input_paths(run).items():
+        if not Path(path).is_absolute():
+            cfg.set_value(run, key, str((project.ROOT / path).resolve()))
+    return run
 
 
-def task_config(run: cfg.RunConfig, cluster: Cluster, profile: Profile, task: Task, index: int) -> cfg.RunConfig:
-    user = settings.load(cluster.name)
-    overrides = {k: settings.expand(v, user, cluster.name) if isinstance(v, str) else v
-                 for k, v in (profile.tasks[index].get("set") or {}).items()}
-    overrides["output_dir"] = task.run_dir
-    return absolute_inputs(cfg.resolve(cfg.to_dict(run), overrides))
-
-
-def _job_name(name: str) -> str:
+def job_name(name: str) -> str:
     cleaned = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:60]
     if not cleaned:
         raise UserError(f"experiment name {name!r} leaves no usable job name; use letters, digits, '_', '.', '-'")

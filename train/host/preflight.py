@@ -1,25 +1,37 @@
 """Checks run on every submission and on --dry-run: refuse, with the cause and the fix, any job that would
 hang, run N silent copies, be rejected by the scheduler, or run the wrong image. Nothing is queued before these pass."""
-import functools
 import math
-import re
 from pathlib import Path
-from typing import Callable, List
-
-import yaml
+from typing import Any, Callable, Dict, List, Optional
 
 from train import config as cfg
-from train.errors import UserError
-from train.host.clusters import SAFE_NAME, Cluster
+from train.errors import UserError, raise_all
+from train.host import config_check
+from train.host.clusters import Cluster, flavor_table
 from train.host.job import Job
-
-SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
-LSF_TIME = re.compile(r"^(\d+:)?\d+$")
+from train.host.schedulers import SAFE_NAME, adapter
 
 
-def check(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.RunConfig],
+          user_set: Dict[str, Any], missing_image_ok: bool = False) -> List[str]:
+    """Run every check and raise all failures at once (one line each). An image not built yet on this machine is
+    a warning instead when `missing_image_ok` (--dry-run): the job can be reviewed before its image exists."""
+    errors: List[UserError] = []
     for rule in RULES:
-        rule(job, cluster, run)
+        try:
+            rule(job, cluster, run)
+        except UserError as err:
+            errors.append(err)
+    for task, task_run in zip(job.tasks, task_runs):
+        errors += [UserError(f"{task.name}: {err}") for err in config_check.problems(task_run)]
+    if not job.tasks:
+        errors += config_check.problems(run)
+    errors += config_check.user_choices(job, run, user_set, cluster.profile(job.profile))
+    missing = image_missing(job)
+    if missing and not (missing_image_ok and not errors):
+        errors.append(missing)
+    raise_all(list({str(err): err for err in errors}.values()))  # one rule's failure may show in another
+    return [f"warning: {missing}"] if missing else []
 
 
 def fits_partition(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
@@ -57,29 +69,32 @@ def one_rank_per_gpu(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
 
 
 def launcher_starts_every_rank(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
-    if job.tasks and job.scheduler != "slurm":
-        raise UserError(
-            f"profile {job.profile!r}: launch: independent packs tasks with one srun step each, which {job.scheduler} "
-            f"lacks; submit one job per task instead"
-        )
-    if job.scheduler == "local" and job.nodes > 1:
-        raise UserError(f"profile {job.profile!r}: the local cluster has one node, not {job.nodes}; set nodes: 1")
-    if job.total_ranks > 1 and job.scheduler == "slurm" and job.launch != "srun":
-        raise UserError(
-            f"profile {job.profile!r} launches {job.total_ranks} ranks under Slurm without srun: only rank 0 would "
-            f"join and the job would hang; set launch: srun"
-        )
-    if job.nodes > 1 and job.launch == "lightning":
-        raise UserError(
-            f"profile {job.profile!r}: Lightning can start workers on one host only, not {job.nodes}; "
-            f"set launch: {'blaunch' if job.scheduler == 'lsf' else 'srun'}"
-        )
+    scheduler = adapter(job.scheduler)
+    where = f"profile {job.profile!r}"
+    if job.launch not in scheduler.launches:
+        if job.launch == "independent":
+            raise UserError(f"{where}: launch: independent packs tasks with one srun step each, which {job.scheduler} "
+                            f"lacks; submit one job per task instead")
+        raise UserError(f"{where}: launch: {job.launch} is not a launch {job.scheduler} can start; use one of: "
+                        f"{', '.join(scheduler.launches)}")
+    if job.nodes > 1 and job.launch not in scheduler.multi_node_launches:
+        if not scheduler.multi_node_launches:
+            raise UserError(f"{where}: the {cluster.name} cluster has one node, not {job.nodes}; set nodes: 1")
+        raise UserError(f"{where}: {job.launch} can start workers on one host only, not {job.nodes}; "
+                        f"set launch: {scheduler.multi_node_launches[0]}")
+    if job.total_ranks > 1 and job.launch == "lightning" and scheduler.default_launch != "lightning":
+        raise UserError(f"{where} launches {job.total_ranks} ranks under {job.scheduler} without "
+                        f"{scheduler.default_launch}: only rank 0 would join and the job would hang; "
+                        f"set launch: {scheduler.default_launch}")
+    if job.launch == "independent" and not job.tasks:
+        raise UserError(f"{where} has launch: independent but no tasks; list them under tasks:")
 
 
 def time_limit_is_valid(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
-    pattern, example = (LSF_TIME, "4:00") if job.scheduler == "lsf" else (SLURM_TIME, "04:00:00 or 1-12:00:00")
-    if not pattern.match(job.time):
-        raise UserError(f"profile {job.profile!r}: time limit {job.time!r} is malformed; write it like {example}")
+    scheduler = adapter(job.scheduler)
+    if not scheduler.time_format.match(job.time):
+        raise UserError(f"profile {job.profile!r}: time limit {job.time!r} is malformed; write it like "
+                        f"{scheduler.time_example}")
 
 
 def names_are_safe(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
@@ -89,18 +104,16 @@ def names_are_safe(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
             raise UserError(f"{what} {value!r} has characters a scheduler directive cannot carry; use letters, digits, '_.-+'")
 
 
-@functools.lru_cache(maxsize=1)
-def flavors() -> dict:
-    return yaml.safe_load((Path(__file__).resolve().parents[2] / "containers" / "flavors.yaml").read_text())
-
-
 def image_can_drive_the_gpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     part = cluster.partition(job.partition)
-    table = flavors()
+    table = flavor_table()
     if job.image_flavor not in table["flavors"]:
         raise UserError(f"unknown image flavor {job.image_flavor!r}; choose one of: {', '.join(table['flavors'])}")
-    capability = table["gpus"].get(part.gpu_type)
-    if capability is None or job.gpus_per_node == 0:
+    if part.gpu_type not in table["gpus"]:
+        raise UserError(f"partition {job.partition!r}: gpu_type {part.gpu_type!r} is not a GPU model of "
+                        f"containers/flavors.yaml; use one of: {', '.join(table['gpus'])} (or add it there)")
+    capability = table["gpus"][part.gpu_type]
+    if capability == "none" or job.gpus_per_node == 0:
         return  # CPU partitions and fake test GPUs: nothing for CUDA to drive
     flavor = table["flavors"][job.image_flavor]
     if "min_capability" not in flavor or not flavor["min_capability"] <= capability <= flavor["max_capability"]:
@@ -137,9 +150,10 @@ def workers_have_cpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
         )
 
 
-def image_exists(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def image_missing(job: Job) -> Optional[UserError]:
     if not job.image or not Path(job.image).is_file():
-        raise UserError(f"no {job.image_flavor} image has been built; build it with: make image FLAVOR={job.image_flavor}")
+        return UserError(f"no {job.image_flavor} image has been built here; build it with: make image FLAVOR={job.image_flavor}")
+    return None
 
 
 RULES: List[Callable] = [
@@ -151,11 +165,10 @@ RULES: List[Callable] = [
     image_can_drive_the_gpus,
     host_ram_fits,
     workers_have_cpus,
-    image_exists,
 ]
 
 
-def summary(job: Job, run: cfg.RunConfig) -> str:
+def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any]) -> str:
     """What a user needs to know before queuing."""
     per_rank = run.data.batch_size
     effective = per_rank * job.total_ranks * run.trainer.accumulate_grad_batches
@@ -171,6 +184,7 @@ def summary(job: Job, run: cfg.RunConfig) -> str:
             f"image: {job.image} ({job.image_flavor}) sha256 {job.image_sha256}",
             f"run dir: {job.run_dir}",
         ]
+        + [f"{key}: your --set replaces the profile's {value!r}" for key, value in overridden.items()]
     )
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import jinja2
 
 from train.errors import UserError
+from train.ports import master_port_shell
 from train.host.job import Job
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
@@ -27,5 +28,6 @@ def render(job: Job) -> str:
         comment_end_string="#}}",
     )
     env.filters["q"] = lambda value: shlex.quote(str(value))
+    env.globals["master_port"] = master_port_shell
     template = env.get_template(f"{job.scheduler}.sh.j2")
     return template.render(job=job, forward_patterns="|".join(FORWARDED + sorted(job.env)))

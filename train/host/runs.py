@@ -1,5 +1,6 @@
 """Run directories and their manifests: everything needed to rerun a job exactly."""
 import json
+import re
 import shutil
 import sys
 import time
@@ -12,6 +13,19 @@ from train.host import project
 from train.host.job import Job
 
 MANIFEST = "manifest.json"
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")  # a file name, a directive value, a log prefix
+# What --rerun, status, logs and cancel read from a manifest: key -> type (nested keys dotted).
+MANIFEST_KEYS = {"run_id": str, "cluster_file": str, "profile": str, "image.sha256": str, "scheduler.name": str,
+                 "scheduler.job_id": str}
+
+
+def run_dir_for(run_id: str) -> Path:
+    """runs/<run_id>, refusing an id that could leave runs/ or break the script it is written into."""
+    if not RUN_ID.match(run_id):
+        shown = run_id if len(run_id) <= 60 else run_id[:60] + "..."
+        raise UserError(f"run id {shown!r} must be 1-120 letters, digits, '.', '_' or '-' (starting with a letter "
+                        f"or digit); choose another --run-id")
+    return (project.runs_dir() / run_id).resolve()
 
 
 def create(run_dir: Path) -> Path:
@@ -57,4 +71,14 @@ def read_manifest(run_dir: Path) -> Dict[str, Any]:
     path = Path(run_dir) / MANIFEST
     if not path.is_file():
         raise UserError(f"{run_dir} has no {MANIFEST}; pass a run directory made by run-cluster (runs/<id>)")
-    return json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UserError(f"{path} is not a valid manifest ({type(err).__name__}); it is damaged, restore it") from None
+    for key, kind in MANIFEST_KEYS.items():
+        value: Any = manifest
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if not isinstance(value, kind) or not value:
+            raise UserError(f"{path} lacks {key}; it is damaged or not a run-cluster manifest, restore it")
+    return manifest

@@ -1,17 +1,49 @@
-"""Scheduler adapters: submit a rendered script, ask a job's state, cancel it. One class per scheduler."""
+"""Scheduler adapters: each owns its scheduler's facts (launch shapes it supports, time-limit format, log file
+names, state names mapped onto one `State`, how a job is requeued) and its commands (submit, state, cancel).
+
+Nothing else in `train/host/` branches on a scheduler's name: it asks the adapter (`adapter(job.scheduler)`).
+"""
+import enum
 import os
 import re
 import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Pattern, Tuple
 
 from train.errors import UserError
-from train.registry import Registry
+from train.registry import unknown_name
 
-SCHEDULERS = Registry("scheduler")
-FINISHED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
+
+class State(str, enum.Enum):
+    """One state vocabulary over every scheduler (Slurm's names; LSF's and the local runner's map onto them)."""
+
+    PENDING = "PENDING"
+    CONFIGURING = "CONFIGURING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    PREEMPTED = "PREEMPTED"
+    UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def of(cls, name: str, aliases: Optional[Dict[str, str]] = None) -> "State":
+        name = (aliases or {}).get(name, name)
+        return cls.__members__.get(name, cls.UNKNOWN)
+
+
+FINISHED = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.NODE_FAIL,
+                      State.OUT_OF_MEMORY, State.BOOT_FAIL, State.DEADLINE, State.PREEMPTED})
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # what may appear unquoted in a scheduler directive
+NOT_STARTED = frozenset({State.PENDING, State.CONFIGURING, State.UNKNOWN})
 
 
 def _run(cmd, what: str) -> str:
@@ -25,29 +57,74 @@ def _run(cmd, what: str) -> str:
     return done.stdout
 
 
-@SCHEDULERS.register("slurm")
-class Slurm:
+class Scheduler:
+    """The facts every adapter states; the commands each implements."""
+
+    name: str
+    partition_word = "partition"  # what the cluster file's `partitions:` are called in this scheduler's manuals
+    default_launch: str
+    launches: Tuple[str, ...]  # launch shapes this scheduler can start
+    multi_node_launches: Tuple[str, ...] = ()  # of those, the ones that start ranks on several nodes
+    # sbatch --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
+    time_format: Pattern = re.compile(r"^\d+(:[0-5]\d){0,2}$|^\d+-(1?\d|2[0-3])(:[0-5]\d){0,2}$")
+    time_example = "04:00:00 or 1-12:00:00"
+    follow_by_default = False  # --wait unless --no-wait
+    requeue_command = ""  # how the batch shell puts its own job back in the queue
+
+    def log_name(self, job_name: str) -> str:
+        raise NotImplementedError
+
+    def submit(self, script: Path, run_dir: Path) -> str:
+        raise NotImplementedError
+
+    def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict[str, str]:
+        raise NotImplementedError
+
+    def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
+        raise NotImplementedError
+
+
+class Slurm(Scheduler):
+    name = "slurm"
+    default_launch = "srun"
+    launches = ("srun", "lightning", "independent")
+    multi_node_launches = ("srun",)
+    requeue_command = 'scontrol requeue "$SLURM_JOB_ID"'
+
+    def log_name(self, job_name: str) -> str:
+        return "job-%j.out"
+
     def submit(self, script: Path, run_dir: Path) -> str:
         out = _run(["sbatch", "--parsable", str(script)], "sbatch")
         return out.strip().split(";")[0]
 
     def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict[str, str]:
-        """{'state': 'RUNNING', 'exit_code': '0:0', 'nodes': 'n[1-2]'}; scontrol, since sacct needs accounting."""
+        """{'state': State.RUNNING, 'exit_code': '0:0', 'nodes': 'n[1-2]'}; scontrol, since sacct needs accounting."""
         done = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True)
         if done.returncode != 0:
-            return {"state": "UNKNOWN"}
+            return {"state": State.UNKNOWN}
         fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
-        return {"state": fields.get("JobState", "UNKNOWN"), "exit_code": fields.get("ExitCode", ""),
+        return {"state": State.of(fields.get("JobState", "")), "exit_code": fields.get("ExitCode", ""),
                 "nodes": fields.get("NodeList", "")}
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         _run(["scancel", job_id], "scancel")
 
 
-@SCHEDULERS.register("lsf")
-class Lsf:
+class Lsf(Scheduler):
+    name = "lsf"
+    partition_word = "queue"
+    default_launch = "lightning"
+    launches = ("lightning", "blaunch")
+    multi_node_launches = ("blaunch",)
+    time_format = re.compile(r"^\d+(:[0-5]\d)?$")  # bsub -W [hour:]minute
+    time_example = "4:00"
+    requeue_command = 'brequeue "$LSB_JOBID"'
     STATES = {"PEND": "PENDING", "PSUSP": "PENDING", "RUN": "RUNNING", "USUSP": "SUSPENDED", "SSUSP": "SUSPENDED",
               "DONE": "COMPLETED", "EXIT": "FAILED"}
+
+    def log_name(self, job_name: str) -> str:
+        return f"{job_name}_%J.out"
 
     def submit(self, script: Path, run_dir: Path) -> str:
         # `bsub < script`: only then does bsub read the #BSUB lines of the script.
@@ -67,17 +144,24 @@ class Lsf:
                               capture_output=True, text=True)
         fields = done.stdout.split()
         if done.returncode != 0 or not fields:
-            return {"state": "UNKNOWN"}
-        return {"state": self.STATES.get(fields[0], fields[0]), "exit_code": fields[1] if len(fields) > 1 else "",
+            return {"state": State.UNKNOWN}
+        return {"state": State.of(fields[0], self.STATES), "exit_code": fields[1] if len(fields) > 1 else "",
                 "nodes": fields[2] if len(fields) > 2 else ""}
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         _run(["bkill", job_id], "bkill")
 
 
-@SCHEDULERS.register("local")
-class Local:
+class Local(Scheduler):
     """This machine, no scheduler: the script runs detached; its pid is the job id."""
+
+    name = "local"
+    default_launch = "lightning"
+    launches = ("lightning",)
+    follow_by_default = True
+
+    def log_name(self, job_name: str) -> str:
+        return "job.out"
 
     def submit(self, script: Path, run_dir: Path) -> str:
         log = run_dir / "logs" / "job.out"
@@ -95,13 +179,13 @@ class Local:
         if status and status.is_file() and status.read_text().strip():
             code = status.read_text().strip()
             if code == "cancelled":
-                return {"state": "CANCELLED"}
-            return {"state": "COMPLETED" if code == "0" else "FAILED", "exit_code": code}
+                return {"state": State.CANCELLED}
+            return {"state": State.COMPLETED if code == "0" else State.FAILED, "exit_code": code}
         try:
             os.kill(int(job_id), 0)
-            return {"state": "RUNNING"}
+            return {"state": State.RUNNING}
         except (ProcessLookupError, ValueError):
-            return {"state": "UNKNOWN"}
+            return {"state": State.UNKNOWN}
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         try:
@@ -112,7 +196,16 @@ class Local:
             (run_dir / "logs" / "exit_code").write_text("cancelled\n")
 
 
-def wait(scheduler, job_id: str, run_dir: Path, timeout_s: float, poll_s: float = 1.0) -> Dict[str, str]:
+SCHEDULERS: Dict[str, Scheduler] = {s.name: s for s in (Slurm(), Lsf(), Local())}
+
+
+def adapter(name: str) -> Scheduler:
+    if name not in SCHEDULERS:
+        raise UserError(unknown_name("scheduler", name, sorted(SCHEDULERS)))
+    return SCHEDULERS[name]
+
+
+def wait(scheduler: Scheduler, job_id: str, run_dir: Path, timeout_s: float, poll_s: float = 1.0) -> Dict[str, str]:
     """Poll until the job ends (sbatch --wait polls only every ~10 s)."""
     deadline = time.time() + timeout_s
     while True:
@@ -120,16 +213,16 @@ def wait(scheduler, job_id: str, run_dir: Path, timeout_s: float, poll_s: float 
         if state["state"] in FINISHED:
             return state
         if time.time() > deadline:
-            raise UserError(f"job {job_id} did not finish within {timeout_s:.0f} s (state {state['state']})")
+            raise UserError(f"job {job_id} did not finish within {timeout_s:.0f} s (state {state['state'].value})")
         time.sleep(poll_s)
 
 
-def race(scheduler, job_ids, run_dirs, timeout_s: float, poll_s: float = 1.0) -> int:
+def race(scheduler: Scheduler, job_ids, run_dirs, timeout_s: float, poll_s: float = 1.0) -> int:
     """Index of the job that starts first; the other is cancelled. On a tie the first one listed wins."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         states = [scheduler.state(j, d)["state"] for j, d in zip(job_ids, run_dirs)]
-        started = [s not in ("PENDING", "UNKNOWN", "CONFIGURING") for s in states]
+        started = [s not in NOT_STARTED for s in states]
         if any(started):
             winner = started.index(True)
             scheduler.cancel(job_ids[1 - winner], run_dirs[1 - winner])

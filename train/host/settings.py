@@ -3,14 +3,17 @@
 File: $CT_SETTINGS, else $XDG_CONFIG_HOME/cluster-train/settings.yaml (~/.config/...). Top-level keys apply to
 every cluster; a `clusters: {<name>: {...}}` section overrides them for one cluster.
 """
+import difflib
 import os
+import re
 import string
 from pathlib import Path
-from typing import Any, Dict
-
-import yaml
+from typing import Any, Dict, List
 
 from train.errors import UserError
+from train.host.schedulers import SAFE_NAME
+from train.yaml_file import load_yaml
+
 
 
 def path() -> Path:
@@ -20,16 +23,60 @@ def path() -> Path:
     return base / "cluster-train" / "settings.yaml"
 
 
+BUILT_IN = ("email", "account", "modules", "clusters")  # every other key is a value cluster files refer to
+EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
+
+
 def load(cluster: str) -> Dict[str, Any]:
+    """The settings for one cluster (top-level keys, then its `clusters:` entry over them), checked."""
     file = path()
     if not file.is_file():
         return {}
-    try:
-        raw = yaml.safe_load(file.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise UserError(f"settings file {file} is not valid YAML: {str(err).splitlines()[0]}") from None
-    per_cluster = (raw.pop("clusters", None) or {}).get(cluster) or {}
-    return {**raw, **per_cluster}
+    raw = load_yaml(file, "settings file")
+    if raw is None:
+        return {}
+    where = f"settings file {file}"
+    if not isinstance(raw, dict):
+        raise UserError(f"{where} must hold a mapping (email:, clusters: {{NAME: {{account: ...}}}}), not a list or value")
+    per_cluster = raw.pop("clusters", None) or {}
+    if not isinstance(per_cluster, dict) or not all(isinstance(v, dict) or v is None for v in per_cluster.values()):
+        raise UserError(f"{where}: clusters must map each cluster name to its settings, e.g. clusters: {{gilbreth: {{account: lusu}}}}")
+    values = {**raw, **(per_cluster.get(cluster) or {})}
+    for key, value in values.items():
+        check(str(key), value, where)
+    return values
+
+
+def check(key: str, value: Any, where: str) -> None:
+    close = difflib.get_close_matches(key, BUILT_IN, n=1, cutoff=0.75)
+    if key not in BUILT_IN and close:
+        raise UserError(f"{where}: unknown key {key!r} (did you mean {close[0]!r}?)")
+    if key == "modules":
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            _scalar(f"{where}: modules", item)
+        return
+    text = _scalar(f"{where}: {key}", value)
+    if key == "email" and not EMAIL.match(text):
+        raise UserError(f"{where}: email {text!r} is not one address like you@university.edu; fix email")
+    if key == "account" and not SAFE_NAME.match(text):
+        raise UserError(f"{where}: account {text!r} has characters a scheduler directive cannot carry; "
+                        f"use letters, digits, '_.-+'")
+
+
+def _scalar(where: str, value: Any) -> str:
+    if isinstance(value, (dict, list)) or value is None:
+        raise UserError(f"{where} must be a single value, not {'a list' if isinstance(value, list) else 'a mapping' if value is not None else 'empty'}")
+    text = str(value)
+    if any(ord(c) < 32 or c == "\x7f" for c in text):
+        raise UserError(f"{where} = {text!r} holds a newline or control character; remove it")
+    return text
+
+
+def modules(values: Dict[str, Any]) -> List[str]:
+    """`modules: apptainer` alone is a list of one module, not of characters."""
+    found = values.get("modules") or []
+    return [str(m) for m in (found if isinstance(found, list) else [found])]
 
 
 def require(values: Dict[str, Any], key: str, cluster: str, why: str) -> Any:

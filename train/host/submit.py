@@ -1,17 +1,19 @@
 """From names to a queued job: resolve the cluster, profile and experiment, check, render, then submit."""
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from train import config as cfg
 from train.errors import UserError
-from train.host import clusters, images, preflight, project, runs
-from train.host.job import Job, apply_profile, new_run_id, resolve, task_config
+from train.host import clusters, config_check, images, preflight, project, runs, settings
+from train.host.job import Job, independent_tasks, new_run_id, resolve, run_config, task_configs
 from train.host.render import render
-from train.host.schedulers import SCHEDULERS
+from train.host.schedulers import adapter
 from train.registry import unknown_name
 
 DERIVED = ("trainer.devices", "trainer.num_nodes", "output_dir")
+PROFILE_KEYS = {f.name for f in dataclasses.fields(clusters.Profile)} - {"name", "trainer", "data", "description"}
 
 
 @dataclass
@@ -23,6 +25,7 @@ class Submission:
     experiment: str
     overrides: List[str]
     task_runs: List[cfg.RunConfig]
+    warnings: List[str] = field(default_factory=list)
     rerun_of: Optional[str] = None
 
 
@@ -39,36 +42,44 @@ def experiment_config(name: str) -> Path:
     return path
 
 
-def prepare(cluster_name: str, profile_name: str, experiment: str, overrides: List[str], run_id: Optional[str],
-            flavor: Optional[str], image: Optional[images.ImageRecord] = None, rerun_of: Optional[str] = None) -> Submission:
-    """Everything up to submission; raises UserError (and writes nothing) on any bad input or failed check."""
-    for key in cfg.parse_overrides(overrides):
+def user_overrides(overrides: List[str], cluster_file: str) -> Dict[str, Any]:
+    """--set values, refusing the keys a profile decides: a job setting belongs to the cluster file."""
+    parsed = cfg.parse_overrides(overrides)
+    for key in parsed:
         if key in DERIVED:
             raise UserError(f"{key} is derived from the cluster profile; choose another profile instead of --set {key}")
+        if key in PROFILE_KEYS:
+            raise UserError(f"--set {key}: {key} is a job setting of the cluster profile, not of the run config; "
+                            f"choose another profile or edit it in {cluster_file}")
+    return parsed
+
+
+def prepare(cluster_name: str, profile_name: str, experiment: str, overrides: List[str], run_id: Optional[str],
+            flavor: Optional[str], image: Optional[images.ImageRecord] = None, rerun_of: Optional[str] = None,
+            dry_run: bool = False) -> Submission:
+    """Everything up to submission, in one pass; raises UserError (and writes nothing) on any bad input or check."""
     cluster = clusters.load(clusters.find(cluster_name, project.CLUSTERS))
+    user_set = user_overrides(overrides, cluster.path)
     profile = cluster.profile(profile_name)
     partition = cluster.partition(profile.partition)
-    run_dir = (project.runs_dir() / (run_id or new_run_id(cluster.name, profile.name))).resolve()
+    user = settings.load(cluster.name)
+    run_dir = runs.run_dir_for(run_id or new_run_id(cluster.name, profile.name))
     config_file = experiment_config(experiment)
-    run = apply_profile(cfg.load(config_file, overrides), profile, run_dir)
+    run = run_config(cfg.read(config_file), user_set, profile, run_dir)
+    tasks = independent_tasks(profile, run_dir) if profile.launch == "independent" else []
+    task_runs = task_configs(run, profile, tasks, user, cluster.name)
     flavor = flavor or partition.image
     if image is None:
         image = images.current(flavor, project.images_dir())
-    job = resolve(cluster, profile, run, run_dir, image, flavor)
-    task_runs = [task_config(run, cluster, profile, task, i) for i, task in enumerate(job.tasks)]
-    preflight.check(job, cluster, run)
-    return Submission(job, run, render(job), preflight.summary(job, run), str(config_file), list(overrides),
-                      task_runs, rerun_of)
+    job = resolve(cluster, profile, run, task_runs, run_dir, image, flavor, user)
+    warnings = preflight.check(job, cluster, run, task_runs, user_set, missing_image_ok=dry_run)
+    summary = preflight.summary(job, run, config_check.overridden(user_set, profile))
+    return Submission(job, run, render(job), summary, str(config_file), list(overrides), task_runs, warnings, rerun_of)
 
 
 def queue(sub: Submission) -> str:
     """Write the run directory, submit, record the manifest. A failed submission leaves nothing behind."""
     job = sub.job
-    for run in sub.task_runs or [sub.run]:  # packed jobs run only their tasks
-        for key, path in cfg.input_paths(run).items():
-            if not Path(path).exists():
-                fix = "create it (the generated data sets: make data)" if key == "data.root" else f"fix {key}"
-                raise UserError(f"{key}: {path} does not exist; {fix}")
     run_dir = runs.create(Path(job.run_dir))
     try:
         cfg.dump(sub.run, job.config_path)
@@ -76,7 +87,7 @@ def queue(sub: Submission) -> str:
             Path(task.run_dir).mkdir()
             cfg.dump(task_run, task.config_path)
         (run_dir / "job.sh").write_text(sub.script)
-        job_id = SCHEDULERS.build(job.scheduler).submit(run_dir / "job.sh", run_dir)
+        job_id = adapter(job.scheduler).submit(run_dir / "job.sh", run_dir)
     except BaseException:
         runs.discard(run_dir)
         raise

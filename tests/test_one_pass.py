@@ -1,0 +1,106 @@
+"""The path from the command line to the script is one pass: each config resolved once, settings read once, no
+torch on the host, scheduler facts only in the scheduler adapters."""
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from test_golden_scripts import every_profile
+
+
+def test_a_packed_dry_run_resolves_each_config_once(store, monkeypatch, tmp_path):
+    from train import config as cfg
+    from train.host import settings, submit
+
+    (tmp_path / "experts").mkdir()
+    for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
+        (tmp_path / "experts" / arch).mkdir()
+    (tmp_path / "settings.yaml").write_text(f"experts: {tmp_path / 'experts'}\n")
+    calls = {"resolve": 0, "settings": 0}
+
+    def counting(name, real):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(cfg, "resolve", counting("resolve", cfg.resolve))
+    monkeypatch.setattr(settings, "load", counting("settings", settings.load))
+    sub = submit.prepare("slurm-4gpu", "fusion_4gpu", "cifar100_fusion", ["trainer.max_epochs=2"], "one-pass", None,
+                         dry_run=True)
+    assert len(sub.job.tasks) == 4
+    assert calls == {"resolve": 1 + 4, "settings": 1}  # the job's config, then each task's, once each
+    assert {r.task_params["fusion"] for r in sub.task_runs} == {"multiplicative", "multiplicativeAddition",
+                                                                  "TransformerBase", "concatenation"}
+
+
+BLOCK_TORCH = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('torch', 'pytorch_lightning', 'lightning', 'deepspeed', 'torchvision', 'numpy'):
+            raise ImportError('the host side must not import ' + name)
+sys.meta_path.insert(0, Block())
+sys.path.insert(0, sys.argv[1])
+from train.host.cli import main
+import os
+failed = []
+for cluster, profile, experiment in [a.split('/') for a in sys.argv[2:]]:
+    code = main([cluster, profile, experiment, '--dry-run', '--run-id', 'notorch'])
+    if code != 0:
+        failed.append((cluster, profile, code))
+assert main(['names']) == 0
+assert not failed, failed
+assert 'torch' not in sys.modules
+"""
+
+
+def test_the_host_side_never_imports_torch(store, tmp_path):
+    """Every golden profile's dry run (and `names`) with torch, Lightning, DeepSpeed and numpy made unimportable."""
+    import test_golden_scripts as golden
+
+    for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
+        (tmp_path / "experts" / arch).mkdir(parents=True)
+    (tmp_path / "settings.yaml").write_text(f"experts: {tmp_path / 'experts'}\nclusters:\n  gilbreth: {{account: lusu}}\n")
+    cases = []
+    for cluster, profile in every_profile():
+        experiment = golden.EXPERIMENT.get(f"{cluster}/{profile}") or golden.EXPERIMENT.get(cluster) or (
+            "demo" if cluster in golden.SMALL_CLUSTERS else "cifar100_resnet")
+        cases.append(f"{cluster}/{profile}/{experiment}")
+    done = subprocess.run([sys.executable, "-c", BLOCK_TORCH, str(ROOT), *cases], capture_output=True, text=True,
+                          env={**__import__("os").environ, "CT_SETTINGS": str(tmp_path / "settings.yaml")})
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_only_the_scheduler_adapters_name_a_scheduler():
+    """Facts about Slurm, LSF and the local runner live in train/host/schedulers.py, not in if/else elsewhere."""
+    pattern = re.compile(r"""(==|!=|\bin\b)\s*\(?\s*["'](slurm|lsf|local)["']|["'](slurm|lsf|local)["']\s*(==|!=)""")
+    offenders = [f"{path.name}:{n}: {line.strip()}" for path in sorted((ROOT / "train" / "host").glob("*.py"))
+                 if path.name != "schedulers.py"
+                 for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert offenders == []
+
+
+def test_the_image_content_key_leaves_out_the_host_side(tmp_path):
+    from train.host import images
+
+    files = images.input_files("containers/cpu.def", "containers/cpu.lock", ROOT)
+    assert "train/config.py" in files and "train/fit.py" in files
+    assert not [f for f in files if f.startswith(("train/host/", "train/templates/"))]
+
+
+def test_flavors_are_the_definition_files():
+    from train.host.clusters import image_flavors
+
+    assert sorted(image_flavors()) == sorted(p.stem for p in (ROOT / "containers").glob("*.def"))
+
+
+@pytest.mark.parametrize("template", ["slurm.sh.j2", "lsf.sh.j2"])
+def test_master_port_has_one_formula(template):
+    text = (ROOT / "train" / "templates" / template).read_text()
+    assert "20000" not in text and "master_port(" in text
+    from train.ports import master_port, master_port_shell
+
+    assert master_port(12345) == 32345 and master_port_shell("X") == "$((20000 + X % 20000))"

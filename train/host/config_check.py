@@ -1,0 +1,109 @@
+"""Preflight for the run config itself, torch-free: every registered name, every parameter a constructor or task
+takes, every input path, and the values the user set over the profile's. Each problem is one UserError."""
+from pathlib import Path
+from typing import Any, Dict, List
+
+from train import config as cfg
+from train.catalog import REGISTRIES
+from train.errors import UserError
+from train.host.clusters import Profile
+from train.host.job import Job, profile_values
+from train.registry import NOT_LITERAL, REQUIRED, Registry, unknown_name
+
+# config key -> the registry its value must name
+NAMED = {"task": "tasks", "model.name": "models", "data.name": "data sets", "trainer.strategy": "strategies",
+         "optim.name": "optimizers", "optim.scheduler": "schedulers", "trainer.precision": "precisions"}
+# params section -> (the config key naming its entry, the registry)
+PARAMS = {"model.params": ("model.name", "models"), "data.params": ("data.name", "data sets"),
+          "task_params": ("task", "tasks")}
+GPU_ACCELERATORS = ("gpu", "cuda")
+
+
+def problems(run: cfg.RunConfig) -> List[UserError]:
+    found = [err for key, kind in NAMED.items() for err in _name(REGISTRIES[kind], _get(run, key), key)]
+    for section, (name_key, kind) in PARAMS.items():
+        if not any(err for err in _name(REGISTRIES[kind], _get(run, name_key), name_key)):
+            found += _params(REGISTRIES[kind], _get(run, name_key), _get(run, section), section)
+    found += _inputs(run)
+    return found
+
+
+def user_choices(job: Job, run: cfg.RunConfig, user_set: Dict[str, Any], profile: Profile) -> List[UserError]:
+    """A value the user set over the profile's wins where it can run; where it cannot, say why."""
+    found = []
+    accelerator = user_set.get("trainer.accelerator")
+    if accelerator in GPU_ACCELERATORS and job.gpus_per_node == 0:
+        found.append(UserError(f"trainer.accelerator={accelerator}: profile {job.profile!r} has no GPUs; drop the "
+                               f"--set or choose a GPU profile"))
+    if user_set.get("trainer.strategy") == "single" and job.total_ranks > 1:
+        found.append(UserError(f"trainer.strategy=single trains in one process but profile {job.profile!r} starts "
+                               f"{job.total_ranks} ranks; choose a distributed strategy or a 1-rank profile"))
+    packed = {key for spec in profile.tasks for key in (spec.get("set") or {})}
+    for key in sorted(packed & set(user_set)):
+        found.append(UserError(f"--set {key}: profile {job.profile!r} packs tasks that each set {key} themselves; "
+                               f"edit the profile's tasks instead"))
+    return found
+
+
+def overridden(user_set: Dict[str, Any], profile: Profile) -> Dict[str, Any]:
+    """The profile's values the user's --set replaced: key -> the profile's value."""
+    return {k: v for k, v in profile_values(profile).items() if k in user_set and user_set[k] != v}
+
+
+def _name(registry: Registry, name: Any, key: str) -> List[UserError]:
+    if name in registry:
+        return []
+    return [UserError(unknown_name(f"{key}", name, registry.names()) + f"; fix {key}")]
+
+
+def _params(registry: Registry, name: str, given: Dict[str, Any], section: str) -> List[UserError]:
+    accepted = registry.params(name)
+    if accepted is None:  # the constructor takes **kwargs
+        return []
+    found = []
+    for key, value in given.items():
+        if key not in accepted:
+            known = sorted(accepted) or ["(none)"]
+            found.append(UserError(unknown_name(f"{section} key for {name}", key, known) + f"; fix {section}.{key}"))
+            continue
+        found += _param_type(value, accepted[key], f"{section}.{key}")
+        for kind, item in _named_items(registry, name, key, value):
+            found += _name(REGISTRIES[kind], item, f"{section}.{key}")
+    for key, default in accepted.items():
+        if default is REQUIRED and key not in given and section == "task_params":
+            found.append(UserError(f"{section}.{key} is required by {name}; set it with --set {section}.{key}=..."))
+    return found
+
+
+def _param_type(value: Any, default: Any, key: str) -> List[UserError]:
+    """A value whose default is a literal must be of the same kind (an int where 4 was, a list where [] was)."""
+    if default in (None, REQUIRED, NOT_LITERAL) or value is None:
+        return []
+    kinds = {bool: (bool,), int: (int,), float: (int, float), str: (str,), list: (list, tuple), tuple: (list, tuple),
+             dict: (dict,)}.get(type(default), (type(default),))
+    if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, kinds):
+        return [UserError(f"{key} = {value!r} must be a {type(default).__name__} like its default {default!r}")]
+    return []
+
+
+def _named_items(registry: Registry, name: str, key: str, value: Any):
+    kind = registry.names_in(name).get(key)
+    if kind is None:
+        return []
+    return [(kind, item) for item in (value if isinstance(value, (list, tuple)) else [value])]
+
+
+def _inputs(run: cfg.RunConfig) -> List[UserError]:
+    found = []
+    for key, path in cfg.input_paths(run).items():
+        if not Path(path).exists():
+            fix = "create it (the generated data sets: make data)" if key == "data.root" else f"fix {key}"
+            found.append(UserError(f"{key}: {path} does not exist; {fix}"))
+    return found
+
+
+def _get(run: cfg.RunConfig, dotted: str) -> Any:
+    node: Any = run
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
