@@ -1,6 +1,7 @@
 """Host tests again, inside the image, run by its own torch, torchvision, Lightning and DeepSpeed: the model tests
 (with the torchvision-based models vgg, mobilenet, mobilenet_finetuned and efficientnet, which the host venv must
-skip) and the multi-process strategy, resume and export tests."""
+skip), the registry drift test (every lazy table entry against the image's own code) and the multi-process strategy,
+resume and export tests."""
 import subprocess
 
 import pytest
@@ -13,7 +14,8 @@ def test_every_registered_model_passes_the_model_tests_in_the_image(cpu_image, t
     done = subprocess.run(
         ["apptainer", "exec", "--cleanenv", "--no-home", "-B", f"{ROOT / 'tests'}:/opt/ct-tests:ro", "-B", str(tmp_path),
          "--pwd", str(tmp_path), cpu_image.path,
-         "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "/opt/ct-tests/test_models.py"],
+         "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "/opt/ct-tests/test_models.py",
+         "/opt/ct-tests/test_registry_drift.py"],
         capture_output=True, text=True, timeout=1200,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

@@ -36,7 +36,7 @@ def train_worker(rank, strategy, nprocs, out, extra):
     import torch.nn.functional as F
     from torch.utils.data import DataLoader, DistributedSampler
 
-    from train.fit import build_trainer
+    from train.trainer import build_trainer
     from train.lit import Classifier
 
     class Recording(Classifier):

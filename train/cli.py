@@ -42,6 +42,13 @@ def models():
         print(f"{name:32s} {count}  input (B, {', '.join(map(str, input_shape(name)))})")
 
 
+def names():
+    """Every name a run config can hold (models, fusion heads, data sets, tasks, strategies, ...), with parameters."""
+    from train.catalog import describe
+
+    print(describe())
+
+
 def make_data(name: str, root: str, **options):
     """Write a small learnable data set in the loader's real on-disk format: `make_data cifar100 data/cifar100`."""
     from train.data import GENERATORS
@@ -73,7 +80,7 @@ def selftest():
 
 def main(argv=None):
     try:
-        fire.Fire({"fit": fit, "export": export, "bench": bench, "models": models, "make_data": make_data, "selftest": selftest}, command=argv)
+        fire.Fire({"fit": fit, "export": export, "bench": bench, "models": models, "names": names, "make_data": make_data, "selftest": selftest}, command=argv)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from train.config import OptimConfig
+from train.optimizers import build_optimizer, build_scheduler
 
 
 class Classifier(pl.LightningModule):
@@ -30,14 +31,8 @@ class Classifier(pl.LightningModule):
         self.log("val/acc", (logits.argmax(1) == y).float().mean(), prog_bar=True, sync_dist=True)
 
     def configure_optimizers(self):
-        cfg = self.optim
-        if cfg.name == "sgd":
-            opt = torch.optim.SGD(self.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        elif cfg.name == "adamw":
-            opt = torch.optim.AdamW(self.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        else:
-            raise ValueError(f"unknown optimizer {cfg.name!r}; choose sgd or adamw")
-        if cfg.scheduler == "none":
+        opt = build_optimizer(self.parameters(), self.optim)
+        sched = build_scheduler(opt, self.optim, self.trainer.max_epochs)
+        if sched is None:
             return opt
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, self.trainer.max_epochs))
         return {"optimizer": opt, "lr_scheduler": sched}

@@ -8,6 +8,8 @@ import os
 
 from pytorch_lightning.plugins.environments import ClusterEnvironment
 
+from train.ports import master_port
+
 
 class LSFHostfileEnvironment(ClusterEnvironment):
     @property
@@ -20,7 +22,7 @@ class LSFHostfileEnvironment(ClusterEnvironment):
 
     @property
     def main_port(self) -> int:
-        return int(os.environ.get("MASTER_PORT") or 20000 + int(os.environ["LSB_JOBID"]) % 20000)
+        return int(os.environ.get("MASTER_PORT") or master_port(int(os.environ["LSB_JOBID"])))
 
     @staticmethod
     def detect() -> bool:

@@ -1,7 +1,9 @@
-"""The rendezvous port of a job, from its scheduler job id: the one formula the job scripts and the LSF cluster
-environment share (a port per job, so two jobs on one node do not collide)."""
+"""The rendezvous port every rank of a job agrees on without talking: MASTER_PORT from the scheduler's job id.
+
+One formula for the job templates (rendered from these numbers) and for train/lsf_environment.py. Torch-free.
+"""
 MASTER_PORT_BASE = 20000
-MASTER_PORT_SPAN = 20000
+MASTER_PORT_SPAN = 20000  # ports BASE .. BASE + SPAN - 1: jobs sharing a node rarely collide
 
 
 def master_port(job_id: int) -> int:

@@ -1,9 +1,20 @@
-"""Data set registry: `DATASETS.build(name, config=DataConfig)` returns a LightningDataModule."""
+"""Data set registry: `build(config)` (DATASETS.build(name, config=DataConfig, **config.params)) returns a
+LightningDataModule. Torch-free: a data set's module is imported when it is built; its `data.params` are the
+keyword arguments of its data module's constructor besides `config` (DATASETS.params(name))."""
 from train.registry import Registry
 
-DATASETS = Registry("data set")
+DATASETS = Registry("data set", {
+    "cifar100": "train.data.cifar100:Cifar100DataModule",
+    "ufc10": "train.data.ufc10:VideoDataModule",
+}, fixed=("config",))
 
-# Generators write small learnable data sets in each loader's real on-disk format (numpy only, no torch).
-GENERATORS = Registry("data generator")
+# Generators write small learnable data sets in each loader's real on-disk format (`python -m train make_data`).
+GENERATORS = Registry("data generator", {
+    "cifar100": "train.data.cifar100:generate_cifar100",
+    "ufc10": "train.data.ufc10:generate_ufc10",
+}, fixed=("root",))
 
-from train.data import cifar100, ufc10  # noqa: E402,F401  (register their data modules and generators)
+
+def build(config):
+    """The data module for a DataConfig: its name, with its own params."""
+    return DATASETS.build(config.name, config=config, **config.params)

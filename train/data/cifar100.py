@@ -7,7 +7,6 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from train.config import DataConfig
-from train.data import DATASETS, GENERATORS
 from train.data import cifar100_format as fmt
 
 NUM_CLASSES = 100
@@ -68,12 +67,6 @@ class Cifar100DataModule(pl.LightningDataModule):
         )
 
 
-@DATASETS.register("cifar100")
-def cifar100(config: DataConfig) -> Cifar100DataModule:
-    return Cifar100DataModule(config)
-
-
-@GENERATORS.register("cifar100")
 def generate_cifar100(root, train_per_class: int = 20, test_per_class: int = 5, seed: int = 0) -> Path:
     """Write a small CIFAR-100-format set whose classes are learnable: each class is a colour layout
     (a random 4x4 pattern upsampled to 32x32); samples add noise and a small shift."""

@@ -10,7 +10,6 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from train.config import DataConfig
-from train.data import DATASETS, GENERATORS
 from train.data import ufc10_format as fmt
 
 NUM_CLASSES = 10
@@ -71,12 +70,6 @@ class VideoDataModule(pl.LightningDataModule):
         )
 
 
-@DATASETS.register("ufc10")
-def ufc10(config: DataConfig) -> VideoDataModule:
-    return VideoDataModule(config, **config.params)
-
-
-@GENERATORS.register("ufc10")
 def generate_ufc10(root, train_per_class: int = 12, val_per_class: int = 4, test_per_class: int = 4,
                    frames: int = 8, size: int = 32, seed: int = 0) -> Path:
     """Write a small UFC-10-layout set: a bright square moves over a noisy background; the class is its

@@ -1,20 +1,45 @@
-"""Model registry: `MODELS.build(name, num_classes=..., **params)`; importing a family registers it.
+"""Model registry: `MODELS.build(name, num_classes=..., **params)`; a family's module is imported on first use.
 
 Image models take (B, C, H, W); video models take clips shaped (B, T, C, H, W) and say so with
 `@takes(VIDEO_INPUT)`, so tests and `python -m train models` can build an example input for any name.
+This module imports no torch: the login node checks `model.name` and `model.params` against MODELS.names() and
+MODELS.params(name) (read from the source, see train/registry.py).
 """
 from typing import Tuple
 
 from train.registry import Registry
 
-MODELS = Registry("model")
+_AR = "train.models.action_recognition"
+_VF = "train.models.video_fusion"
+
+MODELS = Registry("model", {
+    # seed 001's CIFAR experts
+    "densenet_cifar": "train.models.densenet_cifar:densenet_cifar",
+    "improved_wide_resnet": "train.models.wide_resnet_cifar:improved_wide_resnet",
+    "resnet_cifar": "train.models.resnet_cifar:resnet_cifar",
+    "resnext_cifar": "train.models.resnext_cifar:resnext_cifar",
+    # seed 000's six video models, under the seed's class names (its users' files are models/<Model>_*.pth)
+    **{name: f"{_VF}:{name}" for name in ("PerFrameAggregation2D", "LateFusion2D", "EarlyFusion2D",
+                                          "PerFrameAggregation3D", "LateFusion3D", "EarlyFusion3D")},
+    # seed 002's action recognition family
+    **{name: f"{_AR}:{name}" for name in ("basic_cnn", "cnn_lstm", "vgg", "mobilenet", "mobilenet_finetuned",
+                                          "efficientnet", "ensemble")},
+}, fixed=("num_classes",))
+
+# Seed 001's fusion heads: FusionNet builds them with the experts' feature sizes (train/models/fusion.py).
+FUSION_HEADS = Registry("fusion head", {
+    name: f"train.models.fusion:{cls}" for name, cls in (
+        ("multiplicative", "Multiplicative"), ("multiplicativeAddition", "MultiplicativeAddition"),
+        ("TransformerBase", "TransformerBase"), ("concatenation", "Concatenation"),
+    )
+}, fixed=("feature_dims", "num_classes"))
 
 IMAGE_INPUT = (3, 32, 32)  # (C, H, W): CIFAR-sized
 VIDEO_INPUT = (8, 3, 32, 32)  # (T, C, H, W): the generated UFC-10 clips
 
 
 def takes(shape: Tuple[int, ...]):
-    """Record the per-sample input shape a registered constructor's model expects (default IMAGE_INPUT)."""
+    """Record the per-sample input shape a model constructor's model expects (default IMAGE_INPUT)."""
 
     def mark(fn):
         fn.input_shape = tuple(shape)
@@ -24,9 +49,5 @@ def takes(shape: Tuple[int, ...]):
 
 
 def input_shape(name: str) -> Tuple[int, ...]:
+    """Imports the model's module (and so torch)."""
     return getattr(MODELS.get(name), "input_shape", IMAGE_INPUT)
-
-
-from train.models import (  # noqa: E402,F401  (register their models)
-    action_recognition, densenet_cifar, resnet_cifar, resnext_cifar, video_fusion, wide_resnet_cifar,
-)

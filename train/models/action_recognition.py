@@ -17,6 +17,9 @@ from train.models import MODELS, VIDEO_INPUT, takes
 # torchvision's own file name for the ImageNet weights of mobilenet_v3_small; copy it here (no network at run time).
 DEFAULT_MOBILENET_WEIGHTS = "weights/mobilenet_v3_small-047dcff4.pth"
 
+# Parameters holding names of other registries' entries (read by train.registry without importing this module).
+PARAM_NAMES = {"ensemble": {"members": "models", "member_params": "models"}}
+
 
 class PerFrame(nn.Module):
     """Wrap an image classifier: run it on every frame, average the logits over the clip."""
@@ -38,7 +41,6 @@ def _basic_features(in_channels: int, width: int, pooled: int = 1) -> nn.Sequent
                          nn.AdaptiveAvgPool2d(pooled), nn.Flatten())
 
 
-@MODELS.register("basic_cnn")
 @takes(VIDEO_INPUT)
 def basic_cnn(num_classes: int = 10, width: int = 16, in_channels: int = 3) -> nn.Module:
     return PerFrame(nn.Sequential(_basic_features(in_channels, width), nn.Linear(4 * width, num_classes)))
@@ -58,13 +60,11 @@ class CnnLstm(nn.Module):
         return self.head(sequence[:, -1])  # the state after the last frame has seen the whole clip in order
 
 
-@MODELS.register("cnn_lstm")
 @takes(VIDEO_INPUT)
 def cnn_lstm(num_classes: int = 10, width: int = 16, hidden: int = 64) -> nn.Module:
     return CnnLstm(num_classes=num_classes, width=width, hidden=hidden)
 
 
-@MODELS.register("vgg")
 @takes(VIDEO_INPUT)
 def vgg(num_classes: int = 10, layers: Sequence = (16, "M", 32, "M", 64, 64, "M"), dropout: float = 0.3) -> nn.Module:
     """torchvision's VGG feature stack (with batch norm) in a CIFAR-sized configuration; torchvision's own VGG head
@@ -77,7 +77,6 @@ def vgg(num_classes: int = 10, layers: Sequence = (16, "M", 32, "M", 64, 64, "M"
     return PerFrame(image)
 
 
-@MODELS.register("mobilenet")
 @takes(VIDEO_INPUT)
 def mobilenet(num_classes: int = 10, width_mult: float = 0.25) -> nn.Module:
     from torchvision.models import mobilenet_v3_small
@@ -85,7 +84,6 @@ def mobilenet(num_classes: int = 10, width_mult: float = 0.25) -> nn.Module:
     return PerFrame(mobilenet_v3_small(num_classes=num_classes, width_mult=width_mult))
 
 
-@MODELS.register("mobilenet_finetuned")
 @takes(VIDEO_INPUT)
 def mobilenet_finetuned(num_classes: int = 10, weights_path: str = DEFAULT_MOBILENET_WEIGHTS,
                         freeze_features: bool = False) -> nn.Module:
@@ -109,7 +107,6 @@ def mobilenet_finetuned(num_classes: int = 10, weights_path: str = DEFAULT_MOBIL
     return PerFrame(net)
 
 
-@MODELS.register("efficientnet")
 @takes(VIDEO_INPUT)
 def efficientnet(num_classes: int = 10, dropout: float = 0.2) -> nn.Module:
     from torchvision.models import efficientnet_b0
@@ -128,7 +125,6 @@ class Ensemble(nn.Module):
         return probs.clamp_min(1e-8).log()
 
 
-@MODELS.register("ensemble")
 @takes(VIDEO_INPUT)
 def ensemble(num_classes: int = 10, members: Sequence[str] = ("basic_cnn", "cnn_lstm"), member_params=None) -> nn.Module:
     """Any registered video models (by name) trained jointly; member_params: {name: {param: value}}."""

@@ -2,7 +2,6 @@
 import torch
 import torch.nn as nn
 
-from train.models import MODELS
 from train.models.pooled import PooledClassifier
 
 
@@ -38,6 +37,5 @@ class DenseNetCifar(PooledClassifier):
         self.set_features(nn.Sequential(*layers), ch, num_classes)
 
 
-@MODELS.register("densenet_cifar")
 def densenet_cifar(num_classes: int = 100, depth: int = 22, growth: int = 8) -> DenseNetCifar:
     return DenseNetCifar(num_classes=num_classes, depth=depth, growth=growth)

@@ -2,7 +2,7 @@
 
 Experts are any registered CIFAR model exposing `forward_features(x) -> (B, num_features)` and `head`.
 `FusionNet(x)` returns (fused_logits, [each expert's own logits]) so training can use the dual-path loss.
-Heads (FUSION_HEADS, by the seed's names):
+Heads (train.models.FUSION_HEADS, by the seed's names):
   multiplicative          project each expert to `dim`, element-wise product, LayerNorm, linear
   multiplicativeAddition  project, sum + product, MLP with a GELU
   TransformerBase         one token per expert, multi-head self-attention, mean over tokens, linear
@@ -13,9 +13,7 @@ from typing import List
 import torch
 import torch.nn as nn
 
-from train.registry import Registry
-
-FUSION_HEADS = Registry("fusion head")
+from train.models import FUSION_HEADS  # noqa: F401  (the table of the heads below, torch-free)
 
 
 class _Projected(nn.Module):
@@ -27,7 +25,6 @@ class _Projected(nn.Module):
         return [p(f) for p, f in zip(self.projections, features)]
 
 
-@FUSION_HEADS.register("multiplicative")
 class Multiplicative(_Projected):
     def __init__(self, feature_dims, num_classes, dim=64):
         super().__init__(feature_dims, dim)
@@ -38,7 +35,6 @@ class Multiplicative(_Projected):
         return self.out(self.norm(torch.stack(self.project(features)).prod(0)))
 
 
-@FUSION_HEADS.register("multiplicativeAddition")
 class MultiplicativeAddition(_Projected):
     def __init__(self, feature_dims, num_classes, dim=64):
         super().__init__(feature_dims, dim)
@@ -49,7 +45,6 @@ class MultiplicativeAddition(_Projected):
         return self.mlp(stacked.sum(0) + stacked.prod(0))
 
 
-@FUSION_HEADS.register("TransformerBase")
 class TransformerBase(_Projected):
     def __init__(self, feature_dims, num_classes, dim=64, heads=4):
         super().__init__(feature_dims, dim)
@@ -64,7 +59,6 @@ class TransformerBase(_Projected):
         return self.out(self.norm(tokens + attended).mean(1))
 
 
-@FUSION_HEADS.register("concatenation")
 class Concatenation(nn.Module):
     def __init__(self, feature_dims, num_classes, dim=64):
         super().__init__()

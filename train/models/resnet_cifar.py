@@ -2,7 +2,6 @@
 import torch.nn as nn
 import torch.nn.functional as F
 
-from train.models import MODELS
 
 
 class BasicBlock(nn.Module):
@@ -46,6 +45,5 @@ class ResNetCifar(nn.Module):
         return self.head(self.forward_features(x))
 
 
-@MODELS.register("resnet_cifar")
 def resnet_cifar(num_classes: int = 100, depth: int = 20, width: int = 16) -> ResNetCifar:
     return ResNetCifar(depth=depth, width=width, num_classes=num_classes)

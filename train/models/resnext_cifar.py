@@ -2,7 +2,6 @@
 import torch.nn as nn
 import torch.nn.functional as F
 
-from train.models import MODELS
 from train.models.pooled import PooledClassifier
 
 
@@ -35,7 +34,6 @@ class ResNeXtCifar(PooledClassifier):
         self.set_features(nn.Sequential(*layers), ch, num_classes)
 
 
-@MODELS.register("resnext_cifar")
 def resnext_cifar(num_classes: int = 100, blocks_per_stage: int = 1, cardinality: int = 4, group_width: int = 4,
                   base: int = 16) -> ResNeXtCifar:
     return ResNeXtCifar(num_classes, blocks_per_stage, cardinality, group_width, base)

@@ -14,7 +14,7 @@ All take clips shaped (B, T, C, H, W) and return (B, num_classes) logits.
 import torch
 import torch.nn as nn
 
-from train.models import MODELS, VIDEO_INPUT, takes
+from train.models import VIDEO_INPUT, takes
 
 POOLED = 4  # encoders keep a POOLED x POOLED map: fusion after pooling everything away could not see where things moved
 
@@ -135,6 +135,6 @@ class EarlyFusion3D(nn.Module):
         return self.head(self.encoder(clips.transpose(1, 2)))  # Conv3d wants (B, C, T, H, W)
 
 
-# Registered under the seed's class names: its users' files are models/<Model>_best_weights.pth.
+# Registered (train/models/__init__.py) under the seed's class names: its users' files are models/<Model>_best_weights.pth.
 for _cls in (PerFrameAggregation2D, LateFusion2D, EarlyFusion2D, PerFrameAggregation3D, LateFusion3D, EarlyFusion3D):
-    MODELS.register(_cls.__name__)(takes(VIDEO_INPUT)(_cls))
+    takes(VIDEO_INPUT)(_cls)

@@ -3,7 +3,6 @@ pre-activation blocks, dropout between the convolutions, and a final BN-ReLU bef
 import torch.nn as nn
 import torch.nn.functional as F
 
-from train.models import MODELS
 from train.models.pooled import PooledClassifier
 
 
@@ -38,7 +37,6 @@ class WideResNetCifar(PooledClassifier):
         self.set_features(nn.Sequential(*layers), ch, num_classes)
 
 
-@MODELS.register("improved_wide_resnet")
 def improved_wide_resnet(num_classes: int = 100, depth: int = 10, widen: int = 2, base: int = 8,
                          dropout: float = 0.1) -> WideResNetCifar:
     return WideResNetCifar(num_classes=num_classes, depth=depth, widen=widen, base=base, dropout=dropout)

@@ -1,6 +1,11 @@
-"""Task registry: what `python -m train fit` runs for a config's `task` (one name, one function(run) -> dict)."""
-from train.registry import Registry
+"""Task registry: what `python -m train fit` runs for a config's `task` (one name, one function(run) -> dict).
 
-TASKS = Registry("task")
+One task per module. Each module declares, as module-level literals read without importing it (train/registry.py),
+the `task_params` keys it reads with their defaults (PARAMS) and which of them hold names of another registry
+(PARAM_NAMES), so the login node can check a run's task_params before queueing it.
+"""
+from train.registry import TaskRegistry
 
-from train.tasks import cifar_experts, cifar_fusion, classify, video_suite  # noqa: E402,F401  (register their tasks)
+TASKS = TaskRegistry("task", {
+    name: f"train.tasks.{name}:{name}" for name in ("classify", "cifar_experts", "cifar_fusion", "video_suite")
+}, fixed=("run",))

@@ -16,13 +16,14 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from train.data import DATASETS
+from train.data import build as build_data
 from train.errors import UserError
 from train.lit import Classifier
 from train.models import MODELS
-from train.tasks import TASKS
-from train.tasks.common import EpochHistory, trainer
+from train.tasks.common import EpochHistory, trainer, write_results
 from train.tasks.subset_data import TrainSubset, train_size
+
+PARAMS = {"num_experts": 4, "fusion_holdout": 0.2}  # the task_params it reads, with their defaults
 
 HOLDOUT_FILE = Path("splits") / "fusion_holdout_indices.npy"
 HOLDOUT_BESIDE_EXPERTS = HOLDOUT_FILE.name  # in checkpoints/<model.name>/, next to the experts
@@ -41,7 +42,6 @@ class SaveBestExpert(EpochHistory):
             torch.save(dict(self.meta, state_dict=state, val_acc=acc, epoch=self.history["epoch"][-1]), self.path)
 
 
-@TASKS.register("cifar_experts")
 def cifar_experts(run) -> dict:
     out = Path(run.output_dir)
     experts = int(run.task_params.get("num_experts", 4))
@@ -49,7 +49,7 @@ def cifar_experts(run) -> dict:
     if not 0 < holdout < 1:
         raise UserError(f"task_params.fusion_holdout = {holdout} must be a fraction between 0 and 1, e.g. 0.2")
     MODELS.get(run.model.name)
-    n = train_size(DATASETS.build(run.data.name, config=run.data))
+    n = train_size(build_data(run.data))
     order = np.random.default_rng(run.seed).permutation(n)
     held, kept = np.sort(order[: int(round(holdout * n))]), np.sort(order[int(round(holdout * n)) :])
     (out / HOLDOUT_FILE).parent.mkdir(parents=True, exist_ok=True)
@@ -61,7 +61,7 @@ def cifar_experts(run) -> dict:
     for i in range(experts):
         print(f"[cluster-train] cifar_experts: {run.model.name} expert {i}", flush=True)
         pl.seed_everything(run.seed + i, workers=True)  # a different start and batch order per expert
-        data = TrainSubset(DATASETS.build(run.data.name, config=run.data), kept)
+        data = TrainSubset(build_data(run.data), kept)
         net = MODELS.build(run.model.name, num_classes=data.num_classes, **run.model.params)
         meta = {"model_name": run.model.name, "model_params": dict(run.model.params), "num_classes": data.num_classes}
         saver = SaveBestExpert(folder / f"expert_{i}_best.pth", meta)
@@ -70,9 +70,7 @@ def cifar_experts(run) -> dict:
         results[f"expert_{i}"] = saver.best
     record = {"task": "cifar_experts", "model": run.model.name, "best_val_acc": results,
               "holdout_size": int(len(held)), "expert_train_size": int(len(kept))}
-    (out / "results.json").write_text(json.dumps(record, indent=2) + "\n")
-    print(f"[cluster-train] results: {json.dumps(record)}", flush=True)
-    return record
+    return write_results(out, record)
 
 
 def load_expert(path: Path) -> torch.nn.Module:

@@ -30,13 +30,20 @@ import torch
 import torch.nn.functional as F
 from pytorch_lightning.callbacks import Callback
 
-from train.data import DATASETS
+from train.data import build as build_data
 from train.errors import UserError
-from train.models.fusion import FUSION_HEADS, FusionNet
-from train.tasks import TASKS
+from train.models import FUSION_HEADS
+from train.models.fusion import FusionNet
+from train.registry import NOT_LITERAL, REQUIRED
 from train.tasks.cifar_experts import HOLDOUT_BESIDE_EXPERTS, HOLDOUT_FILE, load_expert
-from train.tasks.common import trainer
+from train.tasks.common import trainer, write_results
 from train.tasks.subset_data import TrainSubset
+
+# The task_params it reads, with their defaults (NOT_LITERAL: computed from the run, see the docstring).
+PARAMS = {"experts_dir": REQUIRED, "holdout_path": NOT_LITERAL, "fusion": "multiplicative", "num_experts": 4,
+          "experts_lr": NOT_LITERAL, "fusion_lr": NOT_LITERAL, "fusion_dim": 64, "expert_loss_weight": 0.5,
+          "wandb_project": NOT_LITERAL}
+PARAM_NAMES = {"fusion": "fusion heads"}
 
 REFERENCE_DIM = 256  # the fusion input size at which fusion_lr is used unscaled
 CSV_COLUMNS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "expert_accuracy", "experts_lr", "fusion_lr")
@@ -150,7 +157,6 @@ def _default_holdout(experts_dir: Path) -> Path:
     return beside if beside.is_file() else experts_dir.parent.parent / HOLDOUT_FILE
 
 
-@TASKS.register("cifar_fusion")
 def cifar_fusion(run) -> dict:
     p, out = run.task_params, Path(run.output_dir)
     if "experts_dir" not in p:
@@ -166,7 +172,7 @@ def cifar_fusion(run) -> dict:
     expert_meta = [torch.load(experts_dir / f"expert_{i}_best.pth", map_location="cpu") for i in range(len(experts))]
     arch = expert_meta[0]["model_name"]
     pl.seed_everything(run.seed, workers=True)
-    data = TrainSubset(DATASETS.build(run.data.name, config=run.data), held)
+    data = TrainSubset(build_data(run.data), held)
     head_params = {"dim": int(p.get("fusion_dim", 64))}
     net = FusionNet(experts, fusion, data.num_classes, **head_params)
     fusion_lr = float(p.get("fusion_lr", run.optim.lr)) * math.sqrt(REFERENCE_DIM / net.fusion_input_dim)
@@ -184,6 +190,4 @@ def cifar_fusion(run) -> dict:
     fitter.fit(module, datamodule=data)
     record = {"task": "cifar_fusion", "model": arch, "fusion": fusion, "best_val_acc": saver.best,
               "experts_lr": experts_lr, "fusion_lr": fusion_lr, "components": str(components), "csv_log": str(csv_path)}
-    (out / "results.json").write_text(json.dumps(record, indent=2) + "\n")
-    print(f"[cluster-train] results: {json.dumps(record)}", flush=True)
-    return record
+    return write_results(out, record)

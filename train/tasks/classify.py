@@ -1,9 +1,71 @@
-"""`task: classify` (the default): one registered model trained on one data set (train.fit.classify)."""
-from train.tasks import TASKS
+"""`task: classify` (the default): one registered model trained on one data set.
+
+Writes under output_dir: checkpoints/best.ckpt, checkpoints/last.ckpt, metrics.csv, tensorboard/, results.json, and
+models/<model.name>_best_weights.pth when trainer.export_weights is set. Reads no task_params.
+"""
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+from train import config as cfg
+from train.data import build as build_data
+from train.lit import Classifier
+from train.models import MODELS
+from train.tasks.common import write_results
+from train.trainer import build_trainer
+
+PARAMS = {}  # the task_params keys it reads: none
 
 
-@TASKS.register("classify")
-def classify(run):
-    from train.fit import classify as run_classify
+def classify(run: cfg.RunConfig) -> dict:
+    out = Path(run.output_dir)
+    pl.seed_everything(run.seed, workers=True)
+    data = build_data(run.data)
+    net = MODELS.build(run.model.name, num_classes=data.num_classes, **run.model.params)
+    module = Classifier(net, run.optim)
+    trainer = build_trainer(run, out)
+    started = time.time()
+    initial = trainer.validate(module, datamodule=data, verbose=False)[0]
+    trainer.fit(module, datamodule=data)
+    final = trainer.validate(module, datamodule=data, verbose=False)[0]
+    hosts = _all_hostnames(trainer)
+    weights = out / "models" / f"{run.model.name}_best_weights.pth"
+    best = trainer.checkpoint_callback.best_model_path
+    if run.trainer.export_weights and best and trainer.is_global_zero:
+        from train.export import export_weights
 
-    return run_classify(run)
+        export_weights(best, weights)
+    results = {
+        "model": run.model.name,
+        "initial_val_loss": initial["val/loss"],
+        "final_val_loss": final["val/loss"],
+        "final_val_acc": final["val/acc"],
+        "best_val_loss": _scalar(trainer.checkpoint_callback.best_model_score),
+        "best_checkpoint": trainer.checkpoint_callback.best_model_path,
+        "last_checkpoint": str(out / "checkpoints" / "last.ckpt"),
+        "weights": str(weights) if run.trainer.export_weights and best else None,
+        "epochs": trainer.current_epoch,
+        "world_size": trainer.world_size,
+        "hostnames": hosts,
+        "image_sha256": os.environ.get("CT_IMAGE_SHA256"),
+        "duration_s": round(time.time() - started, 1),
+        "torch": torch.__version__,
+        "lightning": pl.__version__,
+    }
+    return write_results(out, results, write=trainer.is_global_zero)
+
+
+def _all_hostnames(trainer: pl.Trainer) -> list:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        names = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(names, socket.gethostname())
+        return names
+    return [socket.gethostname()]
+
+
+def _scalar(value):
+    return None if value is None else float(value)

@@ -1,4 +1,6 @@
-"""Pieces the multi-model tasks share: a plain single-process Trainer and per-epoch history recording."""
+"""Pieces the tasks share: a plain Trainer for the multi-model tasks, per-epoch history recording, and the one ending
+that writes results.json and prints the `[cluster-train] results:` line."""
+import json
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -6,7 +8,7 @@ from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.loggers import CSVLogger
 
 from train.config import RunConfig
-from train.fit import AnnounceRanks, trainer_options
+from train.trainer import AnnounceRanks, trainer_options
 
 
 def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=None, extra_loggers=()) -> pl.Trainer:
@@ -45,3 +47,12 @@ class EpochHistory(Callback):
 
     def on_epoch_recorded(self, trainer, pl_module):
         """Subclasses save files here, after the epoch's numbers are in self.history."""
+
+
+def write_results(out: Path, record: dict, write: bool = True) -> dict:
+    """Every task's ending: results.json in the run's output_dir and one log line (on rank 0 only: write=False
+    elsewhere); returns the record."""
+    if write:
+        (Path(out) / "results.json").write_text(json.dumps(record, indent=2) + "\n")
+        print(f"[cluster-train] results: {json.dumps(record)}", flush=True)
+    return record

@@ -15,16 +15,17 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from train.data import DATASETS
+from train.data import build as build_data
 from train.errors import UserError
 from train.lit import Classifier
 from train.models import MODELS
-from train.tasks import TASKS
-from train.tasks.common import EpochHistory, trainer
+from train.tasks.common import EpochHistory, trainer, write_results
 
-SIX_MODELS = (
-    "PerFrameAggregation2D", "LateFusion2D", "EarlyFusion2D", "PerFrameAggregation3D", "LateFusion3D", "EarlyFusion3D",
-)
+# The task_params it reads, with their defaults: `models` defaults to the seed's six, in its order.
+PARAMS = {"models": ["PerFrameAggregation2D", "LateFusion2D", "EarlyFusion2D", "PerFrameAggregation3D", "LateFusion3D",
+                     "EarlyFusion3D"], "model_params": {}}
+PARAM_NAMES = {"models": "models"}  # a list of model names
+SIX_MODELS = tuple(PARAMS["models"])
 
 
 class SeedFiles(EpochHistory):
@@ -48,7 +49,6 @@ class SeedFiles(EpochHistory):
             torch.save(state, self.out / "models" / f"{self.name}_best_weights.pth")
 
 
-@TASKS.register("video_suite")
 def video_suite(run) -> dict:
     out = Path(run.output_dir)
     names = list(run.task_params.get("models", SIX_MODELS))
@@ -57,7 +57,7 @@ def video_suite(run) -> dict:
     params = dict(run.task_params.get("model_params", {}))
     (out / "models").mkdir(parents=True, exist_ok=True)
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-    data = DATASETS.build(run.data.name, config=run.data)
+    data = build_data(run.data)
     results = {}
     for name in names:
         print(f"[cluster-train] video_suite: training {name}", flush=True)
@@ -76,8 +76,7 @@ def video_suite(run) -> dict:
     print(summary(results), flush=True)
     best = max(results, key=results.get)
     record = {"task": "video_suite", "test_acc": results, "best_model": best}
-    (out / "results.json").write_text(json.dumps(record, indent=2) + "\n")
-    return record
+    return write_results(out, record)
 
 
 def summary(results: dict) -> str:
