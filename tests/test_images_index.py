@@ -99,16 +99,18 @@ def test_reads_an_index_written_with_absolute_paths_and_fewer_fields(tmp_path):
 
 
 def test_inputs_key_and_stamp(tmp_path):
-    """The content key covers the def file, the lock, install.sh, pyproject.toml and the train package."""
+    """The content key covers the def file, the lock, install.sh, pyproject.toml and the train package, but not the
+    host side or the job templates (they never run inside the image)."""
     repo = tmp_path / "repo"
     for rel, text in {"containers/cpu.def": "def\n", "containers/cpu.lock": "lock\n", "containers/install.sh": "sh\n",
-                      "pyproject.toml": "[project]\n", "train/__init__.py": "", "train/host/x.py": "x = 1\n",
+                      "pyproject.toml": "[project]\n", "train/__init__.py": "", "train/fit.py": "x = 1\n",
+                      "train/host/x.py": "x = 1\n", "train/templates/slurm.sh.j2": "#!/bin/bash\n",
                       "train/__pycache__/junk.pyc": "junk", "README.md": "not an input\n"}.items():
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text(text)
     files = images.input_files("containers/cpu.def", "containers/cpu.lock", repo)
     assert files == sorted(["containers/cpu.def", "containers/cpu.lock", "containers/install.sh", "pyproject.toml",
-                            "train/__init__.py", "train/host/x.py"])
+                            "train/__init__.py", "train/fit.py"])
     stamp = repo / "images" / "cpu.inputs"
     status, text = images.inputs_status(stamp, "containers/cpu.def", "containers/cpu.lock", repo)
     assert status == "stale"
@@ -118,7 +120,9 @@ def test_inputs_key_and_stamp(tmp_path):
     assert images.inputs_status(stamp, "containers/cpu.def", "containers/cpu.lock", repo)[0] == "fresh"
     os.utime(repo / "containers/cpu.lock")  # touched, same content: still fresh
     assert images.inputs_status(stamp, "containers/cpu.def", "containers/cpu.lock", repo)[0] == "fresh"
-    for rel in ["containers/cpu.lock", "train/host/x.py", "containers/install.sh"]:
+    (repo / "train/host/x.py").write_text("x = 2\n")  # the host side: no rebuild
+    assert images.inputs_status(stamp, "containers/cpu.def", "containers/cpu.lock", repo)[0] == "fresh"
+    for rel in ["containers/cpu.lock", "train/fit.py", "containers/install.sh"]:
         before = (repo / rel).read_text()
         (repo / rel).write_text(before + "# changed\n")
         assert images.inputs_status(stamp, "containers/cpu.def", "containers/cpu.lock", repo)[0] == "stale", rel

@@ -141,9 +141,10 @@ def test_input_paths_are_made_absolute_and_bound_read_only(store, tmp_path, monk
     weights.write_text("stand-in")
     monkeypatch.chdir(tmp_path)  # a relative input path is the project's, wherever run-cluster is started
     done = run_cluster("local", "cpu_1proc", "cifar100_fusion", "--dry-run", "--set", f"task_params.experts_dir={experts}",
-                       "--set", f"model.params.weights_path={weights}", "--set", "data.params.labels_path=data/x.csv")
+                       "--set", "model.name=mobilenet_finetuned", "--set", f"model.params.weights_path={weights}",
+                       "--set", "task_params.holdout_path=data/cifar100-synthetic")
     assert done.returncode == 0, done.stderr
-    for path in (experts, weights, ROOT / "data" / "x.csv"):
+    for path in (experts, weights, ROOT / "data" / "cifar100-synthetic"):
         assert f"-B {path}:{path}:ro" in done.stdout
 
 

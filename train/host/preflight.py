@@ -77,15 +77,15 @@ def launcher_starts_every_rank(job: Job, cluster: Cluster, run: cfg.RunConfig) -
                             f"lacks; submit one job per task instead")
         raise UserError(f"{where}: launch: {job.launch} is not a launch {job.scheduler} can start; use one of: "
                         f"{', '.join(scheduler.launches)}")
+    if job.total_ranks > 1 and job.launch == "lightning" and scheduler.default_launch != "lightning":
+        raise UserError(f"{where} launches {job.total_ranks} ranks under {job.scheduler} without "
+                        f"{scheduler.default_launch}: only rank 0 would join and the job would hang; "
+                        f"set launch: {scheduler.default_launch}")
     if job.nodes > 1 and job.launch not in scheduler.multi_node_launches:
         if not scheduler.multi_node_launches:
             raise UserError(f"{where}: the {cluster.name} cluster has one node, not {job.nodes}; set nodes: 1")
         raise UserError(f"{where}: {job.launch} can start workers on one host only, not {job.nodes}; "
                         f"set launch: {scheduler.multi_node_launches[0]}")
-    if job.total_ranks > 1 and job.launch == "lightning" and scheduler.default_launch != "lightning":
-        raise UserError(f"{where} launches {job.total_ranks} ranks under {job.scheduler} without "
-                        f"{scheduler.default_launch}: only rank 0 would join and the job would hang; "
-                        f"set launch: {scheduler.default_launch}")
     if job.launch == "independent" and not job.tasks:
         raise UserError(f"{where} has launch: independent but no tasks; list them under tasks:")
 
