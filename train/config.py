@@ -5,6 +5,7 @@ config is saved as `config.yaml` beside the run's outputs, as timm saves its `ar
 """
 import dataclasses
 import math
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,7 +66,7 @@ class TrainerConfig:
 
 @dataclass
 class RunConfig:
-    name: str = "cifar100_resnet"
+    name: str = field(default="cifar100_resnet", metadata={"pattern": r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}"})
     # What `python -m train fit` runs (train/tasks): classify (one model, the default), video_suite,
     # cifar_experts, cifar_fusion, ...; task_params are that task's own options.
     task: str = "classify"
@@ -198,6 +199,10 @@ def _in_range(value: Any, meta: Mapping[str, Any], key: str) -> Any:
             raise UserError(f"config key {key!r} = {value!r} must be at least {meta['min']}")
         if "above" in meta and value <= meta["above"]:
             raise UserError(f"config key {key!r} = {value!r} must be greater than {meta['above']}")
+    if isinstance(value, str) and any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise UserError(f"config key {key!r} = {value[:60]!r} holds a newline or control character; remove it")
+    if "pattern" in meta and not re.fullmatch(meta["pattern"], value):
+        raise UserError(f"config key {key!r} = {value[:60]!r} must be 1-100 letters, digits, '_', '.', '+' or '-'")
     if "choices" in meta and value not in meta["choices"]:
         raise UserError(unknown_name(f"value of {key}", value, list(meta["choices"])))
     return value

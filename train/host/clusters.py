@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from train.errors import UserError
 from train.host import project
-from train.host.schedulers import SCHEDULERS, adapter
+from train.host.schedulers import MODULE_NAME, SCHEDULERS, adapter
 from train.registry import unknown_name
 from train.yaml_file import load_yaml
 
@@ -120,6 +120,9 @@ def load(path: Path) -> Cluster:
         needs=_texts(raw.get("needs"), f"{where}: needs"),
         modules=_texts(raw.get("modules"), f"{where}: modules"),
     )
+    for module in cluster.modules:
+        if not MODULE_NAME.match(module):
+            raise UserError(f"{where}: modules item {module!r} is not a module name like cuda/12.8")
     flavors = image_flavors()
     for name, spec in _mapping(raw.get("partitions"), f"{where}: partitions").items():
         part = cluster.partitions[name] = _record(Partition, name, spec, f"{where}: partition {name!r}")

@@ -96,10 +96,20 @@ def _named_items(registry: Registry, name: str, key: str, value: Any):
 def _inputs(run: cfg.RunConfig) -> List[UserError]:
     found = []
     for key, path in cfg.input_paths(run).items():
-        if not Path(path).exists():
+        if "," in path or ":" in path:  # apptainer -B splits its argument on both
+            found.append(UserError(f"{key}: {path!r} holds ',' or ':', which apptainer cannot bind; rename it or "
+                                   f"give a symlink without them"))
+        elif not _exists(path):
             fix = "create it (the generated data sets: make data)" if key == "data.root" else f"fix {key}"
             found.append(UserError(f"{key}: {path} does not exist; {fix}"))
     return found
+
+
+def _exists(path: str) -> bool:
+    try:
+        return Path(path).exists()
+    except OSError:  # a name too long for the file system, ...
+        return False
 
 
 def _get(run: cfg.RunConfig, dotted: str) -> Any:

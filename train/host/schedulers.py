@@ -43,6 +43,7 @@ class State(str, enum.Enum):
 FINISHED = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.NODE_FAIL,
                       State.OUT_OF_MEMORY, State.BOOT_FAIL, State.DEADLINE, State.PREEMPTED})
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # what may appear unquoted in a scheduler directive
+MODULE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/@-]*$")  # `module load NAME` (e.g. cuda/12.8)
 NOT_STARTED = frozenset({State.PENDING, State.CONFIGURING, State.UNKNOWN})
 
 
@@ -188,6 +189,8 @@ class Local(Scheduler):
             return {"state": State.UNKNOWN}
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
+        if not job_id.isdigit() or int(job_id) <= 1:  # killpg(0) would signal our own process group
+            raise UserError(f"local job id {job_id!r} is not a process id; the run's manifest is damaged")
         try:
             os.killpg(int(job_id), signal.SIGTERM)
         except ProcessLookupError:

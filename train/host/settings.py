@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from train.errors import UserError
-from train.host.schedulers import SAFE_NAME
+from train.host.schedulers import MODULE_NAME, SAFE_NAME
 from train.yaml_file import load_yaml
 
 
@@ -54,7 +54,8 @@ def check(key: str, value: Any, where: str) -> None:
     if key == "modules":
         items = value if isinstance(value, list) else [value]
         for item in items:
-            _scalar(f"{where}: modules", item)
+            if not MODULE_NAME.match(_scalar(f"{where}: modules", item)):
+                raise UserError(f"{where}: modules item {str(item)[:60]!r} is not a module name like cuda/12.8; fix modules")
         return
     text = _scalar(f"{where}: {key}", value)
     if key == "email" and not EMAIL.match(text):

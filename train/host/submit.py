@@ -63,7 +63,7 @@ def prepare(cluster_name: str, profile_name: str, experiment: str, overrides: Li
     profile = cluster.profile(profile_name)
     partition = cluster.partition(profile.partition)
     user = settings.load(cluster.name)
-    run_dir = runs.run_dir_for(run_id or new_run_id(cluster.name, profile.name))
+    run_dir = runs.run_dir_for(run_id if run_id is not None else new_run_id(cluster.name, profile.name))
     config_file = experiment_config(experiment)
     run = run_config(cfg.read(config_file), user_set, profile, run_dir)
     tasks = independent_tasks(profile, run_dir) if profile.launch == "independent" else []
