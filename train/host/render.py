@@ -3,8 +3,6 @@ import re
 import shlex
 from pathlib import Path
 
-import jinja2
-
 from train.errors import UserError
 from train.ports import master_port_shell
 from train.host.job import Job
@@ -16,6 +14,12 @@ FORWARDED = ["SLURM_*", "LSB_*", "LSF_*", "MASTER_ADDR", "MASTER_PORT", "CUDA_VI
 
 
 def render(job: Job) -> str:
+    try:  # here, not at the top: a refused job never pays for importing it
+        import jinja2
+    except ImportError:
+        raise UserError("jinja2 is not installed; install the host requirements: "
+                        "python3 -m pip install --user pyyaml jinja2") from None
+
     for name in job.env:
         if not ENV_NAME.match(name):
             raise UserError(f"environment variable name {name!r} is not valid; use letters, digits and '_'")
