@@ -101,7 +101,8 @@ def _inputs(run: cfg.RunConfig) -> List[UserError]:
                                    f"give a symlink without them"))
         elif not _exists(path):
             fix = "create it (the generated data sets: make data)" if key == "data.root" else f"fix {key}"
-            found.append(UserError(f"{key}: {path} does not exist; {fix}"))
+            shown = path if len(path) <= 200 else f"{path[:200]}... ({len(path)} characters)"
+            found.append(UserError(f"{key}: {shown} does not exist; {fix}"))
     return found
 
 
