@@ -1,4 +1,5 @@
 """bin/run-cluster on the host side: resolution, preflight refusals, rendering, and what is (not) written."""
+import json
 import os
 import subprocess
 import sys
@@ -157,3 +158,23 @@ def test_a_missing_input_path_is_one_line_and_submits_nothing(store, tmp_path):
     assert f"task_params.experts_dir: {tmp_path / 'nope'} does not exist; fix task_params.experts_dir" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert list((store / "runs").iterdir()) == []
+
+
+def test_rerun_applies_and_records_extra_set_values(store, tmp_path, monkeypatch):
+    """--rerun keeps the run's cluster, profile, config and image; a --set on top is applied and recorded."""
+    from train.host import cli, images
+
+    record = images.current("cpu", store / "images")
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "config.yaml").write_text(f"name: demo\ndata: {{root: {tmp_path}, num_workers: 1, rank_mem_gb: 1}}\n"
+                                     "trainer: {max_epochs: 2}\n")
+    (old / "manifest.json").write_text(json.dumps({
+        "run_id": "old", "cluster_file": str(ROOT / "clusters" / "local.yaml"), "profile": "cpu_1proc",
+        "image": {"sha256": record.sha256}, "scheduler": {"name": "local", "job_id": "4242"}}))
+    seen = {}
+    monkeypatch.setattr(cli, "show_and_queue", lambda args, sub: seen.setdefault("sub", sub) and 0)
+    assert cli.main(["--rerun", str(old), "--set", "trainer.max_epochs=7", "--dry-run"]) == 0
+    sub = seen["sub"]
+    assert sub.run.trainer.max_epochs == 7 and sub.overrides == ["trainer.max_epochs=7"] and sub.rerun_of == "old"
+    assert sub.job.image_sha256 == record.sha256 and sub.job.profile == "cpu_1proc"
