@@ -4,23 +4,27 @@
     run-cluster CLUSTER --first-to-start PROFILE_A PROFILE_B [EXPERIMENT]
     run-cluster --rerun runs/<id>
     run-cluster status|logs|cancel runs/<id>
+    run-cluster resume runs/<id> [--profile P] [--set KEY=VALUE ...]
     run-cluster names
 
 argparse rather than fire: `--set` repeats, and fire cannot take a repeated flag.
 """
 import argparse
+import json
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from train.errors import UserError
-from train.host import images, project, runs
+from train.host import causes, images, project, runs, segments
 from train.host.follow import follow, follow_log
+from train.host.resume import prepare_resume, queue_resume
+from train.host.segments import run_state
 from train.host.submit import Submission, prepare, queue
-from train.host.schedulers import adapter, race
+from train.host.schedulers import FINISHED, State, adapter, race
 
 DEFAULT_EXPERIMENT = "cifar100_resnet"
-RUN_COMMANDS = ("status", "logs", "cancel")
+RUN_COMMANDS = ("status", "logs", "cancel", "resume")
 
 
 class Parser(argparse.ArgumentParser):
@@ -79,7 +83,7 @@ def submit_one(args, profile: str, experiment: Optional[str]) -> int:
     return show_and_queue(args, sub)
 
 
-def show_and_queue(args, sub: Submission) -> int:
+def show_and_queue(args, sub: Submission, submit: Callable[[Submission], str] = queue) -> int:
     """Print what will run; then, unless --dry-run, queue it and (by default on the local cluster) follow it."""
     print(sub.summary)
     for warning in sub.warnings:
@@ -88,7 +92,7 @@ def show_and_queue(args, sub: Submission) -> int:
         print(f"--- {sub.job.scheduler} script (dry run: nothing submitted) ---")
         print(sub.script, end="")
         return 0
-    job_id = queue(sub)
+    job_id = submit(sub)
     scheduler = adapter(sub.job.scheduler)
     if args.wait if args.wait is not None else scheduler.follow_by_default:
         return follow(scheduler, job_id, Path(sub.job.run_dir), args.timeout)
@@ -130,14 +134,7 @@ def rerun(args) -> int:
         raise UserError(f"--rerun takes the run's own cluster, profile and image; drop {', '.join(extra)} "
                         f"(or submit anew without --rerun)")
     manifest = runs.read_manifest(Path(args.rerun))
-    digest = manifest["image"]["sha256"]
-    record = images.find(digest, project.images_dir())
-    if record is None:
-        raise UserError(f"the image of {args.rerun} (sha256 {digest}) is not in {project.images_dir()}/store; "
-                        f"restore it there to rerun exactly")
-    if images.sha256_file(record.path) != digest:
-        raise UserError(f"the store copy {record.path} of the image of {args.rerun} was tampered with: its sha256 is "
-                        f"no longer {digest}; restore the original file to rerun exactly")
+    record = images.verified(manifest["image"]["sha256"], project.images_dir(), f"the image of {args.rerun}")
     # The run's config.yaml already holds every override it was submitted with; new ones go on top.
     sub = prepare(manifest["cluster_file"], manifest["profile"], str(Path(args.rerun) / "config.yaml"),
                   args.overrides, args.run_id, record.flavor, image=record, rerun_of=manifest["run_id"],
@@ -145,18 +142,50 @@ def rerun(args) -> int:
     return show_and_queue(args, sub)
 
 
+def resume(args) -> int:
+    run_dir = args.run_dir.resolve()
+    sub = prepare_resume(run_dir, args.profile, args.overrides, args.dry_run)
+    return show_and_queue(args, sub, lambda sub: queue_resume(sub, run_dir))
+
+
+def print_status(manifest: dict, scheduler, run_dir: Path) -> None:
+    """The state (the scheduler's, else the run's own record), every segment, and why it failed where known."""
+    job_id = manifest["scheduler"]["job_id"]
+    state = run_state(scheduler, job_id, run_dir)
+    print(f"{manifest['run_id']}: {scheduler.name} job {job_id} {state['state'].value}"
+          + "".join(f" {k}={v}" for k, v in state.items() if k != "state" and v))
+    for segment in segments.read(run_dir):
+        print(f"  {segment.line()}")
+    runs.update_manifest(run_dir, segments=segments.as_records(run_dir))
+    if state["state"] == State.COMPLETED and (run_dir / "results.json").is_file():
+        results = json.loads((run_dir / "results.json").read_text())
+        print("  result: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                       for k, v in results.items() if k.startswith(("final_", "best_", "epochs"))))
+    elif state["state"] in FINISHED:
+        cause = causes.diagnose(run_dir)
+        if cause:
+            print(f"  cause: {cause}")
+
+
 def run_command(argv: List[str]) -> int:
     p = Parser(prog=f"run-cluster {argv[0]}")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--follow", "-f", action="store_true", help="logs: keep printing until the job ends")
+    if argv[0] == "resume":
+        p.add_argument("--profile", help="resume on another shape of the same cluster (strategies that re-shard)")
+        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+        p.add_argument("--dry-run", action="store_true")
+        p.add_argument("--wait", dest="wait", action="store_true", default=None)
+        p.add_argument("--no-wait", dest="wait", action="store_false")
+        p.add_argument("--timeout", type=float, default=24 * 3600)
     args = p.parse_args(argv[1:])
+    if argv[0] == "resume":
+        return resume(args)
     manifest = runs.read_manifest(args.run_dir)
     scheduler = adapter(manifest["scheduler"]["name"])
     job_id = manifest["scheduler"]["job_id"]
     if argv[0] == "status":
-        state = scheduler.state(job_id, args.run_dir)
-        print(f"{manifest['run_id']}: {scheduler.name} job {job_id} {state['state'].value}"
-              + "".join(f" {k}={v}" for k, v in state.items() if k != "state" and v))
+        print_status(manifest, scheduler, args.run_dir)
     elif argv[0] == "cancel":
         scheduler.cancel(job_id, args.run_dir)
         print(f"cancelled {manifest['scheduler']['name']} job {job_id} ({manifest['run_id']})")

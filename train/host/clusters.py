@@ -51,6 +51,10 @@ class Profile:
     env: Dict[str, str] = field(default_factory=dict)
     directives: List[str] = field(default_factory=list)  # extra raw scheduler directives
     notify: bool = False  # mail at start and end (LSF -B -N, Slurm --mail-type=BEGIN,END)
+    # Long runs: the scheduler warns this many seconds before the time limit, every rank saves a checkpoint and the
+    # job requeues itself, at most max_requeues times per run.
+    grace_s: int = field(default=300, metadata={"min": 10})
+    max_requeues: int = field(default=10, metadata={"min": 0})
     tasks: List[Dict[str, Any]] = field(default_factory=list)  # launch: independent -> [{name, set: {key: value}}]
 
     @property

@@ -1,9 +1,24 @@
-"""Follow a job's log while it runs (the scheduler adapters only say its state)."""
+"""Follow a job's log while it runs, and wait for it to end (by the scheduler's word or the run's own record)."""
 import threading
 import time
 from pathlib import Path
+from typing import Dict
 
-from train.host.schedulers import FINISHED, wait
+from train.errors import UserError
+from train.host.schedulers import FINISHED
+from train.host.segments import run_state
+
+
+def wait(scheduler, job_id: str, run_dir: Path, timeout_s: float, poll_s: float = 1.0) -> Dict:
+    """Poll until the job ends (sbatch --wait polls only every ~10 s)."""
+    deadline = time.time() + timeout_s
+    while True:
+        state = run_state(scheduler, job_id, run_dir)
+        if state["state"] in FINISHED:
+            return state
+        if time.time() > deadline:
+            raise UserError(f"job {job_id} did not finish within {timeout_s:.0f} s (state {state['state'].value})")
+        time.sleep(poll_s)
 
 
 def follow(scheduler, job_id: str, run_dir: Path, timeout_s: float) -> int:
@@ -27,7 +42,7 @@ def follow_log(scheduler, job_id: str, run_dir: Path, forever: bool) -> None:
     done = threading.Event()
     printer = threading.Thread(target=_tail, args=(run_dir / "logs", done), daemon=True)
     printer.start()
-    while scheduler.state(job_id, run_dir)["state"] not in FINISHED:
+    while run_state(scheduler, job_id, run_dir)["state"] not in FINISHED:
         time.sleep(1)
     time.sleep(0.5)
     done.set()
@@ -35,7 +50,8 @@ def follow_log(scheduler, job_id: str, run_dir: Path, forever: bool) -> None:
 
 
 def _logs(logs: Path):
-    return sorted(p for p in logs.glob("*.out") if p.is_file())
+    """The scheduler's logs: standard output (*.out) and, where it keeps one apart (LSF -e), standard error."""
+    return sorted(p for p in logs.iterdir() if p.is_file() and p.suffix in (".out", ".err")) if logs.is_dir() else []
 
 
 def _tail(logs: Path, done: threading.Event) -> None:

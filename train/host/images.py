@@ -124,6 +124,17 @@ def find(sha256: str, root=Path("images")) -> Optional[ImageRecord]:
     return None
 
 
+def verified(sha256: str, root: Path, what: str) -> ImageRecord:
+    """The store's image with this digest, its bytes checked: refused when it is gone or was modified in place."""
+    record = find(sha256, root)
+    if record is None:
+        raise UserError(f"{what} (sha256 {sha256}) is not in {root}/store; restore it there to rerun exactly")
+    if sha256_file(record.path) != sha256:
+        raise UserError(f"the store copy {record.path} of {what} was tampered with: its sha256 is no longer "
+                        f"{sha256}; restore the original file to rerun exactly")
+    return record
+
+
 def records(root=Path("images")) -> List[ImageRecord]:
     """Every record of the index, oldest first."""
     return _read_index(Path(root))

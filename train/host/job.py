@@ -59,6 +59,8 @@ class Job:
     account: Optional[str] = None
     email: Optional[str] = None
     notify: bool = False
+    grace_s: int = 300  # the time-limit warning comes this long before the limit
+    max_requeues: int = 10
     tasks: List[Task] = field(default_factory=list)
 
     @property
@@ -126,6 +128,8 @@ def resolve(
         account=user.get("account"),
         email=user.get("email"),
         notify=profile.notify,
+        grace_s=profile.grace_s,
+        max_requeues=profile.max_requeues,
         tasks=tasks,
     )
 

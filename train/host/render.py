@@ -3,9 +3,11 @@ import re
 import shlex
 from pathlib import Path
 
+from train import exit_codes
 from train.errors import UserError
 from train.ports import master_port_shell
 from train.host.job import Job
+from train.host.schedulers import adapter
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -34,4 +36,5 @@ def render(job: Job) -> str:
     env.filters["q"] = lambda value: shlex.quote(str(value))
     env.globals["master_port"] = master_port_shell
     template = env.get_template(f"{job.scheduler}.sh.j2")
-    return template.render(job=job, forward_patterns="|".join(FORWARDED + sorted(job.env)))
+    return template.render(job=job, scheduler=adapter(job.scheduler), requeue_exit=exit_codes.REQUEUE,
+                           forward_patterns="|".join(FORWARDED + sorted(job.env)))

@@ -70,7 +70,9 @@ class Scheduler:
     time_format: Pattern = re.compile(r"^\d+(:[0-5]\d){0,2}$|^\d+-(1?\d|2[0-3])(:[0-5]\d){0,2}$")
     time_example = "04:00:00 or 1-12:00:00"
     follow_by_default = False  # --wait unless --no-wait
-    requeue_command = ""  # how the batch shell puts its own job back in the queue
+    requeue_command = ""  # how the batch shell puts its own job back in the queue ("": it cannot)
+    job_id_var = "$$"  # the job's id, as the batch shell reads it
+    hosts_var = "$(hostname)"  # the job's hosts, as the batch shell reads them
 
     def log_name(self, job_name: str) -> str:
         raise NotImplementedError
@@ -91,6 +93,8 @@ class Slurm(Scheduler):
     launches = ("srun", "lightning", "independent")
     multi_node_launches = ("srun",)
     requeue_command = 'scontrol requeue "$SLURM_JOB_ID"'
+    job_id_var = "$SLURM_JOB_ID"
+    hosts_var = "$SLURM_JOB_NODELIST"
 
     def log_name(self, job_name: str) -> str:
         return "job-%j.out"
@@ -105,8 +109,10 @@ class Slurm(Scheduler):
         if done.returncode != 0:
             return {"state": State.UNKNOWN}
         fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
-        return {"state": State.of(fields.get("JobState", "")), "exit_code": fields.get("ExitCode", ""),
-                "nodes": fields.get("NodeList", "")}
+        state = State.of(fields.get("JobState", ""))
+        return {"state": state, "exit_code": fields.get("ExitCode", ""), "nodes": fields.get("NodeList", ""),
+                "reason": fields.get("Reason", "") if state == State.PENDING else "",
+                "restarts": fields.get("Restarts", "0") if fields.get("Restarts", "0") != "0" else ""}
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         _run(["scancel", job_id], "scancel")
@@ -121,6 +127,8 @@ class Lsf(Scheduler):
     time_format = re.compile(r"^\d+(:[0-5]\d)?$")  # bsub -W [hour:]minute
     time_example = "4:00"
     requeue_command = 'brequeue "$LSB_JOBID"'
+    job_id_var = "$LSB_JOBID"
+    hosts_var = "$LSB_HOSTS"
     STATES = {"PEND": "PENDING", "PSUSP": "PENDING", "RUN": "RUNNING", "USUSP": "SUSPENDED", "SSUSP": "SUSPENDED",
               "DONE": "COMPLETED", "EXIT": "FAILED"}
 
@@ -206,18 +214,6 @@ def adapter(name: str) -> Scheduler:
     if name not in SCHEDULERS:
         raise UserError(unknown_name("scheduler", name, sorted(SCHEDULERS)))
     return SCHEDULERS[name]
-
-
-def wait(scheduler: Scheduler, job_id: str, run_dir: Path, timeout_s: float, poll_s: float = 1.0) -> Dict[str, str]:
-    """Poll until the job ends (sbatch --wait polls only every ~10 s)."""
-    deadline = time.time() + timeout_s
-    while True:
-        state = scheduler.state(job_id, run_dir)
-        if state["state"] in FINISHED:
-            return state
-        if time.time() > deadline:
-            raise UserError(f"job {job_id} did not finish within {timeout_s:.0f} s (state {state['state'].value})")
-        time.sleep(poll_s)
 
 
 def race(scheduler: Scheduler, job_ids, run_dirs, timeout_s: float, poll_s: float = 1.0) -> int:

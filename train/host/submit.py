@@ -56,14 +56,15 @@ def user_overrides(overrides: List[str], cluster_file: str) -> Dict[str, Any]:
 
 def prepare(cluster_name: str, profile_name: str, experiment: str, overrides: List[str], run_id: Optional[str],
             flavor: Optional[str], image: Optional[images.ImageRecord] = None, rerun_of: Optional[str] = None,
-            dry_run: bool = False) -> Submission:
+            dry_run: bool = False, run_dir: Optional[Path] = None) -> Submission:
     """Everything up to submission, in one pass; raises UserError (and writes nothing) on any bad input or check."""
     cluster = clusters.load(clusters.find(cluster_name, project.CLUSTERS))
     user_set = user_overrides(overrides, cluster.path)
     profile = cluster.profile(profile_name)
     partition = cluster.partition(profile.partition)
     user = settings.load(cluster.name)
-    run_dir = runs.run_dir_for(run_id if run_id is not None else new_run_id(cluster.name, profile.name))
+    if run_dir is None:  # a new run; `resume` continues an existing one in its own directory
+        run_dir = runs.run_dir_for(run_id if run_id is not None else new_run_id(cluster.name, profile.name))
     config_file = experiment_config(experiment)
     run = run_config(cfg.read(config_file), user_set, profile, run_dir)
     tasks = independent_tasks(profile, run_dir) if profile.launch == "independent" else []

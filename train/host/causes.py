@@ -1,0 +1,33 @@
+"""Why a run failed, read from its logs: one line each, with the fix (data, not code paths)."""
+import re
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+# (pattern in a job log, what it means and what to do); the first match wins, so the specific ones come first
+CAUSES: List[Tuple[str, str]] = [
+    (r"\[cluster-train\] error: loss became (nan|inf)[^\n]*", "{0}; lower optim.lr or set trainer.gradient_clip_val"),
+    (r"\[cluster-train\] error: disk full[^\n]*", "{0}"),
+    (r"is not the image recorded for run", "image digest mismatch: the image file changed since submission; "
+                                           "rerun with the recorded image (bin/run-cluster --rerun)"),
+    (r"time limit reached and all \d+ requeue\(s\) used", "time limit reached with every requeue used; "
+                                                           "bin/run-cluster resume RUN_DIR, or raise max_requeues"),
+    (r"CUDA driver version is insufficient|driver.*too old", "the node's CUDA driver is older than the image's CUDA; "
+                                                             "use the cuda11.6 image or a partition with newer drivers"),
+    (r"(NCCL|gloo)[^\n]*([Tt]imed? ?out|[Tt]imeout)", "a collective timed out (NCCL/gloo): a rank hung or died; "
+                                                      "check the other ranks' lines above"),
+    (r"oom[-_ ]kill|Out Of Memory|OUT_OF_MEMORY|Killed\s*$", "host RAM exhausted (OOM kill): lower data.num_workers "
+                                                             "or raise mem_gb (see data.worker_mem_gb)"),
+    (r"srun: error: (\S+): task (\d+): (Exited|Killed)[^\n]*", "rank {2} died on host {1}; its log lines above say why"),
+    (r"No space left on device", "disk full: free space where the run writes, or move the run directory"),
+]
+
+
+def diagnose(run_dir: Path) -> Optional[str]:
+    """The first known cause found in the run's logs (the scheduler's .out and .err files), or None."""
+    text = "\n".join(p.read_text(errors="replace") for p in sorted((Path(run_dir) / "logs").glob("*"))
+                     if p.is_file() and p.suffix in (".out", ".err"))
+    for pattern, message in CAUSES:
+        found = re.search(pattern, text, re.MULTILINE)
+        if found:
+            return message.format(found.group(0), *found.groups()) if "{" in message else message
+    return None

@@ -1,0 +1,56 @@
+"""`run-cluster resume runs/<id> [--profile P] [--set k=v ...]`: the same run continued by hand after it ended
+(TIMEOUT with every requeue used, FAILED, CANCELLED, NODE_FAIL, PREEMPTED): same run directory, same config but for
+the given keys (recorded), same image digest, verified; training starts from the run's own checkpoints/last.ckpt."""
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from train import config as cfg
+from train.errors import UserError
+from train.host import images, project, runs
+from train.host.schedulers import FINISHED, adapter
+from train.host.segments import run_state
+from train.host.submit import Submission, prepare
+
+# Strategies whose checkpoint holds whole tensors, so they resume on any number of ranks. DeepSpeed's ZeRO files
+# partition the optimizer state per rank: on another rank count it would restart, so a new shape is refused.
+RESHARDABLE = ("single", "ddp", "fsdp")
+
+
+def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], dry_run: bool) -> Submission:
+    manifest = runs.read_manifest(run_dir)
+    scheduler = adapter(manifest["scheduler"]["name"])
+    state = run_state(scheduler, manifest["scheduler"]["job_id"], run_dir)["state"]
+    if state not in FINISHED:
+        raise UserError(f"{run_dir} is {state.value}, not ended; wait for it or cancel it "
+                        f"(bin/run-cluster cancel {run_dir}) before resuming")
+    record = images.verified(manifest["image"]["sha256"], project.images_dir(), f"the image of {run_dir}")
+    before = cfg.load(run_dir / "config.yaml")
+    sub = prepare(manifest["cluster_file"], profile or manifest["profile"], str(run_dir / "config.yaml"), overrides,
+                  run_dir.name, record.flavor, image=record, rerun_of=None, dry_run=dry_run, run_dir=run_dir)
+    old_ranks = before.trainer.devices * before.trainer.num_nodes
+    new_ranks = sub.job.total_ranks
+    if new_ranks != old_ranks and sub.run.trainer.strategy not in RESHARDABLE:
+        raise UserError(f"strategy {sub.run.trainer.strategy} saved its state over {old_ranks} rank(s) and cannot "
+                        f"re-shard it to {new_ranks}; resume on a {old_ranks}-rank profile, or use one of "
+                        f"{', '.join(RESHARDABLE)}")
+    return sub
+
+
+def queue_resume(sub: Submission, run_dir: Path) -> str:
+    """Write the (changed) config and script into the same run directory, submit, record the resume."""
+    manifest = runs.read_manifest(run_dir)
+    number = len(manifest.get("resumes", [])) + 1
+    old_script = run_dir / "job.sh"
+    if old_script.is_file():
+        old_script.rename(run_dir / f"job.{number - 1}.sh")  # every script that ran stays
+    cfg.dump(sub.run, sub.job.config_path)
+    (run_dir / "job.sh").write_text(sub.script)
+    job_id = adapter(sub.job.scheduler).submit(run_dir / "job.sh", run_dir)
+    resume = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "job_id": job_id, "profile": sub.job.profile,
+              "overrides": sub.overrides, "previous_job_id": manifest["scheduler"]["job_id"]}
+    runs.update_manifest(run_dir, resumes=manifest.get("resumes", []) + [resume], profile=sub.job.profile,
+                         scheduler={**manifest["scheduler"], "job_id": job_id}, job=sub.job.as_dict(),
+                         config=cfg.to_dict(sub.run))
+    print(f"resumed {run_dir.name} as {sub.job.scheduler} job {job_id}")
+    return job_id
