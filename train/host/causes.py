@@ -15,7 +15,7 @@ CAUSES: List[Tuple[str, str]] = [
                                                              "use the cuda11.6 image or a partition with newer drivers"),
     (r"(NCCL|gloo)[^\n]*([Tt]imed? ?out|[Tt]imeout)", "a collective timed out (NCCL/gloo): a rank hung or died; "
                                                       "check the other ranks' lines above"),
-    (r"oom[-_ ]kill|Out Of Memory|OUT_OF_MEMORY|Killed\s*$", "host RAM exhausted (OOM kill): lower data.num_workers "
+    (r"oom[-_ ]kill|Out Of Memory|OUT_OF_MEMORY", "host RAM exhausted (OOM kill): lower data.num_workers "
                                                              "or raise mem_gb (see data.worker_mem_gb)"),
     (r"srun: error: (\S+): task (\d+): (Exited|Killed)[^\n]*", "rank {2} died on host {1}; its log lines above say why"),
     (r"No space left on device", "disk full: free space where the run writes, or move the run directory"),

@@ -1,0 +1,116 @@
+"""The batch shell's side of long runs, run for real in bash with stand-ins for srun, scontrol and apptainer: the
+warning signal reaches the training step, the step's "saved, requeue me" exit requeues the job, every segment is
+recorded; and the host reads that record when the scheduler has forgotten the job."""
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+from train.exit_codes import REQUEUE
+from train.host import causes, segments
+from train.host.schedulers import State
+
+# srun: drop its options, run the task; scontrol: the node list, and record a requeue; apptainer: a "training" that
+# saves and exits REQUEUE on SIGUSR1 or SIGTERM, or completes after $CT_FAKE_SECONDS
+FAKES = {
+    "srun": '#!/bin/bash\nwhile [[ "$1" == -* ]]; do shift; done\nexec "$@"\n',
+    "scontrol": '#!/bin/bash\nif [ "$1" = requeue ]; then echo "$2" >> "$CT_FAKE_DIR/requeued"; else echo n1; fi\n',
+    "apptainer": f'#!/bin/bash\ntrap \'echo saved; kill $s; exit {REQUEUE}\' USR1 TERM\n'
+                 'echo "training segment $CT_SEGMENT"\nsleep "${CT_FAKE_SECONDS:-30}" & s=$!\nwait $s\n',
+}
+
+
+def rendered_slurm_script(store, tmp_path) -> Path:
+    done = subprocess.run([sys.executable, str(ROOT / "bin" / "run-cluster"), "ci-slurm", "n1_gpu1", "demo",
+                           "--dry-run", "--run-id", "long"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    script = tmp_path / "job.sh"
+    script.write_text(done.stdout.split("nothing submitted) ---\n", 1)[1])
+    return script
+
+
+def start(script: Path, tmp_path: Path, seconds: str) -> subprocess.Popen:
+    fakes = tmp_path / "fakes"
+    fakes.mkdir(exist_ok=True)
+    for name, text in FAKES.items():
+        (fakes / name).write_text(text)
+        (fakes / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{fakes}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "n1",
+           "SLURM_JOB_NUM_NODES": "1", "CT_FAKE_DIR": str(tmp_path), "CT_FAKE_SECONDS": seconds}
+    return subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def signal_when_training(job: subprocess.Popen, signum=signal.SIGUSR1) -> str:
+    """Send the signal once the step runs (the traps are set by then); the whole output after the job ends."""
+    seen = []
+    for line in job.stdout:
+        seen.append(line)
+        if line.startswith("training segment"):  # the fake sets its trap before it prints this
+            job.send_signal(signum)
+            break
+    rest, _ = job.communicate(timeout=60)
+    return "".join(seen) + rest
+
+
+def test_the_warning_saves_requeues_and_every_segment_is_recorded(store, tmp_path):
+    script = rendered_slurm_script(store, tmp_path)
+    run_dir = store / "runs" / "long"
+    (run_dir / "logs").mkdir(parents=True)
+    first = start(script, tmp_path, "30")
+    out = signal_when_training(first)  # what Slurm's --signal=B:USR1@grace does before the time limit
+    assert first.returncode == 0, out
+    assert "saved" in out and "requeueing job 4242 (segment 1" in out
+    assert (tmp_path / "requeued").read_text().split() == ["4242"]
+    second = start(script, tmp_path, "0")  # the requeued job runs the same script again and completes
+    out, _ = second.communicate(timeout=60)
+    assert second.returncode == 0 and "training segment 2" in out, out
+    found = segments.read(run_dir)
+    assert [(s.number, s.how, s.job_id, s.hosts) for s in found] == [(1, "REQUEUED", "4242", "n1"),
+                                                                     (2, "COMPLETED", "4242", "n1")]
+
+
+def test_a_failing_step_is_recorded_failed_and_requeues_are_capped(store, tmp_path):
+    script = rendered_slurm_script(store, tmp_path)
+    run_dir = store / "runs" / "long"
+    (run_dir / "logs").mkdir(parents=True)
+    lines = [json.dumps({"event": "start", "segment": n, "job_id": "1"}) for n in range(1, 12)]
+    (run_dir / "logs" / "segments.jsonl").write_text("\n".join(lines) + "\n")  # ten requeues used already
+    job = start(script, tmp_path, "30")
+    out = signal_when_training(job)
+    assert job.returncode == REQUEUE and "all 10 requeue(s) used" in out
+    assert not (tmp_path / "requeued").exists()
+    assert segments.read(run_dir)[-1].how == "TIMEOUT"
+
+
+class Forgetful:
+    """A scheduler that no longer knows the job (Slurm after MinJobAge)."""
+
+    def state(self, job_id, run_dir=None):
+        return {"state": State.UNKNOWN}
+
+
+def test_status_reads_the_runs_own_record_when_the_scheduler_forgot(tmp_path):
+    (tmp_path / "logs").mkdir()
+    record = tmp_path / "logs" / "segments.jsonl"
+    for how, expected in (("COMPLETED", State.COMPLETED), ("FAILED", State.FAILED), ("TIMEOUT", State.TIMEOUT)):
+        record.write_text(json.dumps({"event": "start", "segment": 1, "job_id": "7", "hosts": "n1"}) + "\n"
+                          + json.dumps({"event": "end", "segment": 1, "how": how, "exit_code": 0}) + "\n"
+                          + '{"event": "end", "segm')  # a torn last line: the job died mid-write
+        assert segments.run_state(Forgetful(), "7", tmp_path)["state"] == expected
+    record.unlink()
+    assert segments.run_state(Forgetful(), "7", tmp_path)["state"] == State.UNKNOWN
+
+
+def test_the_cause_of_a_failure_is_named_from_the_logs(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "job-1.out").write_text("epoch 1\nsrun: error: n2: task 1: Killed\n")
+    assert causes.diagnose(tmp_path) == "rank 1 died on host n2; its log lines above say why"
+    (logs / "job-1.err").write_text("[cluster-train] error: loss became nan at step 12 (epoch 1); last good ...\n")
+    assert causes.diagnose(tmp_path).startswith("[cluster-train] error: loss became nan at step 12")
+    (logs / "job-1.err").write_text("slurmstepd: error: Detected 1 oom-kill event(s)\n")
+    assert "data.num_workers" in causes.diagnose(tmp_path)
