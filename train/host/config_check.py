@@ -4,26 +4,23 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from train import config as cfg
-from train.catalog import REGISTRIES
+from train.catalog import CONFIG_KEYS, PARAMS_KEYS, REGISTRIES
 from train.errors import UserError
 from train.host.clusters import Profile
 from train.host.job import Job, profile_values
 from train.registry import NOT_LITERAL, REQUIRED, Registry, unknown_name
 
-# config key -> the registry its value must name
-NAMED = {"task": "tasks", "model.name": "models", "data.name": "data sets", "trainer.strategy": "strategies",
-         "optim.name": "optimizers", "optim.scheduler": "schedulers", "trainer.precision": "precisions"}
-# params section -> (the config key naming its entry, the registry)
-PARAMS = {"model.params": ("model.name", "models"), "data.params": ("data.name", "data sets"),
-          "task_params": ("task", "tasks")}
+# the config key naming each registry whose entries take parameters from the config
+NAME_KEYS = {kind: key for key, kind in CONFIG_KEYS.items()}
 GPU_ACCELERATORS = ("gpu", "cuda")
 
 
 def problems(run: cfg.RunConfig) -> List[UserError]:
-    found = [err for key, kind in NAMED.items() for err in _name(REGISTRIES[kind], _get(run, key), key)]
-    for section, (name_key, kind) in PARAMS.items():
-        if not any(err for err in _name(REGISTRIES[kind], _get(run, name_key), name_key)):
-            found += _params(REGISTRIES[kind], _get(run, name_key), _get(run, section), section)
+    found = [err for key, kind in CONFIG_KEYS.items() for err in _name(REGISTRIES[kind], _get(run, key), key)]
+    for kind, section in PARAMS_KEYS.items():
+        name = _get(run, NAME_KEYS[kind])
+        if name in REGISTRIES[kind]:
+            found += _params(REGISTRIES[kind], name, _get(run, section), section)
     found += _inputs(run)
     return found
 
