@@ -90,7 +90,7 @@ def test_a_higher_priority_partition_preempts_and_requeues(slurm_cluster, tmp_pa
     submitted = time.time()
     high_id = sbatch('#!/bin/bash\necho "high at $(date +%s.%N)"\nsleep 3\n', "-p", "ci-high", "-w", "n1",
                      "--exclusive", "--time=2", "-o", str(high_out))
-    found = wait_for(lambda: "end 0" in lines(low_out) and lines(low_out), "low job's second run", 240,
+    found = wait_for(lambda: "end 0" in lines(low_out) and lines(low_out), "low job's second run", 420,
                      [low_id, high_id])
     assert found[0].startswith("low restart=0") and found[-2].startswith("low restart=1"), found
     term = [float(line.split()[-1]) for line in found if line.startswith("TERM at")]
