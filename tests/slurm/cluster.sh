@@ -6,7 +6,11 @@
 #   cluster.sh stop           cancel jobs, stop every daemon by its pid file, remove namespaces and /etc/hosts lines
 #   cluster.sh status         print sinfo; exit 0 if the cluster is up, else 1
 #   cluster.sh env            print `export` lines for tests: eval "$(bash tests/slurm/cluster.sh env)"
-# Partitions: `ci` (default, all nodes) and `ci-small` (n1, n2). Bridge ct-br0 10.77.0.1/24, node K at 10.77.0.(10+K).
+# Partitions: `ci` (default, all nodes) and `ci-small` (n1, n2), PriorityTier 1, preemptable (PreemptMode=REQUEUE);
+# `ci-high` (all nodes, PriorityTier 2): a job there preempts (requeues) jobs of ci/ci-small on the nodes it needs.
+# Requeue: JobRequeue=1. Finished jobs leave `scontrol show job` after MinJobAge (default 2 s, the documented minimum
+# non-zero value; $CT_SLURM_MIN_JOB_AGE overrides it) plus up to a minute (slurmctld purges once a minute).
+# Bridge ct-br0 10.77.0.1/24, node K at 10.77.0.(10+K).
 # All state (config, pid files, logs, spool, munge key and socket) lives in $CT_SLURM_STATE
 # (default /run/cluster-train-slurm); /etc/slurm/slurm.conf becomes a symlink to it while the cluster is up.
 set -euo pipefail
@@ -134,7 +138,12 @@ write_config() {
     echo "SchedulerParameters=batch_sched_delay=0"  # else every job waits ~3 s
     echo "SelectType=select/cons_tres"              # GPUs as TRES (--gpus-per-node) need cons_tres
     echo "SelectTypeParameters=CR_Core"
-    echo "MinJobAge=300"                            # finished jobs stay visible to `scontrol show job` (no sacct)
+    # Finished jobs leave `scontrol show job` (there is no sacct) MinJobAge s after they end, at slurmctld's next purge:
+    # as soon as Slurm allows, so that what reads job states copes with a scheduler that has forgotten a job.
+    echo "MinJobAge=${CT_SLURM_MIN_JOB_AGE:-2}"
+    echo "JobRequeue=1"                             # batch jobs may be requeued (scontrol requeue, preemption)
+    echo "PreemptType=preempt/partition_prio"       # a higher PriorityTier partition preempts a lower one
+    echo "PreemptMode=REQUEUE"                      # ... and the preempted job goes back to the queue, same job id
     echo "KillWait=5"
     echo "ReturnToService=2"
     echo "SlurmdParameters=config_overrides"        # advertise 8 CPUs / 16 GB per node on a 2-core machine
@@ -142,8 +151,10 @@ write_config() {
     for i in $(seq 1 "$n"); do
       echo "NodeName=n$i NodeHostname=n$i NodeAddr=$(node_ip "$i") CPUs=8 RealMemory=16000 Gres=gpu:$GPUS State=UNKNOWN"
     done
-    echo "PartitionName=ci Nodes=n[1-$n] Default=YES MaxTime=INFINITE State=UP"
-    echo "PartitionName=ci-small Nodes=$small MaxTime=INFINITE State=UP"
+    # GraceTime: a preempted job gets SIGTERM, and 10 s to act on it before it is killed and requeued.
+    echo "PartitionName=ci Nodes=n[1-$n] Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=10"
+    echo "PartitionName=ci-small Nodes=$small MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=10"
+    echo "PartitionName=ci-high Nodes=n[1-$n] MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF"
   } >"$STATE/slurm.conf"
   printf 'AutoDetect=off\nNodeName=n[1-%s] Name=gpu File=%s/dev/gpu[0-%s]\n' "$n" "$STATE" "$((GPUS - 1))" \
     >"$STATE/gres.conf"
@@ -269,7 +280,7 @@ status() {
 print_env() {
   up || die "test cluster is not running (start it: $0 start)"
   printf 'export %s=%q\n' CT_SLURM_STATE "$STATE" CT_SLURM_NODES "$(nodes | wc -l)" CT_SLURM_PARTITION ci \
-    CT_SLURM_SMALL_PARTITION ci-small CT_SLURM_GPUS_PER_NODE "$GPUS" SLURM_CONF "$STATE/slurm.conf"
+    CT_SLURM_SMALL_PARTITION ci-small CT_SLURM_HIGH_PARTITION ci-high CT_SLURM_GPUS_PER_NODE "$GPUS" SLURM_CONF "$STATE/slurm.conf"
 }
 
 main "$@"
