@@ -57,8 +57,8 @@ class TrainerConfig:
     precision: str = "32"
     accumulate_grad_batches: int = field(default=1, metadata={"min": 1})
     gradient_clip_val: Optional[float] = field(default=None, metadata={"min": 0})
-    limit_train_batches: Optional[Union[int, float]] = field(default=None, metadata={"above": 0})
-    limit_val_batches: Optional[Union[int, float]] = field(default=None, metadata={"above": 0})
+    limit_train_batches: Optional[Union[int, float]] = field(default=None, metadata={"min": 0})
+    limit_val_batches: Optional[Union[int, float]] = field(default=None, metadata={"min": 0})
     log_every_n_steps: int = field(default=10, metadata={"min": 1})
     flops_profiler: bool = False  # DeepSpeed strategies only: print DeepSpeed's FLOPS profile at step 2
     export_weights: bool = True  # at the end of fit, write models/<Model>_best_weights.pth from the best checkpoint
