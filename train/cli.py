@@ -20,7 +20,13 @@ def fit(config: str, **overrides):
     from train.fit import fit as run_fit
 
     run = cfg.load(config, overrides)
-    run_fit(run)
+    try:
+        run_fit(run)
+    except OSError as err:  # a full disk under a file the task writes itself (history, weights): the same one line
+        from train.checkpoint_io import disk_full
+
+        disk_full(err.filename or run.output_dir, err)
+        raise
 
 
 def export(checkpoint: str, out: str):
