@@ -9,11 +9,24 @@ from train.errors import UserError
 
 
 def fit(config: str, **overrides):
-    """Train: `python -m train fit --config runs/<id>/config.yaml [--trainer.max_epochs=5 ...]`."""
+    """Train: `python -m train fit --config runs/<id>/config.yaml [--trainer.max_epochs=5 ...]`.
+
+    Resumes from the run's own checkpoints/last.ckpt when an earlier segment left one. Exit statuses: 0 done,
+    2 bad input, and train/exit_codes.py (75 saved after SIGUSR1/SIGTERM, requeue me; 3 NaN loss; 4 disk full).
+    """
+    from train import stop
+
+    stop.install()  # before the heavy imports: a SIGUSR1 from here on asks for a save, it no longer kills
     from train.fit import fit as run_fit
 
     run = cfg.load(config, overrides)
-    run_fit(run)
+    try:
+        run_fit(run)
+    except OSError as err:  # a full disk under a file the task writes itself (history, weights): the same one line
+        from train.checkpoint_io import disk_full
+
+        disk_full(err.filename or run.output_dir, err)
+        raise
 
 
 def export(checkpoint: str, out: str):

@@ -6,9 +6,14 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
-from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
+from pytorch_lightning.loggers import TensorBoardLogger
+from pytorch_lightning.plugins.environments import SLURMEnvironment
+from pytorch_lightning.strategies import DeepSpeedStrategy
 
 from train import config as cfg
+from train.checkpoint_io import AtomicCheckpointIO, atomic_directory_saves, restore_aside
+from train.csv_append import AppendingCSVLogger
+from train.guard import RunGuard, keep_our_signal_handlers
 from train.lsf_environment import LSFHostfileEnvironment
 from train.strategies import STRATEGIES
 
@@ -41,7 +46,7 @@ def trainer_options(run: cfg.RunConfig) -> dict:
         limit_train_batches=t.limit_train_batches,
         limit_val_batches=t.limit_val_batches,
         log_every_n_steps=t.log_every_n_steps,
-        plugins=cluster_plugins(),
+        plugins=[*cluster_plugins(), AtomicCheckpointIO()],
         enable_progress_bar=False,  # batch-job logs are files: a progress bar only fills them with carriage returns
         num_sanity_val_steps=0,  # the tasks validate explicitly before training
     )
@@ -51,17 +56,41 @@ def build_trainer(run: cfg.RunConfig, out: Path) -> pl.Trainer:
     checkpoints = ModelCheckpoint(
         dirpath=out / "checkpoints", filename="best", monitor="val/loss", mode="min", save_top_k=1, save_last=True
     )
-    return pl.Trainer(
+    return resilient(pl.Trainer(
         **trainer_options(run),
         default_root_dir=out,
-        logger=[CSVLogger(out, name="", version=""), TensorBoardLogger(out, name="tensorboard", version="")],
-        callbacks=[checkpoints, AnnounceRanks()],
-    )
+        logger=[AppendingCSVLogger(out, name="", version=""), TensorBoardLogger(out, name="tensorboard", version="")],
+        callbacks=[RunGuard(last_checkpoint(out)), checkpoints, AnnounceRanks()],
+    ))
 
 
-def cluster_plugins():
-    """Lightning detects Slurm by itself; plain LSF with blaunch it cannot (see train/lsf_environment.py)."""
-    return [LSFHostfileEnvironment()] if LSFHostfileEnvironment.detect() else None
+def last_checkpoint(out: Path) -> Path:
+    """Where a run keeps the checkpoint it resumes from (the multi-model tasks: one per model, train/tasks/common.py)."""
+    return Path(out) / "checkpoints" / "last.ckpt"
+
+
+def resume_from(path: Path):
+    """The ckpt_path for Trainer.fit: `path` when an earlier segment left it, else None (a fresh start)."""
+    restore_aside(path)
+    return str(path) if Path(path).exists() else None
+
+
+def resilient(trainer: pl.Trainer) -> pl.Trainer:
+    """Our signal handling instead of Lightning's, and directory checkpoints (DeepSpeed) swapped in atomically."""
+    keep_our_signal_handlers(trainer)
+    if isinstance(trainer.strategy, DeepSpeedStrategy):
+        atomic_directory_saves(trainer.strategy)
+    return trainer
+
+
+def cluster_plugins() -> list:
+    """Slurm: Lightning's own environment with its auto-requeue off (it would call `scontrol` inside the container,
+    which has none; the batch shell requeues). Plain LSF with blaunch Lightning cannot detect (train/lsf_environment.py)."""
+    if LSFHostfileEnvironment.detect():
+        return [LSFHostfileEnvironment()]
+    if SLURMEnvironment.detect():
+        return [SLURMEnvironment(auto_requeue=False)]
+    return []
 
 
 def accelerator_for(requested: str) -> str:

@@ -7,6 +7,8 @@ Writes under output_dir:
   checkpoints/<model.name>/fusion_holdout_indices.npy  the same split, so the experts folder alone is enough to fuse
   checkpoints/<model.name>/expert_<i>_best.pth   {model_name, model_params, num_classes, state_dict, val_acc, epoch}
   checkpoints/<model.name>/expert_<i>_history.json
+  checkpoints/<model.name>_expert_<i>/last.ckpt, checkpoints/done/<model.name>_expert_<i>.json   resume: a requeued
+                                                  run skips the experts it finished and resumes the one in progress
 task_params: num_experts (4), fusion_holdout (fraction of the training set, 0.2).
 """
 import json
@@ -20,7 +22,7 @@ from train.data import build as build_data
 from train.errors import UserError
 from train.lit import Classifier
 from train.models import MODELS
-from train.tasks.common import EpochHistory, trainer, write_results
+from train.tasks.common import EpochHistory, finished, fit_resuming, mark_done, trainer, write_results
 from train.tasks.subset_data import TrainSubset, train_size
 
 PARAMS = {"num_experts": 4, "fusion_holdout": 0.2}  # the task_params it reads, with their defaults
@@ -59,14 +61,20 @@ def cifar_experts(run) -> dict:
     np.save(folder / HOLDOUT_BESIDE_EXPERTS, held)
     results = {}
     for i in range(experts):
+        log_name, history_file = f"{run.model.name}_expert_{i}", folder / f"expert_{i}_history.json"
+        if finished(out, log_name, [folder / f"expert_{i}_best.pth", history_file]):
+            results[f"expert_{i}"] = json.loads(history_file.read_text())["best_val_acc"]
+            continue
         print(f"[cluster-train] cifar_experts: {run.model.name} expert {i}", flush=True)
         pl.seed_everything(run.seed + i, workers=True)  # a different start and batch order per expert
         data = TrainSubset(build_data(run.data), kept)
         net = MODELS.build(run.model.name, num_classes=data.num_classes, **run.model.params)
         meta = {"model_name": run.model.name, "model_params": dict(run.model.params), "num_classes": data.num_classes}
         saver = SaveBestExpert(folder / f"expert_{i}_best.pth", meta)
-        trainer(run, out, f"{run.model.name}_expert_{i}", callbacks=[saver]).fit(Classifier(net, run.optim), datamodule=data)
-        (folder / f"expert_{i}_history.json").write_text(json.dumps(dict(saver.history, best_val_acc=saver.best), indent=2) + "\n")
+        fitter = trainer(run, out, log_name, callbacks=[saver])
+        fit_resuming(fitter, Classifier(net, run.optim), data, out, log_name)
+        history_file.write_text(json.dumps(dict(saver.history, best_val_acc=saver.best), indent=2) + "\n")
+        mark_done(out, log_name, {"best_val_acc": saver.best}, write=fitter.is_global_zero)
         results[f"expert_{i}"] = saver.best
     record = {"task": "cifar_experts", "model": run.model.name, "best_val_acc": results,
               "holdout_size": int(len(held)), "expert_train_size": int(len(kept))}

@@ -12,6 +12,7 @@ Writes under output_dir (at the best validation accuracy):
   <arch>_fusions/<fusion>/global/fusion_model.pth   the whole model's state_dict, and global/config.json
   csv_logs/<arch>_fusions/<arch>_<fusion>_training_log.csv   per epoch: loss, accuracy, val_loss, val_accuracy,
                                                              expert_accuracy, experts_lr, fusion_lr
+  checkpoints/<arch>_<fusion>/last.ckpt   a requeued run resumes from it (the CSV keeps the epochs before it)
 Weights & Biases logging is on when `wandb` imports and is configured (WANDB_API_KEY or WANDB_MODE set), else off.
 task_params: experts_dir (required), holdout_path (default: fusion_holdout_indices.npy in experts_dir, else
 <experts run>/splits/fusion_holdout_indices.npy),
@@ -36,7 +37,7 @@ from train.models import FUSION_HEADS
 from train.models.fusion import FusionNet
 from train.registry import NOT_LITERAL, REQUIRED
 from train.tasks.cifar_experts import HOLDOUT_BESIDE_EXPERTS, HOLDOUT_FILE, load_expert
-from train.tasks.common import trainer, write_results
+from train.tasks.common import fit_resuming, trainer, write_results
 from train.tasks.subset_data import TrainSubset
 
 # The task_params it reads, with their defaults (NOT_LITERAL: computed from the run, see the docstring).
@@ -91,9 +92,24 @@ class CsvAndComponents(Callback):
 
     def __init__(self, csv_path: Path, components: Path, meta: dict):
         self.csv_path, self.components, self.meta, self.best = csv_path, components, meta, -1.0
-        csv_path.parent.mkdir(parents=True, exist_ok=True)
-        with csv_path.open("w", newline="") as f:
-            csv.writer(f).writerow(CSV_COLUMNS)
+
+    def on_train_start(self, trainer, module):
+        """A fresh CSV; on a resume, the rows of the epochs before the checkpoint (later ones are trained again)."""
+        if not trainer.is_global_zero:
+            return
+        kept = []
+        if trainer.ckpt_path is not None and self.csv_path.is_file():
+            with self.csv_path.open(newline="") as f:
+                kept = [row for row in list(csv.reader(f))[1:] if row and int(row[0]) < trainer.current_epoch]
+        self.csv_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.csv_path.open("w", newline="") as f:
+            csv.writer(f).writerows([CSV_COLUMNS, *kept])
+
+    def state_dict(self):
+        return {"best": self.best}
+
+    def load_state_dict(self, state_dict):
+        self.best = state_dict["best"]
 
     def on_train_epoch_end(self, trainer, module):
         # Lightning 2 runs this after the epoch's validation, once the epoch-mean train metrics are in.
@@ -187,7 +203,7 @@ def cifar_fusion(run) -> dict:
         run.trainer.gradient_clip_val = 1.0
     extra = wandb_logger(p.get("wandb_project", f"MCN_{arch}_Fusion"), f"{arch}-{fusion}", out)
     fitter = trainer(run, out, f"{arch}_{fusion}", callbacks=[saver], extra_loggers=[extra] if extra else [])
-    fitter.fit(module, datamodule=data)
+    fit_resuming(fitter, module, data, out, f"{arch}_{fusion}")
     record = {"task": "cifar_fusion", "model": arch, "fusion": fusion, "best_val_acc": saver.best,
               "experts_lr": experts_lr, "fusion_lr": fusion_lr, "components": str(components), "csv_log": str(csv_path)}
     return write_results(out, record)

@@ -16,7 +16,7 @@ from train.data import build as build_data
 from train.lit import Classifier
 from train.models import MODELS
 from train.tasks.common import write_results
-from train.trainer import build_trainer
+from train.trainer import build_trainer, last_checkpoint, resume_from
 
 PARAMS = {}  # the task_params keys it reads: none
 
@@ -30,7 +30,7 @@ def classify(run: cfg.RunConfig) -> dict:
     trainer = build_trainer(run, out)
     started = time.time()
     initial = trainer.validate(module, datamodule=data, verbose=False)[0]
-    trainer.fit(module, datamodule=data)
+    trainer.fit(module, datamodule=data, ckpt_path=resume_from(last_checkpoint(out)))  # an earlier segment's
     final = trainer.validate(module, datamodule=data, verbose=False)[0]
     hosts = _all_hostnames(trainer)
     weights = out / "models" / f"{run.model.name}_best_weights.pth"
@@ -46,7 +46,7 @@ def classify(run: cfg.RunConfig) -> dict:
         "final_val_acc": final["val/acc"],
         "best_val_loss": _scalar(trainer.checkpoint_callback.best_model_score),
         "best_checkpoint": trainer.checkpoint_callback.best_model_path,
-        "last_checkpoint": str(out / "checkpoints" / "last.ckpt"),
+        "last_checkpoint": str(last_checkpoint(out)),
         "weights": str(weights) if run.trainer.export_weights and best else None,
         "epochs": trainer.current_epoch,
         "world_size": trainer.world_size,

@@ -1,26 +1,63 @@
 """Pieces the tasks share: a plain Trainer for the multi-model tasks, per-epoch history recording, and the one ending
-that writes results.json and prints the `[cluster-train] results:` line."""
+that writes results.json and prints the `[cluster-train] results:` line.
+
+Resume of a multi-model task: each model (log_name) keeps its own checkpoints/<log_name>/last.ckpt (written at every
+epoch end, and on a stop request) and resumes from it (`fit_resuming`); a model that finished gets a done-marker,
+checkpoints/done/<log_name>.json (`mark_done`), written after all its seed files, and is skipped on the next segment.
+"""
 import json
 from pathlib import Path
 
 import pytorch_lightning as pl
-from pytorch_lightning.callbacks import Callback
-from pytorch_lightning.loggers import CSVLogger
+from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 
+from train.checkpoint_io import atomic_write_bytes
 from train.config import RunConfig
-from train.trainer import AnnounceRanks, trainer_options
+from train.csv_append import AppendingCSVLogger
+from train.guard import RunGuard
+from train.trainer import AnnounceRanks, resilient, resume_from, trainer_options
 
 
 def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=None, extra_loggers=()) -> pl.Trainer:
     options = trainer_options(run)
     options["max_epochs"] = max_epochs or options["max_epochs"]
-    return pl.Trainer(
+    last = model_checkpoint(out, log_name)
+    # the seeds' own files come from the tasks' callbacks; this one only keeps the model's last.ckpt for resume
+    resume = ModelCheckpoint(dirpath=last.parent, save_last=True, save_top_k=0, save_on_train_epoch_end=True)
+    return resilient(pl.Trainer(
         **options,
         default_root_dir=out,
-        logger=[CSVLogger(out / "logs", name=log_name, version=""), *extra_loggers],
-        callbacks=[*callbacks, AnnounceRanks()],  # every job log shows where each rank ran, and on which GPU
-        enable_checkpointing=False,  # these tasks write the seeds' own file names (see their callbacks)
-    )
+        logger=[AppendingCSVLogger(out / "logs", name=log_name, version=""), *extra_loggers],
+        callbacks=[*callbacks, RunGuard(last), resume, AnnounceRanks()],  # AnnounceRanks: where each rank ran
+    ))
+
+
+def model_checkpoint(out: Path, log_name: str) -> Path:
+    return Path(out) / "checkpoints" / log_name / "last.ckpt"
+
+
+def fit_resuming(fitter: pl.Trainer, module, datamodule, out: Path, log_name: str) -> None:
+    """Fit, from the model's own last.ckpt when an earlier segment left one."""
+    fitter.fit(module, datamodule=datamodule, ckpt_path=resume_from(model_checkpoint(out, log_name)))
+
+
+def done_marker(out: Path, log_name: str) -> Path:
+    return Path(out) / "checkpoints" / "done" / f"{log_name}.json"
+
+
+def mark_done(out: Path, log_name: str, record: dict, write: bool = True) -> None:
+    """Written (rank 0) after every file the model's seed expects: the next segment skips this model."""
+    if write:
+        atomic_write_bytes(done_marker(out, log_name), (json.dumps(record) + "\n").encode())
+
+
+def finished(out: Path, log_name: str, files=()) -> dict:
+    """The done-marker's record when the model finished in an earlier segment and its files are all there, else {}."""
+    marker = done_marker(out, log_name)
+    if not marker.is_file() or not all(Path(f).is_file() for f in files):
+        return {}
+    print(f"[cluster-train] {log_name}: finished in an earlier segment, skipped", flush=True)
+    return json.loads(marker.read_text())
 
 
 class EpochHistory(Callback):
@@ -47,6 +84,14 @@ class EpochHistory(Callback):
 
     def on_epoch_recorded(self, trainer, pl_module):
         """Subclasses save files here, after the epoch's numbers are in self.history."""
+
+    def state_dict(self):  # in the model's last.ckpt: a resumed model's history starts at its first epoch
+        return {"history": self.history, "best": getattr(self, "best", None)}
+
+    def load_state_dict(self, state_dict):
+        self.history = {k: list(v) for k, v in state_dict["history"].items()}
+        if state_dict.get("best") is not None:
+            self.best = state_dict["best"]
 
 
 def write_results(out: Path, record: dict, write: bool = True) -> dict:

@@ -7,6 +7,8 @@ Writes what the seed's users read, under output_dir:
   checkpoints/<Model>_training_history.json   per-epoch train_loss, val_loss, val_acc (+ test_acc at the end)
   results.json and, in the log, the FINAL RESULTS SUMMARY table with the best model (test accuracy of the
   best weights).
+  checkpoints/<Model>/last.ckpt and checkpoints/done/<Model>.json   resume: a requeued run skips the models it
+  finished (their test accuracy is read back from their training history) and resumes the one in progress.
 task_params: models (default: the six, in the seed's order), model_params (keyword arguments for every model).
 """
 import json
@@ -19,7 +21,7 @@ from train.data import build as build_data
 from train.errors import UserError
 from train.lit import Classifier
 from train.models import MODELS
-from train.tasks.common import EpochHistory, trainer, write_results
+from train.tasks.common import EpochHistory, finished, fit_resuming, mark_done, trainer, write_results
 
 # The task_params it reads, with their defaults: `models` defaults to the seed's six, in its order.
 PARAMS = {"models": ["PerFrameAggregation2D", "LateFusion2D", "EarlyFusion2D", "PerFrameAggregation3D", "LateFusion3D",
@@ -60,18 +62,24 @@ def video_suite(run) -> dict:
     data = build_data(run.data)
     results = {}
     for name in names:
+        history_file = out / "checkpoints" / f"{name}_training_history.json"
+        seed_files = [out / "models" / f"{name}_{kind}_weights.pth" for kind in ("best", "final")] + [history_file]
+        if finished(out, name, seed_files):
+            results[name] = json.loads(history_file.read_text())["test_acc"]
+            continue
         print(f"[cluster-train] video_suite: training {name}", flush=True)
         pl.seed_everything(run.seed, workers=True)
         net = MODELS.build(name, num_classes=data.num_classes, **params)
         module = Classifier(net, run.optim)
         files = SeedFiles(out, name)
         fitter = trainer(run, out, name, callbacks=[files])
-        fitter.fit(module, datamodule=data)
+        fit_resuming(fitter, module, data, out, name)
         torch.save(net.state_dict(), out / "models" / f"{name}_final_weights.pth")
         net.load_state_dict(torch.load(out / "models" / f"{name}_best_weights.pth"))
         test_acc = _accuracy(net, data.test_dataloader(), module.device)
         history = dict(files.history, best_val_acc=files.best, test_acc=test_acc)
-        (out / "checkpoints" / f"{name}_training_history.json").write_text(json.dumps(history, indent=2) + "\n")
+        history_file.write_text(json.dumps(history, indent=2) + "\n")
+        mark_done(out, name, {"test_acc": test_acc}, write=fitter.is_global_zero)
         results[name] = test_acc
     print(summary(results), flush=True)
     best = max(results, key=results.get)
