@@ -19,7 +19,7 @@ FAKES = {
     "srun": '#!/bin/bash\nwhile [[ "$1" == -* ]]; do shift; done\nexec "$@"\n',
     "scontrol": '#!/bin/bash\nif [ "$1" = requeue ]; then echo "$2" >> "$CT_FAKE_DIR/requeued"; else echo n1; fi\n',
     "apptainer": f'#!/bin/bash\ntrap \'echo saved; kill $s; exit {REQUEUE}\' USR1 TERM\n'
-                 'echo "training segment $CT_SEGMENT"\nsleep "${CT_FAKE_SECONDS:-30}" & s=$!\nwait $s\n',
+                 'sleep "${CT_FAKE_SECONDS:-30}" >/dev/null 2>&1 & s=$!\necho "training segment $CT_SEGMENT"\nwait $s\n',
 }
 
 
@@ -49,7 +49,7 @@ def signal_when_training(job: subprocess.Popen, signum=signal.SIGUSR1) -> str:
     seen = []
     for line in job.stdout:
         seen.append(line)
-        if line.startswith("training segment"):  # the fake sets its trap before it prints this
+        if line.startswith("training segment"):  # the fake's trap and its "training" are set up by then
             job.send_signal(signum)
             break
     rest, _ = job.communicate(timeout=60)
@@ -81,7 +81,7 @@ def test_a_failing_step_is_recorded_failed_and_requeues_are_capped(store, tmp_pa
     (run_dir / "logs" / "segments.jsonl").write_text("\n".join(lines) + "\n")  # ten requeues used already
     job = start(script, tmp_path, "30")
     out = signal_when_training(job)
-    assert job.returncode == REQUEUE and "all 10 requeue(s) used" in out
+    assert job.returncode == REQUEUE and "all 10 requeue(s) used" in out, out
     assert not (tmp_path / "requeued").exists()
     assert segments.read(run_dir)[-1].how == "TIMEOUT"
 

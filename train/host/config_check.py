@@ -48,7 +48,7 @@ def overridden(user_set: Dict[str, Any], profile: Profile) -> Dict[str, Any]:
 
 
 def _name(registry: Registry, name: Any, key: str) -> List[UserError]:
-    if name in registry:
+    if isinstance(name, str) and name in registry:
         return []
     return [UserError(unknown_name(f"{key}", name, registry.names()) + f"; fix {key}")]
 
@@ -87,7 +87,8 @@ def _named_items(registry: Registry, name: str, key: str, value: Any):
     kind = registry.names_in(name).get(key)
     if kind is None:
         return []
-    return [(kind, item) for item in (value if isinstance(value, (list, tuple)) else [value])]
+    items = list(value) if isinstance(value, (list, tuple, dict)) else [value]  # a dict's keys are the names
+    return [(kind, item) for item in items]
 
 
 def _inputs(run: cfg.RunConfig) -> List[UserError]:
