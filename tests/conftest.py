@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 import time
@@ -88,6 +89,13 @@ def store(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def lsf_path(monkeypatch, tmp_path):
+    """The LSF stand-in (tests/lsf) first on PATH, with its own state directory."""
+    monkeypatch.setenv("PATH", f"{ROOT / 'tests' / 'lsf'}:{os.environ['PATH']}")
+    monkeypatch.setenv("CT_LSF_STATE", str(tmp_path / "lsf"))
+
+
+@pytest.fixture
 def runs_dir(tmp_path, monkeypatch):
     path = tmp_path / "runs"
     path.mkdir()
@@ -119,6 +127,13 @@ def wait_for_slurm_job(job_id: str, timeout_s: float = 600) -> str:
         time.sleep(1)
     subprocess.run(["scancel", job_id])
     raise AssertionError(f"slurm job {job_id} did not finish in {timeout_s} s")
+
+
+def release_requeued(job_id: str) -> None:
+    """Slurm holds a requeued job 120 s before it may start again (BeginTime): let it start now (test speed only)."""
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
+    if "JobState=PENDING" in out and "Reason=BeginTime" in out:
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
 
 
 def manifest(run_dir: Path) -> dict:

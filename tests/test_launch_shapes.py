@@ -1,13 +1,12 @@
 """Every launch shape really runs, at reduced scale, inside the image: Slurm independent packing and the
 first-to-start race on the real test Slurm cluster; LSF single host and 2 hosts through the LSF stand-in."""
 import json
-import os
 import re
 import subprocess
 
 import pytest
 
-from conftest import ROOT, manifest, run_cluster, wait_for_slurm_job
+from conftest import manifest, run_cluster, wait_for_slurm_job
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
 SMALL = ["--set", "trainer.max_epochs=2", "--set", "data.num_workers=0"]
@@ -40,12 +39,6 @@ def test_first_to_start_keeps_the_job_that_starts(cpu_image, slurm_cluster, demo
     assert won["first_to_start"]["won"] and not lost["first_to_start"]["won"]
     assert wait_for_slurm_job(lost["scheduler"]["job_id"], 30) == "CANCELLED"
     assert wait_for_slurm_job(won["scheduler"]["job_id"]) == "COMPLETED"
-
-
-@pytest.fixture
-def lsf_path(monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", f"{ROOT / 'tests' / 'lsf'}:{os.environ['PATH']}")
-    monkeypatch.setenv("CT_LSF_STATE", str(tmp_path / "lsf"))
 
 
 @pytest.mark.parametrize("profile, hosts", [("single_host_2gpu", {"n1"}), ("two_hosts", {"n1", "n2"})])

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # real timers of seconds each: in make test, not in make test-fast
+
 LSF = Path(__file__).resolve().parent / "lsf"
 MINUTE_S = 3  # one LSF minute (-W, -wt) in these tests
 

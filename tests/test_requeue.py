@@ -86,6 +86,21 @@ def test_classify_resumed_after_epoch_1_ends_bit_identical(tmp_path, cifar):
     assert len(rows) == 1 + 2 + 4
 
 
+def test_every_interruption_resumes_from_the_newest_checkpoint(tmp_path, cifar):
+    """Stopped in epoch 2 (before any epoch-end save), then again in epoch 4 of the resumed segment: the third
+    segment resumes from the second stop, not from the first (Lightning's version counter would have written
+    last-v1.ckpt and left last.ckpt behind)."""
+    cut = classify_config(tmp_path, "twice", cifar, max_epochs=5, limit_train_batches=3)
+    codes, out = fit(cut, signal_on="[cluster-train] epoch 1/5", env={"CT_SEGMENT": "1"})
+    assert codes == [exit_codes.REQUEUE] and "at step 4 (epoch 2)" in out, out[-3000:]
+    codes, out = fit(cut, signal_on="[cluster-train] epoch 3/5", env={"CT_SEGMENT": "2"})
+    assert codes == [exit_codes.REQUEUE] and "at step 10 (epoch 4)" in out, out[-3000:]
+    codes, out = fit(cut, env={"CT_SEGMENT": "3"})
+    assert codes == [0] and "epoch 5/5 step 15" in out, out[-3000:]
+    assert [(s["segment"], s["resumed_step"]) for s in segments(tmp_path / "twice")] == [(1, None), (2, 4), (3, 10)]
+    assert sorted(p.name for p in (tmp_path / "twice" / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
+
+
 def test_video_suite_interrupted_in_model_4_does_not_retrain_1_to_3(tmp_path):
     from train.data.ufc10 import generate_ufc10
     from train.tasks.video_suite import SIX_MODELS

@@ -52,6 +52,7 @@ ckio.AtomicCheckpointIO().save_checkpoint({"global_step": 2, "weights": torch.ze
 """
 
 
+@pytest.mark.slow
 def test_kill_9_during_a_save_leaves_the_previous_checkpoint(tmp_path):
     from conftest import ROOT
 

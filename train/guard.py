@@ -90,8 +90,8 @@ class RunGuard(Callback):
             tell(f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs} step {trainer.global_step} "
                  f"train/loss {sum(self._losses) / len(self._losses):.4f} val/loss {val} "
                  f"({time.time() - self._started:.1f} s)")
-        if self._save_at_epoch_end:
-            self._save_and_exit(trainer)
+        if self._save_at_epoch_end and trainer.current_epoch + 1 < trainer.max_epochs:
+            self._save_and_exit(trainer)  # after the last epoch there is nothing to requeue: the run completes
 
     def _save_and_exit(self, trainer):
         started = time.time()

@@ -53,8 +53,11 @@ def trainer_options(run: cfg.RunConfig) -> dict:
 
 
 def build_trainer(run: cfg.RunConfig, out: Path) -> pl.Trainer:
+    # no version counter: a resumed run overwrites its own best.ckpt / last.ckpt (Lightning would start last-v1.ckpt
+    # when the restored state does not name the file, and the next segment would resume from the stale last.ckpt)
     checkpoints = ModelCheckpoint(
-        dirpath=out / "checkpoints", filename="best", monitor="val/loss", mode="min", save_top_k=1, save_last=True
+        dirpath=out / "checkpoints", filename="best", monitor="val/loss", mode="min", save_top_k=1, save_last=True,
+        enable_version_counter=False,
     )
     return resilient(pl.Trainer(
         **trainer_options(run),

@@ -135,7 +135,9 @@ write_config() {
     echo "JobCompType=jobcomp/none"
     echo "MailProg=/bin/true"
     echo "SchedulerType=sched/backfill"
-    echo "SchedulerParameters=batch_sched_delay=0"  # else every job waits ~3 s
+    # batch_sched_delay=0: else every job waits ~3 s; a pending job (a requeued or preempted one) is looked at every
+    # few seconds, not every minute
+    echo "SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=5"
     echo "SelectType=select/cons_tres"              # GPUs as TRES (--gpus-per-node) need cons_tres
     echo "SelectTypeParameters=CR_Core"
     # Finished jobs leave `scontrol show job` (there is no sacct) MinJobAge s after they end, at slurmctld's next purge:

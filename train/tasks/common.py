@@ -23,7 +23,8 @@ def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=N
     options["max_epochs"] = max_epochs or options["max_epochs"]
     last = model_checkpoint(out, log_name)
     # the seeds' own files come from the tasks' callbacks; this one only keeps the model's last.ckpt for resume
-    resume = ModelCheckpoint(dirpath=last.parent, save_last=True, save_top_k=0, save_on_train_epoch_end=True)
+    resume = ModelCheckpoint(dirpath=last.parent, save_last=True, save_top_k=0, save_on_train_epoch_end=True,
+                             enable_version_counter=False)  # always overwrite last.ckpt (see train/trainer.py)
     return resilient(pl.Trainer(
         **options,
         default_root_dir=out,

@@ -1,0 +1,76 @@
+"""Runs longer than their time limit, on the real test Slurm cluster and through the LSF stand-in, inside the image:
+each segment is warned before its limit, every rank saves, the job requeues itself, and the run finishes on its own
+with the same result as an uninterrupted run of the same config."""
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import manifest, release_requeued, run_cluster
+from train.host import segments
+
+pytestmark = [pytest.mark.image, pytest.mark.slurm]
+# enough training for three or more segments on this machine's 2 CPUs, the two runs side by side
+EPOCHS = int(os.environ.get("CT_LONG_RUN_EPOCHS", "20"))
+LSF_MINUTE_S = 15  # the stand-in's minute here: requeue_1host's 3-minute limit is 45 s, its warning 15 s before
+
+
+def config(demo_data):
+    return ["demo", "--set", f"data.root={demo_data}", "--set", "data.num_workers=0",
+            "--set", f"trainer.max_epochs={EPOCHS}", "--no-wait"]
+
+
+def wait_until_ended(run_dir: Path, timeout_s: float, job_id: str = "") -> list:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        found = segments.read(run_dir)
+        if found and found[-1].how in ("COMPLETED", "FAILED", "TIMEOUT"):
+            return found
+        if job_id:
+            release_requeued(job_id)
+        time.sleep(2)
+    log = "".join(p.read_text() for p in sorted((run_dir / "logs").glob("*.out")))
+    raise AssertionError(f"{run_dir.name} did not end in {timeout_s} s: {segments.read(run_dir)}\n{log[-3000:]}")
+
+
+def assert_resumed_to_the_same_result(long_dir: Path, reference: Path, found: list) -> None:
+    log = "".join(p.read_text() for p in sorted((long_dir / "logs").glob("*.out")))
+    assert len(found) >= 3 and [s.how for s in found[:-1]] == ["REQUEUED"] * (len(found) - 1), (found, log[-3000:])
+    assert found[-1].how == "COMPLETED", log[-3000:]
+    resumed = [r for s in found[1:] for r in s.resumed]
+    assert resumed and all(r["resumed_step"] for r in resumed), resumed  # every later segment went on from a step
+    long, ref = (json.loads((d / "results.json").read_text()) for d in (long_dir, reference))
+    assert long["epochs"] == ref["epochs"] == EPOCHS
+    # bit-identical when every stop fell between epochs; a stop mid-epoch restarts that epoch's data order
+    assert abs(long["final_val_loss"] - ref["final_val_loss"]) <= 0.05 * ref["final_val_loss"], (long, ref)
+    status = run_cluster("status", long_dir)
+    assert status.returncode == 0 and "segment 3:" in status.stdout and "result:" in status.stdout, status.stdout
+    assert len(manifest(long_dir)["segments"]) == len(found)
+
+
+def test_runs_longer_than_their_limit_requeue_themselves_and_complete(cpu_image, slurm_cluster, demo_data,
+                                                                     runs_dir, lsf_path, monkeypatch):
+    """Slurm (a one-minute limit) and the LSF stand-in (a 45 s limit) side by side, after one uninterrupted run."""
+    reference = run_cluster("local", "cpu_1proc", *config(demo_data), "--run-id", "reference", "--wait")
+    assert reference.returncode == 0, reference.stdout[-3000:]
+    monkeypatch.setenv("CT_LSF_MINUTE_SECONDS", str(LSF_MINUTE_S))
+    for cluster, profile in (("ci-slurm", "requeue_1x1"), ("ci-lsf", "requeue_1host")):
+        done = run_cluster(cluster, profile, *config(demo_data), "--run-id", cluster)
+        assert done.returncode == 0, done.stderr
+    slurm_job, lsf_job = (manifest(runs_dir / c)["scheduler"]["job_id"] for c in ("ci-slurm", "ci-lsf"))
+    try:
+        for cluster in ("ci-slurm", "ci-lsf"):
+            found = wait_until_ended(runs_dir / cluster, 900, slurm_job if cluster == "ci-slurm" else "")
+            assert_resumed_to_the_same_result(runs_dir / cluster, runs_dir / "reference", found)
+    finally:  # a failed test leaves no job requeueing itself behind
+        subprocess.run(["scancel", slurm_job], capture_output=True)
+        subprocess.run(["bkill", lsf_job], capture_output=True)
+    assert {s.job_id for s in segments.read(runs_dir / "ci-slurm")} == {slurm_job}  # a requeued job keeps its id
+    log = (runs_dir / "ci-slurm" / "logs" / f"job-{slurm_job}.out").read_text()
+    assert re.search(r"stop requested \(SIGUSR1\): saved .* at step \d+", log), log[-3000:]
+    bhist = subprocess.run(["bhist", "-l", lsf_job], capture_output=True, text=True)
+    assert "requeued" in bhist.stdout.lower(), bhist.stdout

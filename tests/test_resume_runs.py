@@ -1,0 +1,41 @@
+"""`bin/run-cluster resume` inside the image: an ended run continues in its own directory from its last checkpoint,
+with more epochs and on another number of ranks for the strategies whose checkpoints re-shard."""
+import json
+
+import pytest
+
+from conftest import manifest, run_cluster
+from train.host import segments
+
+pytestmark = pytest.mark.image
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_resume_with_more_epochs_on_two_ranks_continues_from_the_saved_step(cpu_image, demo_data, runs_dir,
+                                                                             strategy):
+    common = ["--set", f"data.root={demo_data}", "--set", "data.num_workers=0", "--set", f"trainer.strategy={strategy}"]
+    first = run_cluster("local", "cpu_1proc", "demo", *common, "--set", "trainer.max_epochs=2", "--run-id", "r",
+                        "--wait")
+    assert first.returncode == 0, first.stdout[-3000:]
+    run_dir = runs_dir / "r"
+    again = run_cluster("resume", run_dir, "--profile", "cpu_2proc", "--set", "trainer.max_epochs=4", *common,
+                        "--wait")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr
+    found = segments.read(run_dir)
+    assert [s.how for s in found] == ["COMPLETED", "COMPLETED"]
+    resumed = found[1].resumed
+    assert resumed and resumed[0]["resumed_step"] > 0, resumed  # the step counter goes on from the first run
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["epochs"] == 4 and results["world_size"] == 2
+    record = manifest(run_dir)
+    assert record["profile"] == "cpu_2proc" and record["resumes"][0]["overrides"][-1] == "trainer.max_epochs=4"
+    assert (run_dir / "job.0.sh").is_file() and (run_dir / "job.sh").is_file()  # every script that ran stays
+
+
+def test_resume_refuses_a_zero_checkpoint_on_another_rank_count(cpu_image, demo_data, runs_dir):
+    common = ["--set", f"data.root={demo_data}", "--set", "data.num_workers=0", "--set", "trainer.max_epochs=1"]
+    first = run_cluster("local", "cpu_1proc", "demo", *common, "--set", "trainer.strategy=zero2", "--run-id", "z",
+                        "--wait")
+    assert first.returncode == 0, first.stdout[-3000:]
+    refused = run_cluster("resume", runs_dir / "z", "--profile", "cpu_2proc", "--set", "trainer.strategy=zero2")
+    assert refused.returncode == 2 and "cannot re-shard it to 2" in refused.stderr, refused.stderr
