@@ -129,11 +129,20 @@ def wait_for_slurm_job(job_id: str, timeout_s: float = 600) -> str:
     raise AssertionError(f"slurm job {job_id} did not finish in {timeout_s} s")
 
 
-def release_requeued(job_id: str) -> None:
-    """Slurm holds a requeued job 120 s before it may start again (BeginTime): let it start now (test speed only)."""
+_PENDING_SINCE = {}
+
+
+def release_requeued(job_id: str, settle_s: float = 5) -> None:
+    """Slurm holds a requeued job 120 s before it may start again (BeginTime): let it start sooner (test speed only),
+    but not before its last run has been cleaned up on its node (released at once, its launch failed there)."""
     out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
-    if "JobState=PENDING" in out and "Reason=BeginTime" in out:
+    if "JobState=PENDING" not in out or "Reason=BeginTime" not in out:
+        _PENDING_SINCE.pop(job_id, None)
+        return
+    since = _PENDING_SINCE.setdefault(job_id, time.time())
+    if time.time() - since >= settle_s:
         subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
+        _PENDING_SINCE.pop(job_id, None)
 
 
 def manifest(run_dir: Path) -> dict:

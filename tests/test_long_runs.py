@@ -45,8 +45,10 @@ def assert_resumed_to_the_same_result(long_dir: Path, reference: Path, found: li
     assert resumed and all(r["resumed_step"] for r in resumed), resumed  # every later segment went on from a step
     long, ref = (json.loads((d / "results.json").read_text()) for d in (long_dir, reference))
     assert long["epochs"] == ref["epochs"] == EPOCHS
-    # bit-identical when every stop fell between epochs; a stop mid-epoch restarts that epoch's data order
-    assert abs(long["final_val_loss"] - ref["final_val_loss"]) <= 0.05 * ref["final_val_loss"], (long, ref)
+    # bit-identical when every stop falls between epochs (tests/test_requeue.py); a stop mid-epoch restarts that
+    # epoch's data order, so here the same result within a tolerance (measured: 0.0012 on 0.0535, 2 %, 4 segments)
+    assert abs(long["final_val_loss"] - ref["final_val_loss"]) <= max(0.1 * ref["final_val_loss"], 0.02), (long, ref)
+    assert abs(long["final_val_acc"] - ref["final_val_acc"]) <= 0.05, (long, ref)
     status = run_cluster("status", long_dir)
     assert status.returncode == 0 and "segment 3:" in status.stdout and "result:" in status.stdout, status.stdout
     assert len(manifest(long_dir)["segments"]) == len(found)
