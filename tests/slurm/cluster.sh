@@ -8,8 +8,8 @@
 #   cluster.sh env            print `export` lines for tests: eval "$(bash tests/slurm/cluster.sh env)"
 # Partitions: `ci` (default, all nodes) and `ci-small` (n1, n2), PriorityTier 1, preemptable (PreemptMode=REQUEUE);
 # `ci-high` (all nodes, PriorityTier 2): a job there preempts (requeues) jobs of ci/ci-small on the nodes it needs.
-# Requeue: JobRequeue=1. Finished jobs leave `scontrol show job` after MinJobAge (default 2 s, the documented minimum
-# non-zero value; $CT_SLURM_MIN_JOB_AGE overrides it) plus up to a minute (slurmctld purges once a minute).
+# Requeue: JobRequeue=1. Finished jobs leave `scontrol show job` after MinJobAge (300 s, so the tests that poll
+# scontrol see every end state; CT_SLURM_MIN_JOB_AGE=2 gives Slurm's documented minimum) plus up to a minute.
 # Bridge ct-br0 10.77.0.1/24, node K at 10.77.0.(10+K).
 # All state (config, pid files, logs, spool, munge key and socket) lives in $CT_SLURM_STATE
 # (default /run/cluster-train-slurm); /etc/slurm/slurm.conf becomes a symlink to it while the cluster is up.
@@ -140,9 +140,9 @@ write_config() {
     echo "SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=5"
     echo "SelectType=select/cons_tres"              # GPUs as TRES (--gpus-per-node) need cons_tres
     echo "SelectTypeParameters=CR_Core"
-    # Finished jobs leave `scontrol show job` (there is no sacct) MinJobAge s after they end, at slurmctld's next purge:
-    # as soon as Slurm allows, so that what reads job states copes with a scheduler that has forgotten a job.
-    echo "MinJobAge=${CT_SLURM_MIN_JOB_AGE:-2}"
+    # Finished jobs leave `scontrol show job` (there is no sacct) MinJobAge s after they end, at slurmctld's next purge;
+    # the launcher then reads the run's own record (train/host/segments.py, tested with a scheduler that forgot)
+    echo "MinJobAge=${CT_SLURM_MIN_JOB_AGE:-300}"
     echo "JobRequeue=1"                             # batch jobs may be requeued (scontrol requeue, preemption)
     echo "PreemptType=preempt/partition_prio"       # a higher PriorityTier partition preempts a lower one
     echo "PreemptMode=REQUEUE"                      # ... and the preempted job goes back to the queue, same job id
