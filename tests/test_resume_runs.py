@@ -28,7 +28,7 @@ def test_resume_with_more_epochs_on_two_ranks_continues_from_the_saved_step(cpu_
     results = json.loads((run_dir / "results.json").read_text())
     assert results["epochs"] == 4 and results["world_size"] == 2
     record = manifest(run_dir)
-    assert record["profile"] == "cpu_2proc" and record["resumes"][0]["overrides"][-1] == "trainer.max_epochs=4"
+    assert record["profile"] == "cpu_2proc" and "trainer.max_epochs=4" in record["resumes"][0]["overrides"]
     assert (run_dir / "job.0.sh").is_file() and (run_dir / "job.sh").is_file()  # every script that ran stays
 
 
