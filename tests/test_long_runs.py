@@ -15,7 +15,7 @@ from train.host import segments
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
 # enough training for three or more segments on this machine's 2 CPUs, the two runs side by side
-EPOCHS = int(os.environ.get("CT_LONG_RUN_EPOCHS", "20"))
+EPOCHS = int(os.environ.get("CT_LONG_RUN_EPOCHS", "40"))
 LSF_MINUTE_S = 15  # the stand-in's minute here: requeue_1host's 3-minute limit is 45 s, its warning 15 s before
 
 
