@@ -39,7 +39,8 @@ def wait_until_ended(run_dir: Path, timeout_s: float, job_id: str = "") -> list:
 
 def assert_resumed_to_the_same_result(long_dir: Path, reference: Path, found: list) -> None:
     log = "".join(p.read_text() for p in sorted((long_dir / "logs").glob("*.out")))
-    assert len(found) >= 3 and [s.how for s in found[:-1]] == ["REQUEUED"] * (len(found) - 1), (found, log[-3000:])
+    # Slurm's 2-minute limit gives 2-3 segments here, the LSF stand-in's 45 s limit 4-8
+    assert len(found) >= 2 and [s.how for s in found[:-1]] == ["REQUEUED"] * (len(found) - 1), (found, log[-3000:])
     assert found[-1].how == "COMPLETED", log[-3000:]
     resumed = [r for s in found[1:] for r in s.resumed]
     assert resumed and all(r["resumed_step"] for r in resumed), resumed  # every later segment went on from a step
@@ -50,13 +51,13 @@ def assert_resumed_to_the_same_result(long_dir: Path, reference: Path, found: li
     assert abs(long["final_val_loss"] - ref["final_val_loss"]) <= max(0.1 * ref["final_val_loss"], 0.02), (long, ref)
     assert abs(long["final_val_acc"] - ref["final_val_acc"]) <= 0.05, (long, ref)
     status = run_cluster("status", long_dir)
-    assert status.returncode == 0 and "segment 3:" in status.stdout and "result:" in status.stdout, status.stdout
+    assert status.returncode == 0 and "segment 2:" in status.stdout and "result:" in status.stdout, status.stdout
     assert len(manifest(long_dir)["segments"]) == len(found)
 
 
 def test_runs_longer_than_their_limit_requeue_themselves_and_complete(cpu_image, slurm_cluster, demo_data,
                                                                      runs_dir, lsf_path, monkeypatch):
-    """Slurm (a one-minute limit) and the LSF stand-in (a 45 s limit) side by side, after one uninterrupted run."""
+    """Slurm (a two-minute limit) and the LSF stand-in (a 45 s limit) side by side, after one uninterrupted run."""
     reference = run_cluster("local", "cpu_1proc", *config(demo_data), "--run-id", "reference", "--wait")
     assert reference.returncode == 0, reference.stdout[-3000:]
     monkeypatch.setenv("CT_LSF_MINUTE_SECONDS", str(LSF_MINUTE_S))
