@@ -25,7 +25,7 @@ def problems(run: cfg.RunConfig) -> List[UserError]:
     return found
 
 
-def user_choices(job: Job, run: cfg.RunConfig, user_set: Dict[str, Any], profile: Profile) -> List[UserError]:
+def user_choices(job: Job, user_set: Dict[str, Any], profile: Profile) -> List[UserError]:
     """A value the user set over the profile's wins where it can run; where it cannot, say why."""
     found = []
     accelerator = user_set.get("trainer.accelerator")

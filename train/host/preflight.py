@@ -26,7 +26,7 @@ def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.Ru
         errors += [UserError(f"{task.name}: {err}") for err in config_check.problems(task_run)]
     if not job.tasks:
         errors += config_check.problems(run)
-    errors += config_check.user_choices(job, run, user_set, cluster.profile(job.profile))
+    errors += config_check.user_choices(job, user_set, cluster.profile(job.profile))
     missing = image_missing(job)
     if missing and not (missing_image_ok and not errors):
         errors.append(missing)
