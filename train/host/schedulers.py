@@ -175,6 +175,7 @@ class Local(Scheduler):
     def submit(self, script: Path, run_dir: Path) -> str:
         log = run_dir / "logs" / "job.out"
         status = run_dir / "logs" / "exit_code"
+        status.unlink(missing_ok=True)  # a resumed run's earlier exit code would end its wait at once
         wrapper = 'bash "$1" >"$2" 2>&1; echo $? >"$3"'
         proc = subprocess.Popen(
             ["bash", "-c", wrapper, "local-job", str(script), str(log), str(status)],
