@@ -6,7 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from conftest import ROOT
 from train.exit_codes import REQUEUE
@@ -23,8 +26,8 @@ FAKES = {
 }
 
 
-def rendered_slurm_script(store, tmp_path) -> Path:
-    done = subprocess.run([sys.executable, str(ROOT / "bin" / "run-cluster"), "ci-slurm", "n1_gpu1", "demo",
+def rendered_slurm_script(store, tmp_path, cluster="ci-slurm", profile="n1_gpu1") -> Path:
+    done = subprocess.run([sys.executable, str(ROOT / "bin" / "run-cluster"), cluster, profile, "demo",
                            "--dry-run", "--run-id", "long"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     script = tmp_path / "job.sh"
@@ -32,14 +35,14 @@ def rendered_slurm_script(store, tmp_path) -> Path:
     return script
 
 
-def start(script: Path, tmp_path: Path, seconds: str) -> subprocess.Popen:
+def start(script: Path, tmp_path: Path, seconds: str, fakes_text=None, **env) -> subprocess.Popen:
     fakes = tmp_path / "fakes"
     fakes.mkdir(exist_ok=True)
-    for name, text in FAKES.items():
+    for name, text in (fakes_text or FAKES).items():
         (fakes / name).write_text(text)
         (fakes / name).chmod(0o755)
     env = {**os.environ, "PATH": f"{fakes}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "n1",
-           "SLURM_JOB_NUM_NODES": "1", "CT_FAKE_DIR": str(tmp_path), "CT_FAKE_SECONDS": seconds}
+           "SLURM_JOB_NUM_NODES": "1", "CT_FAKE_DIR": str(tmp_path), "CT_FAKE_SECONDS": seconds, **env}
     return subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 
@@ -71,6 +74,44 @@ def test_the_warning_saves_requeues_and_every_segment_is_recorded(store, tmp_pat
     found = segments.read(run_dir)
     assert [(s.number, s.how, s.job_id, s.hosts) for s in found] == [(1, "REQUEUED", "4242", "n1"),
                                                                      (2, "COMPLETED", "4242", "n1")]
+
+
+def test_a_preempted_segment_is_terminated_then_read_as_preempted_when_the_job_runs_again(store, tmp_path):
+    script = rendered_slurm_script(store, tmp_path)
+    run_dir = store / "runs" / "long"
+    (run_dir / "logs").mkdir(parents=True)
+    first = start(script, tmp_path, "30")
+    out = signal_when_training(first, signal.SIGTERM)  # what Slurm sends a preempted job (GraceTime) or a cancel
+    assert first.returncode == 143 and "saved" in out, out
+    assert segments.read(run_dir)[-1].how == "TERMINATED"  # a cancel, as far as anyone can tell yet
+    assert not (tmp_path / "requeued").exists()  # the scheduler requeues a preempted job itself
+    second = start(script, tmp_path, "0")  # ... and it runs again, same job id
+    second.communicate(timeout=60)
+    assert [s.how for s in segments.read(run_dir)] == ["PREEMPTED", "COMPLETED"]
+
+
+@pytest.mark.slow
+def test_an_lsf_rank_that_dies_ends_the_other_ranks_and_is_named(store, tmp_path):
+    """blaunch leaves the other ranks running (srun --kill-on-bad-exit=1 ends them): the batch shell does it, with
+    SIGKILL for a rank stuck in a collective with the dead one (here: one that ignores SIGTERM)."""
+    script = rendered_slurm_script(store, tmp_path, "ci-lsf", "two_hosts")
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("hA\nhB\n")
+    (store / "runs" / "long" / "logs").mkdir(parents=True)
+    fakes = {"blaunch": '#!/bin/bash\nshift 2\nexec "$@"\n',
+             "apptainer": '#!/bin/bash\necho "rank $CT_GLOBAL_RANK training"\n'
+                          'if [ "$CT_GLOBAL_RANK" = 1 ]; then sleep 1; kill -9 $$; fi\ntrap "" TERM\nexec sleep 300\n'}
+    started = time.time()
+    job = start(script, tmp_path, "0", fakes, LSB_JOBID="77", LSB_DJOB_HOSTFILE=str(hostfile),
+                LSB_HOSTS="hA hB")
+    out, _ = job.communicate(timeout=90)
+    ended_after = time.time() - started
+    assert job.returncode == 137 and "rank 1 on host hB exited with status 137" in out, out
+    assert ended_after < 60, ended_after
+    assert segments.read(store / "runs" / "long")[-1].how == "FAILED"
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "job-77.err").write_text(out)
+    assert causes.diagnose(tmp_path).startswith("rank 1 died on host hB (exit status 137)")
 
 
 def test_a_failing_step_is_recorded_failed_and_requeues_are_capped(store, tmp_path):

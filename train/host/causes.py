@@ -17,6 +17,8 @@ CAUSES: List[Tuple[str, str]] = [
                                                       "check the other ranks' lines above"),
     (r"oom[-_ ]kill|Out Of Memory|OUT_OF_MEMORY", "host RAM exhausted (OOM kill): lower data.num_workers "
                                                              "or raise mem_gb (see data.worker_mem_gb)"),
+    (r"\[cluster-train\] error: rank (\d+) on host (\S+) exited with status (\d+)",
+     "rank {1} died on host {2} (exit status {3}); its log lines above say why"),
     (r"srun: error: (\S+): task (\d+): (Exited|Killed)[^\n]*", "rank {2} died on host {1}; its log lines above say why"),
     (r"No space left on device", "disk full: free space where the run writes, or move the run directory"),
 ]

@@ -22,7 +22,7 @@ class Segment:
     hosts: str = ""
     start: str = ""
     end: str = ""
-    how: str = ""  # COMPLETED | FAILED | TIMEOUT | REQUEUED | TERMINATED; "" while it runs
+    how: str = ""  # COMPLETED | FAILED | TIMEOUT | REQUEUED | TERMINATED | PREEMPTED; "" while it runs
     exit_code: Optional[int] = None
     resumed: List[Dict] = field(default_factory=list)  # per training process: output_dir, epoch, step
 
@@ -55,7 +55,12 @@ def read(run_dir: Path) -> List[Segment]:
             seg.end, seg.how, seg.exit_code = event.get("time", ""), event.get("how", ""), event.get("exit_code")
         elif kind == "train_start":
             seg.resumed.append(event)
-    return [segments[n] for n in sorted(segments)]
+    found = [segments[n] for n in sorted(segments)]
+    for seg, after in zip(found, found[1:]):
+        # the shell only sees SIGTERM; the scheduler running the same job again means it requeued it (preemption)
+        if seg.how == "TERMINATED" and seg.job_id and after.job_id == seg.job_id:
+            seg.how = "PREEMPTED"
+    return found
 
 
 def as_records(run_dir: Path) -> List[Dict]:
