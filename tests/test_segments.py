@@ -66,7 +66,7 @@ def test_the_warning_saves_requeues_and_every_segment_is_recorded(store, tmp_pat
     first = start(script, tmp_path, "30")
     out = signal_when_training(first)  # what Slurm's --signal=B:USR1@grace does before the time limit
     assert first.returncode == 0, out
-    assert "saved" in out and "requeueing job 4242 (segment 1" in out
+    assert "saved" in out and "checkpoint saved (REQUEUED); requeueing job 4242 (segment 1" in out
     assert (tmp_path / "requeued").read_text().split() == ["4242"]
     second = start(script, tmp_path, "0")  # the requeued job runs the same script again and completes
     out, _ = second.communicate(timeout=60)
@@ -76,18 +76,23 @@ def test_the_warning_saves_requeues_and_every_segment_is_recorded(store, tmp_pat
                                                                      (2, "COMPLETED", "4242", "n1")]
 
 
-def test_a_preempted_segment_is_terminated_then_read_as_preempted_when_the_job_runs_again(store, tmp_path):
+def test_a_cancel_is_terminated_and_a_preemption_saves_and_requeues(store, tmp_path):
     script = rendered_slurm_script(store, tmp_path)
     run_dir = store / "runs" / "long"
     (run_dir / "logs").mkdir(parents=True)
-    first = start(script, tmp_path, "30")
-    out = signal_when_training(first, signal.SIGTERM)  # what Slurm sends a preempted job (GraceTime) or a cancel
-    assert first.returncode == 143 and "saved" in out, out
-    assert segments.read(run_dir)[-1].how == "TERMINATED"  # a cancel, as far as anyone can tell yet
-    assert not (tmp_path / "requeued").exists()  # the scheduler requeues a preempted job itself
-    second = start(script, tmp_path, "0")  # ... and it runs again, same job id
-    second.communicate(timeout=60)
-    assert [s.how for s in segments.read(run_dir)] == ["PREEMPTED", "COMPLETED"]
+    cancelled = start(script, tmp_path, "30")
+    out = signal_when_training(cancelled, signal.SIGTERM)  # scancel signals the batch shell and the steps
+    assert cancelled.returncode == 143 and "saved" in out, out
+    assert segments.read(run_dir)[-1].how == "TERMINATED" and not (tmp_path / "requeued").exists()
+    preempted = start(script, tmp_path, "30")
+    for line in preempted.stdout:  # Slurm's preemption signals only the steps, and requeues only a job still there
+        if line.startswith("training segment"):  # after GraceTime: the shell requeues the job itself
+            subprocess.run(["pkill", "-TERM", "-f", str(tmp_path / "fakes" / "apptainer")], check=True)
+            break
+    out, _ = preempted.communicate(timeout=60)
+    assert preempted.returncode == 0 and "checkpoint saved (PREEMPTED); requeueing job 4242" in out, out
+    assert (tmp_path / "requeued").read_text().split() == ["4242"]
+    assert [s.how for s in segments.read(run_dir)] == ["TERMINATED", "PREEMPTED"]
 
 
 @pytest.mark.slow

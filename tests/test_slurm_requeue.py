@@ -1,8 +1,7 @@
-"""What the launcher's requeue relies on, on the real test Slurm cluster, with plain bash jobs: the time-limit warning
-signal reaches the batch shell (--signal=B:USR1@N), `scontrol requeue` from inside the batch script requeues the job
-(same id, SLURM_RESTART_COUNT counts, --open-mode=append keeps one log), and a job of the higher-priority partition
-`ci-high` preempts a `ci` job, which is requeued (SIGTERM first, GraceTime) and runs again.
-Slurm's time limits are whole minutes and its signal timing has up to 60 s of jitter, so these take a minute or two.
+"""What the launcher's requeue relies on, on the real test Slurm cluster, with a plain bash job: the time-limit warning
+signal reaches the batch shell (--signal=B:USR1@N), and how early. (Requeue from the batch script and preemption are
+proven with real training runs: tests/test_long_runs.py, tests/test_slurm_interruptions.py.)
+Slurm's time limits are whole minutes and its signal timing has up to 60 s of jitter, so this takes a minute or two.
 The cluster forgets finished jobs a few seconds after they end (MinJobAge), so the jobs write their own records."""
 import re
 import subprocess
@@ -61,48 +60,3 @@ def test_time_limit_signal_reaches_the_batch_shell(slurm_cluster, tmp_path):
     lead = 60 - (float(times["usr1"]) - float(times["start"]))
     print(f"signal lead time before the 60 s limit: {lead:.1f} s (asked for 50 s)")
     assert 0 < lead <= 111, lead  # Slurm: the signal may come up to 60 s earlier than asked, never after the limit
-
-
-def test_scontrol_requeue_from_the_batch_script(slurm_cluster, tmp_path):
-    out = tmp_path / "job.out"
-    script = ("#!/bin/bash\n"
-              'echo "run $SLURM_JOB_ID restart=${SLURM_RESTART_COUNT:-0} at $(date +%s.%N)"\n'
-              'if [ "${SLURM_RESTART_COUNT:-0}" -lt 1 ]; then\n'
-              '  scontrol requeue "$SLURM_JOB_ID" && echo "requeued at $(date +%s.%N)"; sleep 60\n'
-              "fi\n"
-              'echo "end 0"\n')
-    job_id = sbatch(script, "-p", "ci", "--time=5", "--requeue", "--open-mode=append", "-o", str(out))
-    found = wait_for(lambda: "end 0" in lines(out) and lines(out), "second run", 300, [job_id])
-    runs = [line for line in found if line.startswith("run ")]
-    assert [r.split()[1:3] for r in runs] == [[job_id, f"restart={n}"] for n in range(2)], found
-    requeued = [float(line.split()[-1]) for line in found if line.startswith("requeued at")]
-    started = [float(r.split()[-1]) for r in runs]
-    delays = [round(s - q, 1) for q, s in zip(requeued, started[1:])]
-    print(f"scontrol requeue -> next start: {delays} s")
-    fields = job_fields(job_id)
-    assert not fields or fields.get("Restarts") == "1"
-
-
-def test_a_higher_priority_partition_preempts_and_requeues(slurm_cluster, tmp_path):
-    low_out, high_out = tmp_path / "low.out", tmp_path / "high.out"
-    low = ("#!/bin/bash\n"
-           'echo "low restart=${SLURM_RESTART_COUNT:-0} at $(date +%s.%N)"\n'
-           '[ "${SLURM_RESTART_COUNT:-0}" -ge 1 ] && { echo "end 0"; exit 0; }\n'
-           'trap \'echo "TERM at $(date +%s.%N)"\' TERM\n'
-           "sleep 300 & wait; sleep 300 & wait\n")
-    low_id = sbatch(low, "-p", "ci", "-w", "n1", "--exclusive", "--time=5", "--requeue", "--open-mode=append",
-                    "-o", str(low_out))
-    wait_for(lambda: lines(low_out), "low job running", 60, [low_id])
-    submitted = time.time()
-    high_id = sbatch('#!/bin/bash\necho "high at $(date +%s.%N)"\nsleep 3\n', "-p", "ci-high", "-w", "n1",
-                     "--exclusive", "--time=2", "-o", str(high_out))
-    found = wait_for(lambda: "end 0" in lines(low_out) and lines(low_out), "low job's second run", 420,
-                     [low_id, high_id])
-    assert found[0].startswith("low restart=0") and found[-2].startswith("low restart=1"), found
-    term = [float(line.split()[-1]) for line in found if line.startswith("TERM at")]
-    high_at = float(lines(high_out)[0].split()[-1])
-    rerun_at = float(found[-2].split()[-1])
-    print(f"preemption: SIGTERM {term and round(term[0] - submitted, 1)} s after the high job was submitted, "
-          f"high job started after {high_at - submitted:.1f} s, low job ran again {rerun_at - high_at:.1f} s after it")
-    assert term, "the preempted batch shell got no SIGTERM (GraceTime)"
-    assert high_at < rerun_at

@@ -12,7 +12,7 @@ from train.host.schedulers import State
 FILE = Path("logs") / "segments.jsonl"
 # how the batch shell says a segment ended -> the run's state when the scheduler no longer knows the job
 ENDED = {"COMPLETED": State.COMPLETED, "FAILED": State.FAILED, "TIMEOUT": State.TIMEOUT,
-         "REQUEUED": State.PENDING, "TERMINATED": State.CANCELLED}
+         "REQUEUED": State.PENDING, "PREEMPTED": State.PENDING, "TERMINATED": State.CANCELLED}
 
 
 @dataclass
@@ -55,12 +55,7 @@ def read(run_dir: Path) -> List[Segment]:
             seg.end, seg.how, seg.exit_code = event.get("time", ""), event.get("how", ""), event.get("exit_code")
         elif kind == "train_start":
             seg.resumed.append(event)
-    found = [segments[n] for n in sorted(segments)]
-    for seg, after in zip(found, found[1:]):
-        # the shell only sees SIGTERM; the scheduler running the same job again means it requeued it (preemption)
-        if seg.how == "TERMINATED" and seg.job_id and after.job_id == seg.job_id:
-            seg.how = "PREEMPTED"
-    return found
+    return [segments[n] for n in sorted(segments)]
 
 
 def as_records(run_dir: Path) -> List[Dict]:

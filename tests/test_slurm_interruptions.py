@@ -1,0 +1,104 @@
+"""Interruptions of real training runs on the test Slurm cluster, inside the image: a run preempted by a job of the
+higher-priority partition `ci-high` saves, is requeued by Slurm and completes without retraining what it had
+finished; a rank killed in a 2-node run ends the whole job at once (srun --kill-on-bad-exit) and `status` names it."""
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import release_requeued, run_cluster, manifest
+from train.host import segments
+
+pytestmark = [pytest.mark.image, pytest.mark.slurm]
+
+
+def common(demo_data, epochs: int, *more: str) -> list:
+    return ["demo", "--set", f"data.root={demo_data}", "--set", "data.num_workers=0",
+            "--set", f"trainer.max_epochs={epochs}", *more, "--no-wait"]
+
+
+def log_of(run_dir: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").glob("*.out")))
+
+
+def wait_for(predicate, what: str, timeout_s: float, run_dir: Path, job_id: str = ""):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if job_id:
+            release_requeued(job_id)
+        time.sleep(1)
+    raise AssertionError(f"{what}: not within {timeout_s} s; {segments.read(run_dir)}\n{log_of(run_dir)[-3000:]}")
+
+
+def epochs_done(run_dir: Path) -> int:
+    return len(re.findall(r"\[cluster-train\] epoch \d+/", log_of(run_dir)))
+
+
+def test_a_preempted_run_is_requeued_and_completes_without_retraining(cpu_image, slurm_cluster, demo_data, runs_dir):
+    done = run_cluster("ci-slurm", "n1_gpu1", *common(demo_data, 8), "--run-id", "low")
+    assert done.returncode == 0, done.stderr
+    run_dir = runs_dir / "low"
+    job_id = manifest(run_dir)["scheduler"]["job_id"]
+    try:
+        wait_for(lambda: epochs_done(run_dir) >= 2, "two epochs trained", 300, run_dir)
+        node = segments.read(run_dir)[0].hosts
+        high = subprocess.run(["sbatch", "--parsable", "-p", "ci-high", "-w", node, "--exclusive", "--time=2",
+                               "-o", os.devnull, "--wrap", "sleep 2"], capture_output=True, text=True)
+        assert high.returncode == 0, high.stderr
+        found = wait_for(lambda: [s for s in segments.read(run_dir) if s.how == "COMPLETED"] and
+                         segments.read(run_dir), "the preempted run completed", 600, run_dir, job_id)
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+    log = log_of(run_dir)
+    assert [s.how for s in found] == ["PREEMPTED", "COMPLETED"], (found, log[-3000:])
+    assert re.search(r"stop requested \(SIGTERM\): saved .* at step \d+ \(epoch (\d+)\)", log), log[-3000:]
+    resumed = found[1].resumed[0]
+    assert resumed["resumed_epoch"] >= 2 and resumed["resumed_step"] > 0, resumed  # finished epochs not retrained
+    assert len(re.findall(r"\[cluster-train\] epoch \d+/8", log)) <= 8 + 1  # at most the interrupted one again
+    status = run_cluster("status", run_dir)
+    assert "PREEMPTED" in status.stdout and "COMPLETED" in status.stdout, status.stdout
+
+
+def rank_process(job_id: str, rank: str) -> int:
+    """The pid of the training process of this job's rank (inside the container, seen from here)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+                       .split("\0") if "=" in v)
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (env.get("SLURM_JOB_ID") == job_id and env.get("SLURM_PROCID") == rank and b"-m" in cmd
+                and b"train" in cmd and cmd[0].endswith(b"python")):
+            return int(pid)
+    return 0
+
+
+def test_a_rank_killed_in_a_two_node_run_ends_the_job_and_status_names_it(cpu_image, slurm_cluster, demo_data,
+                                                                         runs_dir):
+    done = run_cluster("ci-slurm", "n2_gpu1", *common(demo_data, 50, "--set", "trainer.strategy=ddp"),
+                       "--run-id", "ranks")
+    assert done.returncode == 0, done.stderr
+    run_dir = runs_dir / "ranks"
+    job_id = manifest(run_dir)["scheduler"]["job_id"]
+    try:
+        wait_for(lambda: epochs_done(run_dir) >= 1, "one epoch trained", 300, run_dir)
+        pid = rank_process(job_id, "1")
+        assert pid, "rank 1's training process not found"
+        os.kill(pid, 9)
+        killed = time.time()
+        found = wait_for(lambda: segments.read(run_dir)[-1].how and segments.read(run_dir), "the job ended", 120,
+                         run_dir)
+        ended_after = time.time() - killed
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+    print(f"rank 1 killed: the job ended {ended_after:.1f} s later")
+    assert found[-1].how == "FAILED" and ended_after < 60, (found, ended_after)
+    status = run_cluster("status", run_dir)
+    assert re.search(r"rank 1 died on host n\d", status.stdout), status.stdout
