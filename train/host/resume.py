@@ -12,10 +12,10 @@ from train.host.schedulers import FINISHED, adapter
 from train.host.segments import run_state
 from train.host.submit import Submission, prepare
 
-# Strategies whose checkpoint loads on any number of ranks. DeepSpeed's ZeRO files partition the optimizer state per
-# rank (on another rank count it would restart); an fsdp checkpoint does not load into FSDP's flattened parameters on
-# another rank count yet (measured: size mismatch). For those a new shape is refused.
-RESHARDABLE = ("single", "ddp")
+# Strategies whose checkpoint loads on any number of ranks (fsdp saves full state dicts, re-sharded at load).
+# DeepSpeed's ZeRO files partition the optimizer state per rank (on another rank count it would restart): for those
+# a new shape is refused.
+RESHARDABLE = ("single", "ddp", "fsdp")
 
 
 def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], dry_run: bool) -> Submission:

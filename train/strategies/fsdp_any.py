@@ -28,15 +28,24 @@ class FSDPAnyAccelerator(FSDPStrategy):
         plugin = FSDPNormClipping(_convert_precision_to_unified_args(precision))  # "32" -> "32-true"
         super().__init__(precision_plugin=plugin, **kwargs)
 
+    _wrapped = None  # (module, its FSDP wrapper) from an earlier stage of this Trainer
+
     def _setup_model(self, model):
         from torch.distributed.fsdp import FullyShardedDataParallel
 
+        # A second stage (`validate`, then `fit`) would wrap a module whose parameters FSDP already manages: the new
+        # wrapper gets none (so a full checkpoint cannot load on another rank count); the first one is reused.
+        if self._wrapped is not None and self._wrapped[0] is model:
+            return self._wrapped[1]
+        module = model
         if self.root_device.type == "cpu" and not isinstance(model, FullyShardedDataParallel):
             model = FullyShardedDataParallel(
                 module=model, cpu_offload=self.cpu_offload, mixed_precision=self.mixed_precision_config,
                 sharding_strategy=self.sharding_strategy, device_id=self.root_device, **self.kwargs,
             )
-        return super()._setup_model(model)  # wraps what is not wrapped yet, moves metrics, activation checkpointing
+        wrapped = super()._setup_model(model)  # wraps what is not wrapped yet, moves metrics, activation checkpointing
+        self._wrapped = (module, wrapped)
+        return wrapped
 
     def setup(self, trainer) -> None:
         super().setup(trainer)
