@@ -1,6 +1,7 @@
 """Interruptions of real training runs on the test Slurm cluster, inside the image: a run preempted by a job of the
 higher-priority partition `ci-high` saves, is requeued by Slurm and completes without retraining what it had
-finished; a rank killed in a 2-node run ends the whole job at once (srun --kill-on-bad-exit) and `status` names it."""
+finished; a rank killed in a 2-node run ends the whole job at once (srun --kill-on-bad-exit) and `status` names it;
+a run that fills its disk still records how it ended (FAILED, exit 4) and `status` names the full disk."""
 import os
 import re
 import subprocess
@@ -102,3 +103,28 @@ def test_a_rank_killed_in_a_two_node_run_ends_the_job_and_status_names_it(cpu_im
     assert found[-1].how == "FAILED" and ended_after < 60, (found, ended_after)
     status = run_cluster("status", run_dir)
     assert re.search(r"rank 1 died on host n\d", status.stdout), status.stdout
+
+
+@pytest.fixture
+def small_runs_dir(tmp_path, monkeypatch):
+    """A runs directory on a 400 KiB tmpfs: room for a run's files and one checkpoint (217 KB), not two."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(mnt)], check=True)
+    monkeypatch.setenv("CT_RUNS_DIR", str(mnt))
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def test_a_run_that_fills_its_disk_ends_failed_and_status_says_why(cpu_image, slurm_cluster, demo_data,
+                                                                   small_runs_dir):
+    done = run_cluster("ci-slurm", "n1_gpu1", *common(demo_data, 3), "--run-id", "full")
+    assert done.returncode == 0, done.stderr
+    run_dir = small_runs_dir / "full"
+    found = wait_for(lambda: segments.read(run_dir) and segments.read(run_dir)[-1].how and segments.read(run_dir),
+                     "the job ended", 300, run_dir)
+    assert (found[-1].how, found[-1].exit_code) == ("FAILED", 4), (found, log_of(run_dir)[-3000:])  # DISK_FULL
+    status = run_cluster("status", run_dir)
+    assert "FAILED" in status.stdout and "disk full" in status.stdout, status.stdout
