@@ -168,6 +168,17 @@ def flavor_table() -> Dict[str, Any]:
     return load_yaml(project.ROOT / "containers" / "flavors.yaml", "flavor table")
 
 
+def gpu_model(gpu_type: str) -> Tuple[str, Any]:
+    """(model, compute capability) of a site's GPU name: a model of containers/flavors.yaml or one of its aliases,
+    in any case; refused with the known models where it is neither."""
+    wanted = gpu_type.lower()
+    for model, spec in flavor_table()["gpus"].items():
+        if wanted == model.lower() or wanted in (alias.lower() for alias in spec.get("aliases", ())):
+            return model, spec["capability"]
+    raise UserError(f"gpu_type {gpu_type!r} is not a GPU model or alias of containers/flavors.yaml; use one of: "
+                    f"{', '.join(flavor_table()['gpus'])} (or add the model, or the site's name to its aliases, there)")
+
+
 def _record(cls, name: str, spec: Any, where: str):
     """A partition or profile from its mapping, every value checked against the field's type and minimum."""
     if not isinstance(spec, dict):

@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, List, Optional
 from train import config as cfg
 from train.errors import UserError, raise_all
 from train.host import config_check
-from train.host.clusters import Cluster, flavor_table
+from train.host.clusters import Cluster, flavor_table, gpu_model
 from train.host.job import Job
 from train.host.schedulers import SAFE_NAME, adapter
 
@@ -109,16 +109,16 @@ def image_can_drive_the_gpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> 
     table = flavor_table()
     if job.image_flavor not in table["flavors"]:
         raise UserError(f"unknown image flavor {job.image_flavor!r}; choose one of: {', '.join(table['flavors'])}")
-    if part.gpu_type not in table["gpus"]:
-        raise UserError(f"partition {job.partition!r}: gpu_type {part.gpu_type!r} is not a GPU model of "
-                        f"containers/flavors.yaml; use one of: {', '.join(table['gpus'])} (or add it there)")
-    capability = table["gpus"][part.gpu_type]
+    try:
+        model, capability = gpu_model(part.gpu_type)
+    except UserError as error:
+        raise UserError(f"partition {job.partition!r}: {error}") from None
     if capability == "none" or job.gpus_per_node == 0:
         return  # CPU partitions and fake test GPUs: nothing for CUDA to drive
     flavor = table["flavors"][job.image_flavor]
     if "min_capability" not in flavor or not flavor["min_capability"] <= capability <= flavor["max_capability"]:
         raise UserError(
-            f"image flavor {job.image_flavor!r} cannot drive {part.gpu_type} GPUs (compute capability {capability}) "
+            f"image flavor {job.image_flavor!r} cannot drive {model} GPUs (compute capability {capability}) "
             f"on {job.partition!r}; use the {part.image} image: make image FLAVOR={part.image}"
         )
 
