@@ -14,8 +14,9 @@ from conftest import manifest, release_requeued, run_cluster
 from train.host import segments
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
-# enough training for three or more segments on this machine's 2 CPUs, the two runs side by side
-EPOCHS = int(os.environ.get("CT_LONG_RUN_EPOCHS", "40"))
+# enough training for three or more segments on this machine's 2 CPUs, the two runs side by side (measured: 4-5
+# epochs per Slurm segment, 1-8 per LSF one, after a ~13 s container start and first validation)
+EPOCHS = int(os.environ.get("CT_LONG_RUN_EPOCHS", "16"))
 LSF_MINUTE_S = 15  # the stand-in's minute here: requeue_1host's 3-minute limit is 45 s, its warning 15 s before
 
 
@@ -39,15 +40,16 @@ def wait_until_ended(run_dir: Path, timeout_s: float, job_id: str = "") -> list:
 
 def assert_resumed_to_the_same_result(long_dir: Path, reference: Path, found: list) -> None:
     log = "".join(p.read_text() for p in sorted((long_dir / "logs").glob("*.out")))
-    # Slurm's 2-minute limit gives 2-3 segments here, the LSF stand-in's 45 s limit 4-8
-    assert len(found) >= 2 and [s.how for s in found[:-1]] == ["REQUEUED"] * (len(found) - 1), (found, log[-3000:])
+    # Slurm's 2-minute limit warns ~50 s in (its signal may come 60 s early), the LSF stand-in's 45 s limit 15 s before
+    assert len(found) >= 3 and [s.how for s in found[:-1]] == ["REQUEUED"] * (len(found) - 1), (found, log[-3000:])
     assert found[-1].how == "COMPLETED", log[-3000:]
     resumed = [r for s in found[1:] for r in s.resumed]
     assert resumed and all(r["resumed_step"] for r in resumed), resumed  # every later segment went on from a step
     long, ref = (json.loads((d / "results.json").read_text()) for d in (long_dir, reference))
     assert long["epochs"] == ref["epochs"] == EPOCHS
     # bit-identical when every stop falls between epochs (tests/test_requeue.py); a stop mid-epoch restarts that
-    # epoch's data order, so here the same result within a tolerance (measured: 0.0012 on 0.0535, 2 %, 4 segments)
+    # epoch's data order, so here the same result within a tolerance (measured at 16 epochs: Slurm 0.1270, 4 segments,
+    # LSF 0.1324, 6 segments, against 0.1333 uninterrupted: within 5 %)
     assert abs(long["final_val_loss"] - ref["final_val_loss"]) <= max(0.1 * ref["final_val_loss"], 0.02), (long, ref)
     assert abs(long["final_val_acc"] - ref["final_val_acc"]) <= 0.05, (long, ref)
     status = run_cluster("status", long_dir)

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow  # real multi-process training: `make test`, not `
 def worker(rank, strategy, nprocs, out, epochs, ckpt_path, train_batches=None):
     from torch.utils.data import DataLoader
 
-    from train.fit import build_trainer
+    from train.trainer import build_trainer
     from train.lit import Classifier
 
     class Module(Classifier):

@@ -1,10 +1,6 @@
-"""`python -m train fit`: look the config's task up (train/tasks) and run it.
-
-The Trainer factory lives in train/trainer.py; its names are re-exported here for callers of the older layout.
-"""
+"""`python -m train fit`: look the config's task up (train/tasks) and run it (the Trainer factory: train/trainer.py)."""
 from train import config as cfg
 from train.tasks import TASKS
-from train.trainer import AnnounceRanks, accelerator_for, build_trainer, cluster_plugins, trainer_options  # noqa: F401
 
 
 def fit(run: cfg.RunConfig) -> dict:
