@@ -145,5 +145,10 @@ def release_requeued(job_id: str, settle_s: float = 5) -> None:
         _PENDING_SINCE.pop(job_id, None)
 
 
+def job_logs(run_dir: Path) -> str:
+    """Every segment's scheduler log of a run, in order."""
+    return "".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").glob("*.out")))
+
+
 def manifest(run_dir: Path) -> dict:
     return json.loads((run_dir / "manifest.json").read_text())

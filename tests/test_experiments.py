@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import manifest, run_cluster, wait_for_slurm_job
+from conftest import job_logs, manifest, run_cluster, wait_for_slurm_job
 
 pytestmark = pytest.mark.image
 WHERE = {"local": ("local", "cpu_1proc"), "slurm": ("ci-slurm", "n1_gpu1")}
@@ -59,7 +59,7 @@ def finish(run_dir):
     """Wait for the run's Slurm job (a local run has ended already); returns the job's log."""
     scheduler = manifest(run_dir)["scheduler"]
     state = wait_for_slurm_job(scheduler["job_id"], timeout_s=900) if scheduler["name"] == "slurm" else "COMPLETED"
-    log = "".join(p.read_text() for p in sorted((run_dir / "logs").glob("*.out")))
+    log = job_logs(run_dir)
     assert state == "COMPLETED", log[-5000:]
     return log
 

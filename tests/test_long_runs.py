@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import manifest, release_requeued, run_cluster
+from conftest import job_logs, manifest, release_requeued, run_cluster
 from train.host import segments
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
@@ -34,12 +34,12 @@ def wait_until_ended(run_dir: Path, timeout_s: float, job_id: str = "") -> list:
         if job_id:
             release_requeued(job_id)
         time.sleep(2)
-    log = "".join(p.read_text() for p in sorted((run_dir / "logs").glob("*.out")))
+    log = job_logs(run_dir)
     raise AssertionError(f"{run_dir.name} did not end in {timeout_s} s: {segments.read(run_dir)}\n{log[-3000:]}")
 
 
 def assert_resumed_to_the_same_result(long_dir: Path, reference: Path, found: list) -> None:
-    log = "".join(p.read_text() for p in sorted((long_dir / "logs").glob("*.out")))
+    log = job_logs(long_dir)
     # Slurm's 2-minute limit warns ~50 s in (its signal may come 60 s early), the LSF stand-in's 45 s limit 15 s before
     assert len(found) >= 3 and [s.how for s in found[:-1]] == ["REQUEUED"] * (len(found) - 1), (found, log[-3000:])
     assert found[-1].how == "COMPLETED", log[-3000:]

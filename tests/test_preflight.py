@@ -86,6 +86,23 @@ def test_cuda_11_6_image_cannot_drive_hopper_or_ada(store, cluster, profile, gpu
             f"image flavor 'cuda11.6' cannot drive {gpu} GPUs", "make image FLAVOR=cuda12.8")
 
 
+def site_gpus(gpu_type: str) -> str:
+    return f"gpu: {{image: cuda12.8, gpu_type: {gpu_type}, gpus_per_node: 4, cpus_per_node: 32, mem_per_node_gb: 256}}"
+
+
+def test_a_sites_own_gpu_name_passes_the_image_check(store, tmp_path):
+    path = cluster_file(tmp_path, "{partition: gpu, gpus_per_node: 1, cpus_per_task: 4, mem_gb: 32}",
+                        partition=site_gpus("A100-SXM4-40GB"))
+    done = run_cluster(path, "p", "--dry-run")
+    assert done.returncode == 0, done.stderr
+
+
+def test_an_alias_of_a_hopper_gpu_still_refuses_the_cuda_11_6_image(store, tmp_path):
+    path = cluster_file(tmp_path, "{partition: gpu, gpus_per_node: 1, cpus_per_task: 4, mem_gb: 32}",
+                        partition=site_gpus("nvidia_h100_80gb_hbm3"))
+    refused(run_cluster(path, "p", "--flavor", "cuda11.6", "--dry-run"), "image flavor 'cuda11.6' cannot drive H100 GPUs")
+
+
 def test_missing_image_names_the_build_command(store, tmp_path):
     env = {**os.environ, "CT_IMAGES_DIR": str(tmp_path / "none")}
     refused(run_cluster("h100x8", "h100_4gpu", env=env), "make image FLAVOR=cuda12.8")

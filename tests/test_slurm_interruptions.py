@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import release_requeued, run_cluster, manifest
+from conftest import job_logs, manifest, release_requeued, run_cluster
 from train.host import segments
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
@@ -19,10 +19,6 @@ pytestmark = [pytest.mark.image, pytest.mark.slurm]
 def common(demo_data, epochs: int, *more: str) -> list:
     return ["demo", "--set", f"data.root={demo_data}", "--set", "data.num_workers=0",
             "--set", f"trainer.max_epochs={epochs}", *more, "--no-wait"]
-
-
-def log_of(run_dir: Path) -> str:
-    return "".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").glob("*.out")))
 
 
 def wait_for(predicate, what: str, timeout_s: float, run_dir: Path, job_id: str = ""):
@@ -34,11 +30,11 @@ def wait_for(predicate, what: str, timeout_s: float, run_dir: Path, job_id: str 
         if job_id:
             release_requeued(job_id)
         time.sleep(1)
-    raise AssertionError(f"{what}: not within {timeout_s} s; {segments.read(run_dir)}\n{log_of(run_dir)[-3000:]}")
+    raise AssertionError(f"{what}: not within {timeout_s} s; {segments.read(run_dir)}\n{job_logs(run_dir)[-3000:]}")
 
 
 def epochs_done(run_dir: Path) -> int:
-    return len(re.findall(r"\[cluster-train\] epoch \d+/", log_of(run_dir)))
+    return len(re.findall(r"\[cluster-train\] epoch \d+/", job_logs(run_dir)))
 
 
 def test_a_preempted_run_is_requeued_and_completes_without_retraining(cpu_image, slurm_cluster, demo_data, runs_dir):
@@ -56,7 +52,7 @@ def test_a_preempted_run_is_requeued_and_completes_without_retraining(cpu_image,
                          segments.read(run_dir), "the preempted run completed", 600, run_dir, job_id)
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
-    log = log_of(run_dir)
+    log = job_logs(run_dir)
     assert [s.how for s in found] == ["PREEMPTED", "COMPLETED"], (found, log[-3000:])
     assert re.search(r"stop requested \(SIGTERM\): saved .* at step \d+ \(epoch (\d+)\)", log), log[-3000:]
     resumed = found[1].resumed[0]
@@ -125,6 +121,6 @@ def test_a_run_that_fills_its_disk_ends_failed_and_status_says_why(cpu_image, sl
     run_dir = small_runs_dir / "full"
     found = wait_for(lambda: segments.read(run_dir) and segments.read(run_dir)[-1].how and segments.read(run_dir),
                      "the job ended", 300, run_dir)
-    assert (found[-1].how, found[-1].exit_code) == ("FAILED", 4), (found, log_of(run_dir)[-3000:])  # DISK_FULL
+    assert (found[-1].how, found[-1].exit_code) == ("FAILED", 4), (found, job_logs(run_dir)[-3000:])  # DISK_FULL
     status = run_cluster("status", run_dir)
     assert "FAILED" in status.stdout and "disk full" in status.stdout, status.stdout
