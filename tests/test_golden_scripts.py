@@ -14,6 +14,8 @@ from train.host import images
 ROOT = Path(__file__).resolve().parents[1]
 EXPERTS = "/work/experts"  # how the golden files show the settings' experts directory
 GOLDEN = ROOT / "tests" / "golden"
+# the per-user accounts of the clusters that need one, as a settings file gives them
+ACCOUNTS = "clusters:\n  gilbreth: {account: lusu}\n  perlmutter: {account: m1234}\n  narval: {account: def-someprof}\n"
 SMALL_CLUSTERS = {"local", "ci-slurm", "ci-lsf"}  # this machine's clusters train the small demo
 # seed 001's packing trains experts, then fusion heads (by cluster, or cluster/profile)
 EXPERIMENT = {"slurm-4gpu": "cifar100_fusion", "ci-slurm/experts_4x1": "cifar100_experts",
@@ -34,8 +36,7 @@ def env(tmp_path_factory):
         images.record(flavor, tmp / f"{flavor}.sif", ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=tmp / "images")
     for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
         (tmp / "experts" / arch).mkdir(parents=True)  # the packed fusion tasks' inputs must exist
-    (tmp / "settings.yaml").write_text(f"email: student@example.edu\nexperts: {tmp / 'experts'}\n"
-                                       "clusters:\n  gilbreth: {account: lusu}\n")
+    (tmp / "settings.yaml").write_text(f"email: student@example.edu\nexperts: {tmp / 'experts'}\n{ACCOUNTS}")
     return {**os.environ, "CT_IMAGES_DIR": str(tmp / "images"), "CT_SETTINGS": str(tmp / "settings.yaml"),
             "CT_RUNS_DIR": str(tmp / "runs")}, tmp
 

@@ -63,7 +63,7 @@ def test_the_host_side_never_imports_torch(store, tmp_path):
 
     for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
         (tmp_path / "experts" / arch).mkdir(parents=True)
-    (tmp_path / "settings.yaml").write_text(f"experts: {tmp_path / 'experts'}\nclusters:\n  gilbreth: {{account: lusu}}\n")
+    (tmp_path / "settings.yaml").write_text(f"experts: {tmp_path / 'experts'}\n{golden.ACCOUNTS}")
     cases = []
     for cluster, profile in every_profile():
         experiment = golden.EXPERIMENT.get(f"{cluster}/{profile}") or golden.EXPERIMENT.get(cluster) or (

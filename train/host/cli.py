@@ -6,6 +6,7 @@
     run-cluster status|logs|cancel runs/<id>
     run-cluster resume runs/<id> [--profile P] [--set KEY=VALUE ...]
     run-cluster names
+    run-cluster check-cluster FILE
 
 argparse rather than fire: `--set` repeats, and fire cannot take a repeated flag.
 """
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from train.errors import UserError
+from train.errors import UserError, raise_all
 from train.host import causes, images, project, runs, segments
 from train.host.follow import follow, follow_log
 from train.host.resume import prepare_resume, queue_resume
@@ -58,6 +59,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if argv and argv[0] in RUN_COMMANDS:
             return run_command(argv)
+        if argv and argv[0] == "check-cluster":
+            return check_cluster_command(argv[1:])
         if argv and argv[0] == "names":
             from train.catalog import describe  # torch-free: the registries' tables, not their modules
 
@@ -75,6 +78,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         for line in err.lines:
             print(f"run-cluster: error: {line}", file=sys.stderr)
         return 2
+
+
+def check_cluster_command(argv: List[str]) -> int:
+    from train.host.check_cluster import check_cluster
+
+    p = Parser(prog="run-cluster check-cluster", description="check a cluster file: schema, every profile rendered "
+                                                               "and checked, the scheduler's own parser where present")
+    p.add_argument("cluster", help="a name in clusters/ or the path of a cluster YAML file")
+    p.add_argument("--no-scheduler", action="store_true",
+                   help="skip the scheduler's own check (this machine's scheduler is another site's)")
+    args = p.parse_args(argv)
+    report, problems = check_cluster(args.cluster, scheduler_check=not args.no_scheduler)
+    if report:
+        print("\n".join(report))
+    raise_all([UserError(line) for line in problems])
+    return 0
 
 
 def submit_one(args, profile: str, experiment: Optional[str]) -> int:

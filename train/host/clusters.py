@@ -11,38 +11,65 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from train.errors import UserError
+from train.errors import UserError, raise_all
 from train.host import project
 from train.host.schedulers import MODULE_NAME, SCHEDULERS, adapter
 from train.registry import unknown_name
 from train.yaml_file import load_yaml
 
 LAUNCHES = ("srun", "lightning", "blaunch", "independent")
+# How a site wants GPUs asked for: a count, the count of a GPU type (a100:4, LSF gmodel=), or Slurm's GRES syntax.
+GPU_REQUESTS = ("count", "typed", "gres", "typed-gres")
+HINTS = ("multithread", "nomultithread")
+NO_PARTITION = "none"  # a partition entry whose jobs name no partition: the site's default, or a site without any
+# A node feature expression (Slurm --constraint, LSF select[]): names and operators, nothing a directive cannot carry.
+CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|()\[\]*!,:=<> -]+$")
 # A raw directive line is read by the scheduler, not a shell: one option; a newline would start a script line.
 DIRECTIVE = re.compile(r"^-[^\x00-\x1f\x7f]*$")  # one option, no control characters
 
 
 @dataclass
 class Partition:
+    """A kind of node a profile lands on: the scheduler's partition (or queue) and what one node holds."""
+
     name: str
     image: str  # image flavor whose CUDA can drive this partition's GPUs
+    partition: str = ""  # the scheduler's name for it: the entry's own name by default; "none": name none
     gpus_per_node: int = field(default=0, metadata={"min": 0})
-    gpu_type: str = "none"  # a GPU model of containers/flavors.yaml
+    gpu_type: str = "none"  # a GPU model of containers/flavors.yaml or the site's alias (rendered in typed requests)
+    gpu_request: str = "count"  # count | typed | gres | typed-gres (GPU_REQUESTS)
     gpu_mem_gb: int = field(default=0, metadata={"min": 0})
-    cpus_per_node: int = field(default=1, metadata={"min": 1})
+    cpus_per_node: int = field(default=1, metadata={"min": 1})  # cores
+    threads_per_core: int = field(default=1, metadata={"min": 1})  # hardware threads: Slurm's CPUs are threads
     mem_per_node_gb: int = field(default=1, metadata={"min": 1})
     nodes: int = field(default=1, metadata={"min": 1})
+    constraint: str = ""  # node features that pick these nodes out of a shared partition (-C gpu)
+
+    @property
+    def scheduler_name(self) -> str:
+        """What the script names: "" for none."""
+        name = self.partition or self.name
+        return "" if name == NO_PARTITION else name
 
 
 @dataclass
 class Profile:
     name: str
-    partition: str = field(default="", metadata={"required": True})
+    partition: str = ""  # an entry of the cluster's partitions; may be left out where the cluster has one
     nodes: int = field(default=1, metadata={"min": 1})
     gpus_per_node: int = field(default=0, metadata={"min": 0})
     ranks_per_node: Optional[int] = field(default=None, metadata={"min": 1})  # default: the GPUs per node (or 1)
-    cpus_per_task: int = field(default=1, metadata={"min": 1})
-    mem_gb: int = field(default=1, metadata={"min": 1})  # per node
+    cpus_per_task: int = field(default=1, metadata={"min": 1})  # logical CPUs (hardware threads where a node has them)
+    hint: Optional[str] = None  # multithread | nomultithread (Slurm --hint): nomultithread gives each CPU a core
+    # Memory: per node (mem_gb), or per GPU or per CPU as the site prefers; one of the three (default mem_gb: 1)
+    mem_gb: Optional[int] = field(default=None, metadata={"min": 1})
+    mem_per_gpu_gb: Optional[int] = field(default=None, metadata={"min": 1})
+    mem_per_cpu_gb: Optional[int] = field(default=None, metadata={"min": 1})
+    gpu_mem_gb: int = field(default=0, metadata={"min": 0})  # the least memory each GPU must have
+    qos: str = ""
+    constraint: str = ""  # node features, added to the partition's own (Slurm --constraint, LSF select[])
+    reservation: str = ""
+    exclusive: bool = False  # whole nodes, shared with no other job
     time: str = "01:00:00"
     launch: Optional[str] = None  # srun | lightning | blaunch | independent; default from the scheduler
     description: str = ""
@@ -63,6 +90,10 @@ class Profile:
             return self.ranks_per_node
         return self.gpus_per_node or 1
 
+    @property
+    def memory_keys(self) -> List[str]:
+        return [key for key in ("mem_gb", "mem_per_gpu_gb", "mem_per_cpu_gb") if getattr(self, key) is not None]
+
 
 @dataclass
 class Cluster:
@@ -73,6 +104,7 @@ class Cluster:
     nv: bool = True  # bind the NVIDIA driver into the container (apptainer --nv)
     needs: List[str] = field(default_factory=list)  # per-user settings this cluster cannot do without (account)
     modules: List[str] = field(default_factory=list)  # `module load` before the job starts (e.g. apptainer)
+    module_init: str = ""  # the module system's init script, where a batch shell starts without `module`
     binds: List[str] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)
     partitions: Dict[str, Partition] = field(default_factory=dict)
@@ -84,6 +116,12 @@ class Cluster:
         return self.profiles[name]
 
     def partition(self, name: str) -> Partition:
+        if not name and len(self.partitions) == 1:
+            return next(iter(self.partitions.values()))
+        if not name:
+            kind = adapter(self.scheduler).partition_word
+            raise UserError(f"this profile of cluster {self.name!r} names no {kind} and the cluster has "
+                            f"{len(self.partitions)}; add 'partition: NAME', one of: {', '.join(sorted(self.partitions))}")
         if name not in self.partitions:
             kind = adapter(self.scheduler).partition_word
             raise UserError(unknown_name(f"{kind} of cluster {self.name!r}", name, sorted(self.partitions)))
@@ -123,25 +161,52 @@ def load(path: Path) -> Cluster:
         env=_env(raw.get("env"), f"{where}: env"),
         needs=_texts(raw.get("needs"), f"{where}: needs"),
         modules=_texts(raw.get("modules"), f"{where}: modules"),
+        module_init=_text(raw.get("module_init", ""), f"{where}: module_init"),
     )
     for module in cluster.modules:
         if not MODULE_NAME.match(module):
             raise UserError(f"{where}: modules item {module!r} is not a module name like cuda/12.8")
-    flavors = image_flavors()
+    errors = []  # every partition's and profile's problems at once: a site maintainer fixes them in one go
     for name, spec in _mapping(raw.get("partitions"), f"{where}: partitions").items():
-        part = cluster.partitions[name] = _record(Partition, name, spec, f"{where}: partition {name!r}")
-        _choice(part.image, flavors, f"{where}: partition {name!r} image")
+        try:
+            cluster.partitions[name] = _partition(name, spec, f"{where}: partition {name!r}")
+        except UserError as err:
+            errors.append(err)
     for name, spec in _mapping(raw.get("profiles"), f"{where}: profiles").items():
-        cluster.profiles[name] = _profile(name, spec, f"{where}: profile {name!r}")
-    if not cluster.profiles:
-        raise UserError(f"{where} defines no profiles; add one under 'profiles:'")
+        try:
+            cluster.profiles[name] = _profile(name, spec, f"{where}: profile {name!r}")
+        except UserError as err:
+            errors.append(err)
+    if not raw.get("profiles"):
+        errors.append(UserError(f"{where} defines no profiles; add one under 'profiles:'"))
+    raise_all(errors)
     return cluster
+
+
+def _partition(name: str, spec: Any, where: str) -> Partition:
+    part = _record(Partition, name, spec, where)
+    _choice(part.image, image_flavors(), f"{where} image")
+    _choice(part.gpu_request, GPU_REQUESTS, f"{where} gpu_request")
+    _constraint(part.constraint, f"{where} constraint")
+    try:
+        gpu_model(part.gpu_type)
+    except UserError as error:
+        raise UserError(f"{where}: {error}") from None
+    return part
 
 
 def _profile(name: str, spec: Any, where: str) -> Profile:
     profile = _record(Profile, name, spec, where)
     if profile.launch is not None:
         _choice(profile.launch, LAUNCHES, f"{where} launch")
+    if profile.hint is not None:
+        _choice(profile.hint, HINTS, f"{where} hint")
+    if len(profile.memory_keys) > 1:
+        raise UserError(f"{where} sets {' and '.join(profile.memory_keys)}; a job's memory is given one way, "
+                        f"keep one of them")
+    if profile.mem_per_gpu_gb is not None and not profile.gpus_per_node:
+        raise UserError(f"{where} gives memory per GPU but asks for no GPUs; use mem_gb (per node) instead")
+    _constraint(profile.constraint, f"{where} constraint")
     profile.env = _env(profile.env, f"{where} env")
     profile.directives = _texts(profile.directives, f"{where} directives")
     for directive in profile.directives:
@@ -185,9 +250,6 @@ def _record(cls, name: str, spec: Any, where: str):
         raise UserError(f"{where} must be a mapping of keys, not a {_kind(spec)}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     _only_keys(spec, [n for n in fields if n != "name"], where)
-    for key, f in fields.items():
-        if f.metadata.get("required") and key not in spec:
-            raise UserError(f"{where} has no {key}; add '{key}: ...'")
     hints = typing.get_type_hints(cls)
     values = {"name": name}
     for key, value in spec.items():
@@ -247,14 +309,30 @@ def _flag(value: Any, where: str) -> bool:
 
 
 def _env(value: Any, where: str) -> Dict[str, str]:
+    """Values with ${setting} references (your settings file), $NAME (the job's own environment on the node, e.g.
+    $LD_LIBRARY_PATH) and $$ (a literal $); nothing that runs a command."""
     env = {}
     for name, text in _mapping(value, where).items():
         text = _text(text, f"{where} {name}")
         if "$(" in text or "`" in text:
-            raise UserError(f"{where} {name} = {text!r} runs a command; give the value itself (only ${{setting}} "
-                            f"references to your settings file are expanded)")
+            raise UserError(f"{where} {name} = {text!r} runs a command; give the value itself (${{setting}} for "
+                            f"your settings, $NAME for the node's environment, $$ for a literal $)")
+        lone = ENV_TEXT.sub("", text)
+        if "$" in lone:
+            raise UserError(f"{where} {name} = {text!r} has a '$' that names nothing; write $$ for a literal $, "
+                            f"$NAME for the node's environment or ${{setting}} for your settings")
         env[str(name)] = text
     return env
+
+
+# The pieces of an env value that mean something: $$, ${setting}, $NAME.
+ENV_TEXT = re.compile(r"\$\$|\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _constraint(value: str, where: str) -> None:
+    if value and not CONSTRAINT.match(value):
+        raise UserError(f"{where} = {value!r} is not a feature expression like gpu&hbm80g; use feature names "
+                        f"joined by & or |, without quotes or $")
 
 
 def _mapping(value: Any, where: str) -> Dict:

@@ -34,13 +34,14 @@ class Job:
     cluster_file: str
     profile: str
     scheduler: str
-    partition: str
+    partition: str  # the cluster file's entry
+    queue: str  # what the script names: that entry's scheduler partition (LSF queue), "" for the site's default
     nodes: int
     gpus_per_node: int
     ranks_per_node: int
     tasks_per_node: int  # scheduler tasks per node: one per rank under srun/blaunch, one under Lightning
     cpus_per_task: int
-    mem_gb: int
+    mem_gb: int  # per node, however the profile gives it
     time: str
     launch: str
     job_name: str
@@ -56,6 +57,17 @@ class Job:
     env: Dict[str, str] = field(default_factory=dict)
     directives: List[str] = field(default_factory=list)
     modules: List[str] = field(default_factory=list)
+    module_init: str = ""
+    gpu_type: str = ""  # the site's name of the GPU, for typed requests
+    gpu_request: str = "count"
+    gpu_mem_gb: int = 0  # the least memory each GPU must have (LSF gmem)
+    mem_per_gpu_gb: Optional[int] = None  # the profile's own way to give memory, rendered as such
+    mem_per_cpu_gb: Optional[int] = None
+    hint: Optional[str] = None
+    qos: str = ""
+    constraint: str = ""  # the partition's features and the profile's, joined
+    reservation: str = ""
+    exclusive: bool = False
     account: Optional[str] = None
     email: Optional[str] = None
     notify: bool = False
@@ -97,19 +109,22 @@ def resolve(
         settings.require(user, key, cluster.name, "the scheduler rejects jobs without it")
     per_task = launch in ("srun", "blaunch")
     tasks = independent_tasks(profile, run_dir) if launch == "independent" else []
+    part = cluster.partition(profile.partition)
+    tasks_per_node = len(tasks) or (profile.ranks if per_task else 1)
     return Job(
         run_id=run_dir.name,
         cluster=cluster.name,
         cluster_file=cluster.path,
         profile=profile.name,
         scheduler=cluster.scheduler,
-        partition=profile.partition,
+        partition=part.name,
+        queue=part.scheduler_name,
         nodes=profile.nodes,
         gpus_per_node=profile.gpus_per_node,
         ranks_per_node=1 if tasks else profile.ranks,
-        tasks_per_node=len(tasks) or (profile.ranks if per_task else 1),
+        tasks_per_node=tasks_per_node,
         cpus_per_task=profile.cpus_per_task,
-        mem_gb=profile.mem_gb,
+        mem_gb=node_memory_gb(profile, tasks_per_node),
         time=profile.time,
         launch=launch,
         job_name=job_name(run.name),
@@ -122,9 +137,20 @@ def resolve(
         data_dir=run.data.root,
         nv=cluster.nv and profile.gpus_per_node > 0,
         binds=bind_mounts(cluster, task_runs or [run], run_dir, user),  # packed: only the tasks run
-        env={k: settings.expand(v, user, cluster.name) for k, v in {**cluster.env, **profile.env}.items()},
+        env={k: settings.expand_env(v, user, cluster.name) for k, v in {**cluster.env, **profile.env}.items()},
         directives=list(profile.directives),
         modules=list(cluster.modules) + settings.modules(user),
+        module_init=cluster.module_init,
+        gpu_type=part.gpu_type,
+        gpu_request=part.gpu_request,
+        gpu_mem_gb=profile.gpu_mem_gb,
+        mem_per_gpu_gb=profile.mem_per_gpu_gb,
+        mem_per_cpu_gb=profile.mem_per_cpu_gb,
+        hint=profile.hint,
+        qos=profile.qos,
+        constraint=scheduler.constraint_join.join(filter(None, (part.constraint, profile.constraint))),
+        reservation=profile.reservation,
+        exclusive=profile.exclusive,
         account=user.get("account"),
         email=user.get("email"),
         notify=profile.notify,
@@ -132,6 +158,15 @@ def resolve(
         max_requeues=profile.max_requeues,
         tasks=tasks,
     )
+
+
+def node_memory_gb(profile: Profile, tasks_per_node: int) -> int:
+    """Memory per node, however the profile gives it (per node, per GPU or per CPU); 1 GB when it gives none."""
+    if profile.mem_per_gpu_gb is not None:
+        return profile.mem_per_gpu_gb * profile.gpus_per_node
+    if profile.mem_per_cpu_gb is not None:
+        return profile.mem_per_cpu_gb * profile.cpus_per_task * tasks_per_node
+    return profile.mem_gb if profile.mem_gb is not None else 1
 
 
 def bind_mounts(cluster: Cluster, runs: List[cfg.RunConfig], run_dir: Path, user: Dict[str, Any]) -> List[str]:

@@ -1,8 +1,9 @@
 """Checks run on every submission and on --dry-run: refuse, with the cause and the fix, any job that would
 hang, run N silent copies, be rejected by the scheduler, or run the wrong image. Nothing is queued before these pass."""
 import math
+from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from train import config as cfg
 from train.errors import UserError, raise_all
@@ -13,25 +14,31 @@ from train.host.schedulers import SAFE_NAME, adapter
 
 
 def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.RunConfig],
-          user_set: Dict[str, Any], missing_image_ok: bool = False) -> List[str]:
+          user_set: Dict[str, Any], script: str, missing_image_ok: bool = False) -> List[str]:
     """Run every check and raise all failures at once (one line each). An image not built yet on this machine is
     a warning instead when `missing_image_ok` (--dry-run): the job can be reviewed before its image exists."""
-    errors: List[UserError] = []
-    for rule in RULES:
-        try:
-            rule(job, cluster, run)
-        except UserError as err:
-            errors.append(err)
+    errors = failures(RULES, job, cluster, run)
     for task, task_run in zip(job.tasks, task_runs):
         errors += [UserError(f"{task.name}: {err}") for err in config_check.problems(task_run)]
     if not job.tasks:
         errors += config_check.problems(run)
     errors += config_check.user_choices(job, user_set, cluster.profile(job.profile))
+    errors += directives_repeated(job, script)
     missing = image_missing(job)
     if missing and not (missing_image_ok and not errors):
         errors.append(missing)
     raise_all(list({str(err): err for err in errors}.values()))  # one rule's failure may show in another
     return [f"warning: {missing}"] if missing else []
+
+
+def failures(rules: List[Callable], job: Job, cluster: Cluster, run: cfg.RunConfig) -> List[UserError]:
+    errors = []
+    for rule in rules:
+        try:
+            rule(job, cluster, run)
+        except UserError as err:
+            errors.append(err)
+    return errors
 
 
 def fits_partition(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
@@ -46,11 +53,39 @@ def fits_partition(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
         )
     if job.mem_gb > part.mem_per_node_gb:
         raise UserError(f"{where} asks for {job.mem_gb} GB per node but a node has {part.mem_per_node_gb} GB; lower mem_gb")
-    if job.cpus_per_task * job.tasks_per_node > part.cpus_per_node:
+    cpus, unit = _node_cpus(job, part)
+    if job.cpus_per_task * job.tasks_per_node > cpus:
         raise UserError(
             f"{where} asks for {job.tasks_per_node} task(s) x {job.cpus_per_task} CPUs per node but a node has "
-            f"{part.cpus_per_node}; lower cpus_per_task"
+            f"{cpus} {unit}; lower cpus_per_task"
         )
+
+
+def _node_cpus(job: Job, part) -> Tuple[int, str]:
+    """What a node offers cpus_per_task: its hardware threads (Slurm's CPUs), or its cores under nomultithread."""
+    if part.threads_per_core > 1 and job.hint != "nomultithread":
+        return part.cpus_per_node * part.threads_per_core, f"hardware threads ({part.cpus_per_node} cores)"
+    return part.cpus_per_node, "cores" if part.threads_per_core > 1 else "CPUs"
+
+
+def gpus_as_asked(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+    """What the profile asks of each GPU is something the partition's GPUs and the scheduler can give."""
+    part = cluster.partition(job.partition)
+    where = f"profile {job.profile!r} on {job.partition!r}"
+    if job.gpu_request.startswith("typed") and part.gpu_type in ("none", "fake"):
+        raise UserError(f"partition {job.partition!r} has gpu_request: {job.gpu_request} but no gpu_type to "
+                        f"name; set gpu_type to the scheduler's name of the GPU (e.g. a100)")
+    if job.gpu_mem_gb and job.gpu_mem_gb > part.gpu_mem_gb:
+        have = f"{part.gpu_mem_gb} GB GPUs" if part.gpu_mem_gb else "GPUs of unstated memory (gpu_mem_gb)"
+        raise UserError(f"{where} needs GPUs with {job.gpu_mem_gb} GB but the partition has {have}; choose a "
+                        f"partition whose GPUs have it, or lower gpu_mem_gb")
+
+
+def scheduler_can_express(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+    for (key, value), fix in adapter(job.scheduler).unsupported.items():
+        have = getattr(job, key)
+        if have and (not value or have == value):
+            raise UserError(f"profile {job.profile!r}: {key}: {have} cannot be asked of {job.scheduler}; {fix}")
 
 
 def one_rank_per_gpu(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
@@ -99,7 +134,9 @@ def time_limit_is_valid(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
 
 def names_are_safe(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     # Directive lines are read by the scheduler, not a shell, so they cannot be quoted: refuse what needs quoting.
-    for what, value in (("partition", job.partition), ("job name", job.job_name), ("account", job.account)):
+    typed = job.gpu_type if job.gpu_request.startswith("typed") else None
+    for what, value in (("partition", job.queue or None), ("job name", job.job_name), ("account", job.account),
+                        ("qos", job.qos or None), ("reservation", job.reservation or None), ("gpu_type", typed)):
         if value is not None and not SAFE_NAME.match(value):
             raise UserError(f"{what} {value!r} has characters a scheduler directive cannot carry; use letters, digits, '_.-+'")
 
@@ -150,22 +187,42 @@ def workers_have_cpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
         )
 
 
+def directives_repeated(job: Job, script: str) -> List[UserError]:
+    """A raw directive that sets what the script already sets from a key: the scheduler would take one of the two
+    (which one depends on the scheduler), so the key would silently not hold."""
+    scheduler = adapter(job.scheduler)
+    prefix = scheduler.directive_prefix + " "
+    if not job.directives or not scheduler.directive_prefix:
+        return []
+    given = Counter(scheduler.option(line[len(prefix):]) for line in script.splitlines() if line.startswith(prefix))
+    errors = []
+    for directive in job.directives:
+        option = scheduler.option(directive)
+        if given[option] > 1 and option not in scheduler.repeatable:
+            key = scheduler.option_keys.get(option, "the profile's own key")
+            errors.append(UserError(f"profile {job.profile!r}: directive {directive!r} repeats {option}, which the "
+                                    f"script already sets; remove it from directives and set {key} instead"))
+    return errors
+
+
 def image_missing(job: Job) -> Optional[UserError]:
     if not job.image or not Path(job.image).is_file():
         return UserError(f"no {job.image_flavor} image has been built here; build it with: make image FLAVOR={job.image_flavor}")
     return None
 
 
-RULES: List[Callable] = [
+# What a profile asks of its cluster (check-cluster runs these for every profile), then what a run asks of it.
+CLUSTER_RULES: List[Callable] = [
     fits_partition,
+    gpus_as_asked,
+    scheduler_can_express,
     one_rank_per_gpu,
     launcher_starts_every_rank,
     time_limit_is_valid,
     names_are_safe,
     image_can_drive_the_gpus,
-    host_ram_fits,
-    workers_have_cpus,
 ]
+RULES: List[Callable] = CLUSTER_RULES + [host_ram_fits, workers_have_cpus]
 
 
 def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any]) -> str:
@@ -175,7 +232,8 @@ def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any]) -> str:
     gpus = job.nodes * job.gpus_per_node
     return "\n".join(
         [
-            f"cluster {job.cluster} ({job.scheduler}), profile {job.profile}, partition {job.partition}",
+            f"cluster {job.cluster} ({job.scheduler}), profile {job.profile}, partition {job.partition}"
+            + ("" if job.queue == job.partition else f" ({f'named {job.queue} in the script' if job.queue else 'the script names none: the default one'})"),
             f"shape: {job.nodes} node(s) x {job.ranks_per_node} rank(s) = {job.total_ranks} rank(s), "
             f"{gpus} GPU(s), launch {job.launch}, time {job.time}",
             f"batch: {per_rank} per rank x {job.total_ranks} rank(s) x {run.trainer.accumulate_grad_batches} "

@@ -11,6 +11,7 @@ from train.host.schedulers import adapter
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+HOST_VALUE = re.compile(r"\$\$|\$([A-Za-z_][A-Za-z0-9_]*)")  # in an env value: a literal $, or the node's $NAME
 # Per-task values a launcher sets and the training code reads inside the container.
 FORWARDED = ["SLURM_*", "LSB_*", "LSF_*", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "CT_*", "PYTHONUNBUFFERED"]
 
@@ -34,7 +35,22 @@ def render(job: Job) -> str:
         comment_end_string="#}}",
     )
     env.filters["q"] = lambda value: shlex.quote(str(value))
+    env.filters["env_word"] = env_word
     env.globals["master_port"] = master_port_shell
     template = env.get_template(f"{job.scheduler}.sh.j2")
     return template.render(job=job, scheduler=adapter(job.scheduler), requeue_exit=exit_codes.REQUEUE,
                            forward_patterns="|".join(FORWARDED + sorted(job.env)))
+
+
+def env_word(value: str) -> str:
+    """One shell word for an env value: literal text single-quoted, each $NAME expanded on the node when the job
+    runs ("${NAME-}": unset is empty, which `set -u` would otherwise abort on), $$ a literal $."""
+    parts, start = [], 0
+    for match in HOST_VALUE.finditer(value):
+        parts.append(shlex.quote(value[start:match.start()] + ("$" if match.group(1) is None else "")))
+        if match.group(1):
+            parts.append(f'"${{{match.group(1)}-}}"')
+        start = match.end()
+    parts.append(shlex.quote(value[start:]))
+    word = "".join(p for p in parts if p != "''")
+    return word or "''"

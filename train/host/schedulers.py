@@ -6,6 +6,7 @@ Nothing else in `train/host/` branches on a scheduler's name: it asks the adapte
 import enum
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -42,6 +43,7 @@ class State(str, enum.Enum):
 
 FINISHED = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.NODE_FAIL,
                       State.OUT_OF_MEMORY, State.BOOT_FAIL, State.DEADLINE, State.PREEMPTED})
+SLURM_UNREACHABLE = ("Could not establish a configuration source", "Unable to contact slurm controller")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # what may appear unquoted in a scheduler directive
 MODULE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/@-]*$")  # `module load NAME` (e.g. cuda/12.8)
 NOT_STARTED = frozenset({State.PENDING, State.CONFIGURING, State.UNKNOWN})
@@ -73,9 +75,35 @@ class Scheduler:
     requeue_command = ""  # how the batch shell puts its own job back in the queue ("": it cannot)
     job_id_var = "$$"  # the job's id, as the batch shell reads it
     hosts_var = "$(hostname)"  # the job's hosts, as the batch shell reads them
+    directive_prefix = ""  # how a script line hands an option to the scheduler ("": no directives)
+    constraint_join = "&"  # how two node-feature expressions are both required
+    # Profile and partition settings this scheduler has no way to express: key -> the fix.
+    unsupported: Dict[Tuple[str, str], str] = {}
+    short_options: Dict[str, str] = {}  # -p -> partition
+    # Options that set the same thing in different words (--mem vs --mem-per-gpu): one of a group per script.
+    option_groups: Tuple[frozenset, ...] = ()
+    repeatable: Tuple[str, ...] = ()  # options a script may give more than once
+    option_keys: Dict[str, str] = {}  # a rendered option -> the cluster-file key that sets it
+
+    def option(self, directive: str) -> str:
+        """The option a directive sets, in one spelling: '-p gpu', '--partition=gpu' -> 'partition'."""
+        word = directive.split()[0].split("=")[0] if directive.split() else ""
+        if word.startswith("--"):
+            name = word[2:]
+        else:
+            name = self.short_options.get(word[:2], word.lstrip("-"))
+        for group in self.option_groups:
+            if name in group:
+                return "/".join(sorted(group))
+        return name
 
     def log_name(self, job_name: str) -> str:
         raise NotImplementedError
+
+    def test_script(self, script: Path) -> Optional[Tuple[bool, str]]:
+        """The scheduler's own verdict on a script's directives without queuing it; None where it has no such
+        check or its commands are not on this machine."""
+        return None
 
     def submit(self, script: Path, run_dir: Path) -> str:
         raise NotImplementedError
@@ -95,9 +123,30 @@ class Slurm(Scheduler):
     requeue_command = 'scontrol requeue "$SLURM_JOB_ID"'
     job_id_var = "$SLURM_JOB_ID"
     hosts_var = "$SLURM_JOB_NODELIST"
+    directive_prefix = "#SBATCH"
+    short_options = {"-A": "account", "-b": "begin", "-c": "cpus-per-task", "-C": "constraint", "-d": "dependency",
+                     "-D": "chdir", "-e": "error", "-G": "gpus", "-J": "job-name", "-N": "nodes", "-n": "ntasks",
+                     "-o": "output", "-p": "partition", "-q": "qos", "-t": "time", "-w": "nodelist", "-x": "exclude"}
+    option_groups = (frozenset({"mem", "mem-per-cpu", "mem-per-gpu"}), frozenset({"gpus-per-node", "gpus", "gres"}),
+                     frozenset({"ntasks", "ntasks-per-node"}), frozenset({"requeue", "no-requeue"}))
+    option_keys = {"partition": "partition", "account": "account (your settings file)", "qos": "qos",
+                   "constraint": "constraint", "reservation": "reservation", "nodes": "nodes", "exclusive": "exclusive",
+                   "gpus/gpus-per-node/gres": "gpus_per_node, and the partition's gpu_type and gpu_request",
+                   "cpus-per-task": "cpus_per_task", "hint": "hint", "time": "time", "signal": "grace_s",
+                   "mem/mem-per-cpu/mem-per-gpu": "mem_gb, mem_per_gpu_gb or mem_per_cpu_gb",
+                   "mail-type": "notify", "mail-user": "email (your settings file)"}
 
     def log_name(self, job_name: str) -> str:
         return "job-%j.out"
+
+    def test_script(self, script: Path) -> Optional[Tuple[bool, str]]:
+        if not shutil.which("sbatch"):
+            return None
+        done = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True)
+        said = (done.stderr + done.stdout).strip().splitlines()
+        if any(NO_CONTROLLER in line for line in said for NO_CONTROLLER in SLURM_UNREACHABLE):
+            return None  # sbatch is here but no cluster answers: nothing to learn about the script
+        return done.returncode == 0, said[-1] if said else f"exit status {done.returncode}"
 
     def submit(self, script: Path, run_dir: Path) -> str:
         out = _run(["sbatch", "--parsable", str(script)], "sbatch")
@@ -129,6 +178,18 @@ class Lsf(Scheduler):
     requeue_command = 'brequeue "$LSB_JOBID"'
     job_id_var = "$LSB_JOBID"
     hosts_var = "$LSB_HOSTS"
+    directive_prefix = "#BSUB"
+    constraint_join = " && "
+    unsupported = {
+        ("qos", ""): "LSF has no QOS; choose the queue that gives that service (a partition entry)",
+        ("hint", ""): "LSF has no --hint; give cpus_per_task in the slots (cores) you want",
+        ("gpu_request", "gres"): "LSF asks for GPUs with -gpu; use gpu_request: count or typed (gmodel=)",
+        ("gpu_request", "typed-gres"): "LSF asks for GPUs with -gpu; use gpu_request: count or typed (gmodel=)",
+    }
+    repeatable = ("R",)  # LSF merges the sections of several -R strings
+    option_keys = {"q": "partition", "P": "account (your settings file)", "gpu": "gpus_per_node, gpu_type, gpu_mem_gb",
+                   "n": "nodes and cpus_per_task", "W": "time", "x": "exclusive", "U": "reservation",
+                   "wt": "grace_s", "u": "email (your settings file)"}
     STATES = {"PEND": "PENDING", "PSUSP": "PENDING", "RUN": "RUNNING", "USUSP": "SUSPENDED", "SSUSP": "SUSPENDED",
               "DONE": "COMPLETED", "EXIT": "FAILED"}
 
@@ -168,6 +229,8 @@ class Local(Scheduler):
     default_launch = "lightning"
     launches = ("lightning",)
     follow_by_default = True
+    unsupported = {(key, ""): "this machine has no scheduler to ask; remove it"
+                   for key in ("qos", "constraint", "reservation", "exclusive", "hint")}
 
     def log_name(self, job_name: str) -> str:
         return "job.out"

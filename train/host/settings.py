@@ -89,6 +89,20 @@ def require(values: Dict[str, Any], key: str, cluster: str, why: str) -> Any:
     return values[key]
 
 
+SETTING = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env(text: str, values: Dict[str, Any], cluster: str) -> str:
+    """An environment value with its ${setting} references filled in; $NAME (the node's environment at job time)
+    and $$ (a literal $) stay for the job script, so a setting's own '$' is written $$."""
+    def fill(match: "re.Match") -> str:
+        if match.group(1) is None:
+            return match.group(0)
+        value = require(values, match.group(1), cluster, f"the cluster file refers to ${{{match.group(1)}}}")
+        return str(value).replace("$", "$$")
+    return SETTING.sub(fill, text)
+
+
 def expand(text: str, values: Dict[str, Any], cluster: str) -> str:
     """Fill `${scratch}`-style references in a cluster file's binds and environment from the user's settings."""
     found = (m.group("named") or m.group("braced") for m in string.Template.pattern.finditer(text))

@@ -73,9 +73,10 @@ def prepare(cluster_name: str, profile_name: str, experiment: str, overrides: Li
     if image is None:
         image = images.current(flavor, project.images_dir())
     job = resolve(cluster, profile, run, task_runs, run_dir, image, flavor, user)
-    warnings = preflight.check(job, cluster, run, task_runs, user_set, missing_image_ok=dry_run)
+    script = render(job)
+    warnings = preflight.check(job, cluster, run, task_runs, user_set, script, missing_image_ok=dry_run)
     summary = preflight.summary(job, run, config_check.overridden(user_set, profile))
-    return Submission(job, run, render(job), summary, str(config_file), list(overrides), task_runs, warnings, rerun_of)
+    return Submission(job, run, script, summary, str(config_file), list(overrides), task_runs, warnings, rerun_of)
 
 
 def queue(sub: Submission) -> str:

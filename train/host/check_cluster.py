@@ -1,0 +1,71 @@
+"""`run-cluster check-cluster FILE`: a cluster file checked on its own, for whoever adds a site. Every problem of
+the file at once: its schema and types, then every profile resolved and rendered as a job would be, with the checks
+a profile's shape must pass, and the script handed to the scheduler's own parser where this machine has one
+(`sbatch --test-only`: nothing is queued). Run configs are left out: any experiment may run on a profile."""
+import re
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from train import config as cfg
+from train.errors import UserError
+from train.host import clusters, preflight, project, settings
+from train.host.clusters import Cluster, Profile
+from train.host.job import independent_tasks, resolve, run_config, task_configs
+from train.host.render import render
+from train.host.schedulers import adapter
+
+EXPERIMENT = "demo"  # any run config renders the same directives; the smallest one
+SETTING_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def check_cluster(name_or_path: str, scheduler_check: bool = True) -> Tuple[List[str], List[str]]:
+    """(report lines, problem lines) for the cluster file; no problem lines means every profile passed."""
+    path = clusters.find(name_or_path, project.CLUSTERS)
+    try:
+        cluster = clusters.load(path)
+    except UserError as err:
+        return [], err.lines
+    user = stand_in_settings(cluster, path)
+    report, problems = [], []
+    with tempfile.TemporaryDirectory(prefix="check-cluster-") as tmp:
+        for profile in cluster.profiles.values():
+            lines, found = check_profile(cluster, profile, user, Path(tmp), scheduler_check)
+            report += lines
+            problems += [line if f"profile {profile.name!r}" in line else f"profile {profile.name!r}: {line}"
+                         for line in found]
+    return report, problems
+
+
+def check_profile(cluster: Cluster, profile: Profile, user: Dict, tmp: Path,
+                  scheduler_check: bool) -> Tuple[List[str], List[str]]:
+    run_dir = tmp / profile.name
+    try:
+        run = run_config(cfg.read(project.EXPERIMENTS / f"{EXPERIMENT}.yaml"), {}, profile, run_dir)
+        tasks = independent_tasks(profile, run_dir) if profile.launch == "independent" else []
+        task_runs = task_configs(run, profile, tasks, user, cluster.name)
+        partition = cluster.partition(profile.partition)
+        job = resolve(cluster, profile, run, task_runs, run_dir, None, partition.image, user)
+        script = render(job)
+    except UserError as err:
+        return [], err.lines
+    found = [line for err in preflight.failures(preflight.CLUSTER_RULES, job, cluster, run) for line in err.lines]
+    found += [line for err in preflight.directives_repeated(job, script) for line in err.lines]
+    if found:
+        return [], found
+    (tmp / f"{profile.name}.sh").write_text(script)
+    verdict = adapter(cluster.scheduler).test_script(tmp / f"{profile.name}.sh") if scheduler_check else None
+    if verdict is None:
+        return [f"ok {profile.name}: rendered and checked (no {cluster.scheduler} here to parse the script)"], []
+    accepted, said = verdict
+    if not accepted:
+        return [], [f"{cluster.scheduler} on this machine refuses the script: {said}"]
+    return [f"ok {profile.name}: rendered, checked, and {cluster.scheduler} accepts it ({said})"], []
+
+
+def stand_in_settings(cluster: Cluster, path: Path) -> Dict[str, str]:
+    """The user's settings for the cluster, with a stand-in for each one the file needs or refers to and the
+    user has not set: a site maintainer checks a file without being one of its users."""
+    user = settings.load(cluster.name)
+    wanted = set(cluster.needs) | set(SETTING_REFERENCE.findall(path.read_text()))
+    return {**{key: f"check-cluster-{key}" for key in wanted}, **user}
