@@ -1,0 +1,49 @@
+"""The state directory of the LSF stand-in of the tests (see standin.py) and the job records in it.
+
+$CT_LSF_STATE (default /tmp/ct-lsf) holds one directory per job id: small files (stat, exit_code, pid, ...) written
+whole by rename, and history.jsonl, every event with its time. bsub, the detached supervisor of each job and bjobs,
+bkill, brequeue and bhist are separate processes that share a job only through these records, as LSF's daemons and
+commands share it through theirs.
+"""
+import json
+import os
+import time
+from pathlib import Path
+
+from bsub_options import refuse
+
+STATE = Path(os.environ.get("CT_LSF_STATE", "/tmp/ct-lsf")).absolute()
+
+
+def job_dir(job_id: str) -> Path:
+    return STATE / job_id
+
+
+def event(job: Path, kind: str, **fields) -> None:
+    with (job / "history.jsonl").open("a") as f:
+        f.write(json.dumps({"t": time.time(), "event": kind, **fields}) + "\n")
+
+
+def history(job: Path) -> list:
+    path = job / "history.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
+
+
+def read(job: Path, name: str, default: str = "") -> str:
+    try:
+        return (job / name).read_text().strip()
+    except FileNotFoundError:
+        return default
+
+
+def write(job: Path, name: str, text: str) -> None:
+    tmp = job / f".{name}.tmp"
+    tmp.write_text(f"{text}\n")
+    tmp.rename(job / name)
+
+
+def existing_job(job_id: str, message: str) -> Path:
+    job = job_dir(job_id)
+    if not job_id.isdigit() or not (job / "job.json").exists():
+        refuse(message)
+    return job
