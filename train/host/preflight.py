@@ -232,8 +232,7 @@ def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any]) -> str:
     gpus = job.nodes * job.gpus_per_node
     return "\n".join(
         [
-            f"cluster {job.cluster} ({job.scheduler}), profile {job.profile}, partition {job.partition}"
-            + ("" if job.queue == job.partition else f" ({f'named {job.queue} in the script' if job.queue else 'the script names none: the default one'})"),
+            f"cluster {job.cluster} ({job.scheduler}), profile {job.profile}, partition {job.partition}{_named(job)}",
             f"shape: {job.nodes} node(s) x {job.ranks_per_node} rank(s) = {job.total_ranks} rank(s), "
             f"{gpus} GPU(s), launch {job.launch}, time {job.time}",
             f"batch: {per_rank} per rank x {job.total_ranks} rank(s) x {run.trainer.accumulate_grad_batches} "
@@ -244,6 +243,13 @@ def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any]) -> str:
         ]
         + [f"{key}: your --set replaces the profile's {value!r}" for key, value in overridden.items()]
     )
+
+
+def _named(job: Job) -> str:
+    """How the script names the partition, where that is not the entry's own name."""
+    if job.queue == job.partition:
+        return ""
+    return f" (named {job.queue} in the script)" if job.queue else " (the script names none: the default one)"
 
 
 def _processes_per_node(job: Job) -> int:

@@ -43,6 +43,7 @@ class State(str, enum.Enum):
 
 FINISHED = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.NODE_FAIL,
                       State.OUT_OF_MEMORY, State.BOOT_FAIL, State.DEADLINE, State.PREEMPTED})
+# sbatch's words when it is installed but no controller answers (this machine is no cluster's login node)
 SLURM_UNREACHABLE = ("Could not establish a configuration source", "Unable to contact slurm controller")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # what may appear unquoted in a scheduler directive
 MODULE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/@-]*$")  # `module load NAME` (e.g. cuda/12.8)
@@ -144,7 +145,7 @@ class Slurm(Scheduler):
             return None
         done = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True)
         said = (done.stderr + done.stdout).strip().splitlines()
-        if any(NO_CONTROLLER in line for line in said for NO_CONTROLLER in SLURM_UNREACHABLE):
+        if any(reason in line for line in said for reason in SLURM_UNREACHABLE):
             return None  # sbatch is here but no cluster answers: nothing to learn about the script
         return done.returncode == 0, said[-1] if said else f"exit status {done.returncode}"
 
