@@ -2,6 +2,7 @@
 init, hardware threads, and `check-cluster` over every cluster file. (Their refusals: tests/bad_inputs/site_keys.yaml;
 the test Slurm cluster running them: tests/test_slurm_sites.py.)"""
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -108,3 +109,39 @@ profiles:
     assert [line.split("'")[1] for line in lines] == ["too_many_gpus", "repeats", "wrong_image"], done.stderr
     assert "ok fine:" in done.stdout
     assert "cannot drive V100" in lines[2]
+
+
+def test_a_cpu_image_is_refused_for_gpus_it_cannot_drive(store, tmp_path):
+    """The CPU image on an A100 node with --nv would train on the CPU and bind a driver for nothing."""
+    done = run_cluster("gilbreth", "n1_gpu1", "--flavor", "cpu", "--dry-run")
+    assert done.returncode == 2 and "image flavor 'cpu' cannot drive A100 GPUs" in done.stderr, done.stderr
+    path = site(tmp_path)
+    Path(path).write_text(Path(path).read_text().replace("image: cuda12.8", "image: cpu"))
+    done = run_cluster(path, "p", "demo", "--dry-run")
+    assert done.returncode == 2 and "image flavor 'cpu' cannot drive A100 GPUs" in done.stderr, done.stderr
+
+
+def test_reservation_exclusive_and_gpu_memory_in_each_schedulers_words(store, tmp_path):
+    keys = ", reservation: course-42, exclusive: true, constraint: nvlink, gpu_mem_gb: 40"
+    script = script_of(run_cluster(site(tmp_path, profile=keys), "p", "demo", "--dry-run"))
+    for directive in ("--reservation=course-42", "--exclusive", "--constraint=gpu&nvlink"):
+        assert f"#SBATCH {directive}\n" in script
+    lsf = tmp_path / "lsf.yaml"
+    lsf.write_text("""name: lsfsite
+scheduler: lsf
+partitions:
+  gpua100: {constraint: gpu80gb, image: cuda12.8, gpu_type: NVIDIAA100_SXM4_80GB, gpu_request: typed, gpus_per_node: 2,
+            gpu_mem_gb: 80, cpus_per_node: 32, mem_per_node_gb: 512, nodes: 4}
+profiles:
+  p: {gpus_per_node: 2, cpus_per_task: 8, mem_gb: 128, time: "8:00", gpu_mem_gb: 80, reservation: course-42,
+      exclusive: true, constraint: nvlink}
+""")
+    flavors = (ROOT / "containers" / "flavors.yaml").read_text()
+    assert "NVIDIAA100_SXM4_80GB" not in flavors  # the LSF model name is not an alias: refused until added
+    done = run_cluster(lsf, "p", "demo", "--dry-run")
+    assert done.returncode == 2 and "NVIDIAA100_SXM4_80GB" in done.stderr
+    lsf.write_text(lsf.read_text().replace("NVIDIAA100_SXM4_80GB", "nvidia_a100-sxm4-80gb"))
+    script = script_of(run_cluster(lsf, "p", "demo", "--dry-run"))
+    for directive in ('-gpu "num=2:mode=exclusive_process:gmodel=nvidia_a100-sxm4-80gb:gmem=80G"',
+                      '-R "select[gpu80gb && nvlink]"', "-x", "-U course-42", "-q gpua100"):
+        assert f"#BSUB {directive}\n" in script
