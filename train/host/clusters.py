@@ -24,6 +24,8 @@ HINTS = ("multithread", "nomultithread")
 NO_PARTITION = "none"  # a partition entry whose jobs name no partition: the site's default, or a site without any
 # A node feature expression (Slurm --constraint, LSF select[]): names and operators, nothing a directive cannot carry.
 CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|()\[\]*!,:=<> -]+$")
+# The pieces of an env value that mean something: $$, ${setting}, $NAME.
+ENV_TEXT = re.compile(r"\$\$|\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$[A-Za-z_][A-Za-z0-9_]*")
 # A raw directive line is read by the scheduler, not a shell: one option; a newline would start a script line.
 DIRECTIVE = re.compile(r"^-[^\x00-\x1f\x7f]*$")  # one option, no control characters
 
@@ -323,10 +325,6 @@ def _env(value: Any, where: str) -> Dict[str, str]:
                             f"$NAME for the node's environment or ${{setting}} for your settings")
         env[str(name)] = text
     return env
-
-
-# The pieces of an env value that mean something: $$, ${setting}, $NAME.
-ENV_TEXT = re.compile(r"\$\$|\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _constraint(value: str, where: str) -> None:

@@ -104,7 +104,8 @@ def expand_env(text: str, values: Dict[str, Any], cluster: str) -> str:
 
 
 def expand(text: str, values: Dict[str, Any], cluster: str) -> str:
-    """Fill `${scratch}`-style references in a cluster file's binds and environment from the user's settings."""
+    """Fill `${scratch}`-style references in a cluster file's binds and packed tasks' values from the user's
+    settings (environment values: `expand_env`)."""
     found = (m.group("named") or m.group("braced") for m in string.Template.pattern.finditer(text))
     for name in filter(None, found):
         require(values, name, cluster, f"the cluster file refers to ${{{name}}}")
