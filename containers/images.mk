@@ -15,16 +15,19 @@
 
 FLAVOR ?= cpu
 IMAGE_FLAVORS := $(patsubst containers/%.def,%,$(wildcard containers/*.def))  # containers/flavors.yaml describes each
-IMAGES_DIR ?= images
+# $CT_IMAGES: a store shared with other clones and users (see bin/run-cluster images); no comment after a value here,
+# make would keep the spaces before it
+IMAGES_DIR ?= $(or $(CT_IMAGES),images)
 HOST_PYTHON ?= python3
 APPTAINER ?= apptainer
 IMAGE_DEF = containers/$(FLAVOR).def
 IMAGE_LOCK = containers/$(FLAVOR).lock
 IMAGE_SIF = $(IMAGES_DIR)/$(FLAVOR).sif
 IMAGE_STAMP = $(IMAGES_DIR)/$(FLAVOR).inputs
-# "fresh" when the stamp holds the current key; anything else (stale, no stamp, an error) rebuilds
+# "fresh" when the stamp holds the current key and the store an image built from it; anything else (stale, no stamp,
+# the store copy gone, an error) rebuilds
 IMAGE_STATUS := $(if $(wildcard $(IMAGE_DEF)),$(shell $(HOST_PYTHON) -m train.host.images inputs \
-	--def $(IMAGE_DEF) --lock $(IMAGE_LOCK) --stamp $(IMAGE_STAMP) 2>/dev/null))
+	--def $(IMAGE_DEF) --lock $(IMAGE_LOCK) --stamp $(IMAGE_STAMP) --flavor $(FLAVOR) --root $(IMAGES_DIR) 2>/dev/null))
 # pip inside the build goes through this machine's TLS-intercepting proxy: let it see the host's CA bundle, read-only
 # (containers/install.sh uses it only if it is there; clusters do not need it). `--mount` is `--bind
 # /etc/ssl/certs:/mnt/host-certs:ro` without apptainer build's spurious "destination is already in the mount point

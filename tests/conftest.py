@@ -81,7 +81,7 @@ def store(tmp_path, monkeypatch):
         sif.write_text(f"stand-in {flavor} image\n")
         images.record(flavor, sif, ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=root)
     (tmp_path / "settings.yaml").write_text("clusters:\n  gilbreth: {account: lusu}\n")
-    monkeypatch.setenv("CT_IMAGES_DIR", str(root))
+    monkeypatch.setenv("CT_IMAGES", str(root))
     monkeypatch.setenv("CT_SETTINGS", str(tmp_path / "settings.yaml"))
     monkeypatch.setenv("CT_RUNS_DIR", str(tmp_path / "runs"))
     (tmp_path / "runs").mkdir()

@@ -18,7 +18,7 @@ argv, file names, file texts and env values: {tmp} (the case's scratch directory
 {root} (the project), {sha:<flavor>} (the stand-in image's sha256).
 
 Before each case the runner makes, under {tmp}: an image store `images/` holding tiny stand-in images recorded for
-cpu, cuda11.6 and cuda12.8 (CT_IMAGES_DIR), `settings.yaml` with `clusters: {gilbreth: {account: lusu}}`
+cpu, cuda11.6 and cuda12.8 (CT_IMAGES), `settings.yaml` with `clusters: {gilbreth: {account: lusu}}`
 (CT_SETTINGS), an empty `runs/` (CT_RUNS_DIR) and `data/`; a case's `files` replace them. The directory above
 {tmp} holds fake sbatch/bsub/scontrol/squeue/bkill/scancel/bjobs first on PATH: each appends its argv to a
 marker file and exits 1.
@@ -151,7 +151,7 @@ def run_case(case: dict, case_root: Path) -> Result:
     tmp, values, marker = _setup(case, case_root)
     argv = [_arg(a, values) for a in case["argv"]]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "LSB_", "CT_"))}
-    env.update(CT_IMAGES_DIR=str(tmp / "images"), CT_SETTINGS=str(tmp / "settings.yaml"), CT_RUNS_DIR=str(tmp / "runs"),
+    env.update(CT_IMAGES=str(tmp / "images"), CT_SETTINGS=str(tmp / "settings.yaml"), CT_RUNS_DIR=str(tmp / "runs"),
                PATH=f"{case_root / 'fakebin'}{os.pathsep}{os.environ.get('PATH', '')}")
     env.update({k: _fill(str(v), values) for k, v in (case.get("env") or {}).items()})
     before = _snapshot(case_root)

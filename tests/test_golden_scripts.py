@@ -35,7 +35,7 @@ def env(tmp_path_factory):
     for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
         (tmp / "experts" / arch).mkdir(parents=True)  # the packed fusion tasks' inputs must exist
     (tmp / "settings.yaml").write_text(f"email: student@example.edu\nexperts: {tmp / 'experts'}\n{ACCOUNTS}")
-    return {**os.environ, "CT_IMAGES_DIR": str(tmp / "images"), "CT_SETTINGS": str(tmp / "settings.yaml"),
+    return {**os.environ, "CT_IMAGES": str(tmp / "images"), "CT_SETTINGS": str(tmp / "settings.yaml"),
             "CT_RUNS_DIR": str(tmp / "runs")}, tmp
 
 
@@ -43,7 +43,7 @@ def env(tmp_path_factory):
 def test_dry_run_script_matches_golden(env, cluster, profile, monkeypatch, capsys):
     """In this process (bin/run-cluster's own main, as a subprocess would run it: ~0.6 s less per profile)."""
     variables, tmp = env
-    for name in ("CT_IMAGES_DIR", "CT_SETTINGS", "CT_RUNS_DIR"):
+    for name in ("CT_IMAGES", "CT_SETTINGS", "CT_RUNS_DIR"):
         monkeypatch.setenv(name, variables[name])
     experiment = EXPERIMENT.get(f"{cluster}/{profile}") or EXPERIMENT.get(cluster) or (
         "demo" if cluster in SMALL_CLUSTERS else "cifar100_resnet")

@@ -48,10 +48,11 @@ def repo(tmp_path):
             shutil.copy2(src, copy / rel)
     (copy / "images").mkdir()
     (copy / "images" / "cpu.sif").write_bytes(b"a fake image\n")
-    write_stamp = subprocess.run(
-        [sys.executable, "-m", "train.host.images", "inputs", "--def", "containers/cpu.def",
-         "--lock", "containers/cpu.lock", "--stamp", "images/cpu.inputs", "--write"], cwd=copy)
-    assert write_stamp.returncode == 0
+    recorded = subprocess.run(  # what `make image` does after a build: the store copy, the index, the stamp
+        [sys.executable, "-m", "train.host.images", "record", "--flavor", "cpu", "--sif", "images/cpu.sif",
+         "--def", "containers/cpu.def", "--lock", "containers/cpu.lock", "--root", "images",
+         "--stamp", "images/cpu.inputs"], cwd=copy, capture_output=True)
+    assert recorded.returncode == 0, recorded.stderr
     return copy
 
 
@@ -82,6 +83,15 @@ def test_unchanged_inputs_build_nothing_and_changed_ones_rebuild(repo):
     assert not is_fresh(repo), "a new file in the train package did not rebuild"
 
 
+def test_an_image_gone_from_the_store_is_rebuilt(repo):
+    """The run-cluster side finds images in the store: with its copy gone, `make image` must build, not answer
+    that there is nothing to do."""
+    assert is_fresh(repo)
+    for stored in (repo / "images" / "store").iterdir():
+        stored.unlink()  # images/cpu.sif, its hard link, stays: only the store copy is gone
+    assert not is_fresh(repo)
+
+
 def test_other_flavors_build_from_their_own_definition(repo):
     assert not is_fresh(repo, "cuda12.8")  # never built
     dry = make("-n", "image", "FLAVOR=cuda12.8", cwd=repo).stdout
@@ -96,11 +106,12 @@ def test_interrupted_build_leaves_no_half_image(repo, tmp_path):
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     (repo / "containers" / "cpu.lock").write_bytes((repo / "containers" / "cpu.lock").read_bytes() + b"# new\n")
     stamp_before = (repo / "images" / "cpu.inputs").read_text()
+    index_before = (repo / "images" / "index.json").read_text()
     done = make("image", f"APPTAINER={fake}", cwd=repo)
     assert done.returncode != 0
     assert (repo / "images" / "cpu.sif").read_bytes() == b"a fake image\n"
     assert (repo / "images" / "cpu.inputs").read_text() == stamp_before
-    assert not (repo / "images" / "index.json").exists()
+    assert (repo / "images" / "index.json").read_text() == index_before
     assert not [p.name for p in (repo / "images").iterdir() if "tmp" in p.name]
 
 

@@ -104,7 +104,7 @@ def test_an_alias_of_a_hopper_gpu_still_refuses_the_cuda_11_6_image(store, tmp_p
 
 
 def test_missing_image_names_the_build_command(store, tmp_path):
-    env = {**os.environ, "CT_IMAGES_DIR": str(tmp_path / "none")}
+    env = {**os.environ, "CT_IMAGES": str(tmp_path / "none")}
     refused(run_cluster("h100x8", "h100_4gpu", env=env), "make image FLAVOR=cuda12.8")
 
 

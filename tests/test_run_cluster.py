@@ -57,7 +57,7 @@ def test_bad_input_is_one_line_and_submits_nothing(store, args, message):
 
 
 def test_missing_image_prints_the_make_command(store, monkeypatch, tmp_path):
-    env = {**os.environ, "CT_IMAGES_DIR": str(tmp_path / "empty")}
+    env = {**os.environ, "CT_IMAGES": str(tmp_path / "empty")}
     done = run_cluster("local", "cpu_1proc", "demo", env=env)
     assert done.returncode == 2
     assert "make image FLAVOR=cpu" in done.stderr and len(done.stderr.strip().splitlines()) == 1
@@ -66,7 +66,7 @@ def test_missing_image_prints_the_make_command(store, monkeypatch, tmp_path):
 
 def test_a_dry_run_can_be_reviewed_before_the_image_exists(store, tmp_path):
     """The one problem fixed outside the config (build the image) is a warning: the script is still printed."""
-    env = {**os.environ, "CT_IMAGES_DIR": str(tmp_path / "empty")}
+    env = {**os.environ, "CT_IMAGES": str(tmp_path / "empty")}
     done = run_cluster("h100x8", "h100_4gpu", "--dry-run", env=env)
     assert done.returncode == 0, done.stderr
     assert "warning: no cuda12.8 image has been built here" in done.stderr and "#SBATCH --nodes=1" in done.stdout

@@ -7,6 +7,7 @@
     run-cluster resume runs/<id> [--profile P] [--set KEY=VALUE ...]
     run-cluster names
     run-cluster check-cluster FILE
+    run-cluster images list|import FILE.sif|verify [DIGEST]
 
 argparse rather than fire: `--set` repeats, and fire cannot take a repeated flag.
 """
@@ -17,11 +18,11 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 from train.errors import UserError, raise_all
-from train.host import causes, images, project, runs, segments
+from train.host import causes, images, runs, segments
 from train.host.follow import follow, follow_log
 from train.host.resume import prepare_resume, queue_resume
 from train.host.segments import run_state
-from train.host.submit import Submission, prepare, queue
+from train.host.submit import Submission, prepare, queue, store_of
 from train.host.schedulers import FINISHED, State, adapter, race
 
 DEFAULT_EXPERIMENT = "cifar100_resnet"
@@ -59,6 +60,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if argv and argv[0] in RUN_COMMANDS:
             return run_command(argv)
+        if argv and argv[0] == "images":
+            from train.host.image_commands import main as images_main
+
+            return images_main(argv[1:])
         if argv and argv[0] == "check-cluster":
             return check_cluster_command(argv[1:])
         if argv and argv[0] == "names":
@@ -153,7 +158,8 @@ def rerun(args) -> int:
         raise UserError(f"--rerun takes the run's own cluster, profile and image; drop {', '.join(extra)} "
                         f"(or submit anew without --rerun)")
     manifest = runs.read_manifest(Path(args.rerun))
-    record = images.verified(manifest["image"]["sha256"], project.images_dir(), f"the image of {args.rerun}")
+    record = images.verified(manifest["image"]["sha256"], store_of(manifest["cluster_file"]),
+                             f"the image of {args.rerun}")
     # The run's config.yaml already holds every override it was submitted with; new ones go on top.
     sub = prepare(manifest["cluster_file"], manifest["profile"], str(Path(args.rerun) / "config.yaml"),
                   args.overrides, args.run_id, record.flavor, image=record, rerun_of=manifest["run_id"],

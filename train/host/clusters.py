@@ -107,6 +107,7 @@ class Cluster:
     needs: List[str] = field(default_factory=list)  # per-user settings this cluster cannot do without (account)
     modules: List[str] = field(default_factory=list)  # `module load` before the job starts (e.g. apptainer)
     module_init: str = ""  # the module system's init script, where a batch shell starts without `module`
+    images: str = ""  # the image store this cluster's users share (a group directory); "": each user's own
     binds: List[str] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)
     partitions: Dict[str, Partition] = field(default_factory=dict)
@@ -164,6 +165,7 @@ def load(path: Path) -> Cluster:
         needs=_texts(raw.get("needs"), f"{where}: needs"),
         modules=_texts(raw.get("modules"), f"{where}: modules"),
         module_init=_text(raw.get("module_init", ""), f"{where}: module_init"),
+        images=_text(raw.get("images", ""), f"{where}: images"),
     )
     for module in cluster.modules:
         if not MODULE_NAME.match(module):

@@ -108,6 +108,33 @@ def record(
     return entry
 
 
+def add(flavor: str, sif: Path, sha256: str, root: Path, git_commit: Optional[str]) -> Tuple[ImageRecord, bool]:
+    """Put a SIF whose digest the caller computed into the store (`images import`): (its record, whether it was new).
+    Copied beside the store first and renamed into place, under the index lock only for the check and the rename, so
+    two imports of one file at once leave one store copy and one record; a stored SIF is never rewritten."""
+    store = root / STORE
+    store.mkdir(parents=True, exist_ok=True)
+    stored = store / f"{sha256}.sif"
+    tmp = store / f".{sha256}.{os.getpid()}.tmp"
+    shutil.copyfile(sif, tmp)
+    try:
+        if sha256_file(tmp) != sha256:
+            raise UserError(f"{sif} changed while it was copied into the store; import it again")
+        with _index_lock(root):
+            known = find(sha256, root)
+            if known is not None:
+                return known, False
+            if not stored.exists():
+                os.replace(tmp, stored)
+            entry = ImageRecord(flavor=flavor, path=str(stored.resolve()), sha256=sha256, def_sha256="",
+                                lock_sha256="", inputs_sha256="", size=stored.stat().st_size,
+                                built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), git_commit=git_commit)
+            _write_index(root, _read_index(root) + [entry])
+            return entry, True
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def current(flavor: str, root=Path("images")) -> Optional[ImageRecord]:
     """The latest recorded build of a flavor whose store file still exists."""
     for entry in reversed(_read_index(Path(root))):
@@ -128,7 +155,8 @@ def verified(sha256: str, root: Path, what: str) -> ImageRecord:
     """The store's image with this digest, its bytes checked: refused when it is gone or was modified in place."""
     record = find(sha256, root)
     if record is None:
-        raise UserError(f"{what} (sha256 {sha256}) is not in {root}/store; restore it there to rerun exactly")
+        raise UserError(f"{what} (sha256 {sha256}) is not in the image store {root}; copy that SIF here and run "
+                        f"bin/run-cluster images import FILE.sif --expect-sha256 {sha256}")
     if sha256_file(record.path) != sha256:
         raise UserError(f"the store copy {record.path} of {what} was tampered with: its sha256 is no longer "
                         f"{sha256}; restore the original file to rerun exactly")
@@ -258,12 +286,17 @@ def inputs_text(def_file, lock_file, repo=Path(".")) -> str:
     return "\n".join(lines) + "\n"
 
 
-def inputs_status(stamp, def_file, lock_file, repo=Path(".")) -> Tuple[str, str]:
-    """("fresh" | "stale", inputs text): fresh when the stamp holds exactly the current inputs."""
+def inputs_status(stamp, def_file, lock_file, repo=Path("."), flavor: Optional[str] = None,
+                  root: Optional[Path] = None) -> Tuple[str, str]:
+    """("fresh" | "stale", inputs text): fresh when the stamp holds exactly the current inputs and, given a flavor
+    and store, the store still holds an image built from them (else bin/run-cluster would find none, and `make
+    image` would answer that there is nothing to do)."""
     text = inputs_text(def_file, lock_file, repo)
     stamp = Path(stamp)
     old = stamp.read_text() if stamp.is_file() else None
-    return ("fresh" if old == text else "stale"), text
+    stored = flavor is None or any(e.flavor == flavor and e.inputs_sha256 == sha256_text(text) and Path(e.path).is_file()
+                                   for e in _read_index(Path(root)))
+    return ("fresh" if old == text and stored else "stale"), text
 
 
 def write_stamp(stamp, text: str) -> bool:
@@ -300,6 +333,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     inp.add_argument("--lock", type=Path, required=True)
     inp.add_argument("--stamp", type=Path, required=True)
     inp.add_argument("--write", action="store_true", help="rewrite STAMP (only if it changed) instead")
+    inp.add_argument("--flavor", help="fresh only if the store (--root) holds an image of FLAVOR built from these inputs")
     inp.add_argument("--snapshot", type=Path, default=None,
                      help="instead write the current content key to this file (taken before a build, so an edit "
                           "made while it runs is not credited to the image)")
@@ -317,7 +351,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             write_stamp(args.stamp, text)
         print(f"recorded {entry.flavor} image sha256:{entry.sha256} ({entry.size / 2**20:.0f} MiB) -> {entry.path}")
     elif args.command == "inputs":
-        status, text = inputs_status(args.stamp, args.def_file, args.lock)
+        status, text = inputs_status(args.stamp, args.def_file, args.lock, flavor=args.flavor, root=args.root)
         if args.snapshot:
             args.snapshot.write_text(text)
         elif args.write:

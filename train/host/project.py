@@ -2,15 +2,18 @@
 import os
 import subprocess
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ROOT / "clusters"
 EXPERIMENTS = ROOT / "experiments"
 
 
-def images_dir() -> Path:
-    return Path(os.environ.get("CT_IMAGES_DIR", ROOT / "images"))
+def images_dir(*configured: Optional[str]) -> Path:
+    """The image store: $CT_IMAGES, else the first store configured (the user's settings `images:`, then the
+    cluster file's `images:`, a lab's shared store), else images/ of this checkout."""
+    chosen = os.environ.get("CT_IMAGES") or next((c for c in configured if c), None)
+    return Path(chosen).expanduser() if chosen else ROOT / "images"
 
 
 def runs_dir() -> Path:

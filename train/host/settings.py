@@ -23,7 +23,7 @@ def path() -> Path:
     return base / "cluster-train" / "settings.yaml"
 
 
-BUILT_IN = ("email", "account", "modules", "clusters")  # every other key is a value cluster files refer to
+BUILT_IN = ("email", "account", "modules", "images", "clusters")  # every other key is a value cluster files refer to
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 
 

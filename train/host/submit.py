@@ -71,12 +71,22 @@ def prepare(cluster_name: str, profile_name: str, experiment: str, overrides: Li
     task_runs = task_configs(run, profile, tasks, user, cluster.name)
     flavor = flavor or partition.image
     if image is None:
-        image = images.current(flavor, project.images_dir())
+        image = images.current(flavor, image_store(cluster, user))
     job = resolve(cluster, profile, run, task_runs, run_dir, image, flavor, user)
     script = render(job)
     warnings = preflight.check(job, cluster, run, task_runs, user_set, script, missing_image_ok=dry_run)
     summary = preflight.summary(job, run, config_check.overridden(user_set, profile))
     return Submission(job, run, script, summary, str(config_file), list(overrides), task_runs, warnings, rerun_of)
+
+
+def image_store(cluster: clusters.Cluster, user: Dict[str, Any]) -> Path:
+    return project.images_dir(user.get("images"), cluster.images)
+
+
+def store_of(cluster_file: str) -> Path:
+    """The image store of a recorded run's cluster, as its user sees it now (--rerun, resume)."""
+    cluster = clusters.load(clusters.find(cluster_file, project.CLUSTERS))
+    return image_store(cluster, settings.load(cluster.name))
 
 
 def queue(sub: Submission) -> str:
