@@ -13,7 +13,7 @@ VIDEO_DATA := data/ufc10-synthetic
 -include containers/images.mk
 -include bench/bench.mk
 
-.PHONY: help demo deps apptainer slurm venv data test test-fast test-image test-slurm golden clean
+.PHONY: help demo deps apptainer slurm registry venv data test test-fast test-image test-slurm golden clean
 help:
 	@echo "make demo       install what is missing, build the CPU image, train the demo via bin/run-cluster local"
 	@echo "make test       every test: installs Apptainer and Slurm, builds the image, starts the test cluster"
@@ -33,6 +33,11 @@ apptainer:  # a 0.05 s no-op once installed and configured
 slurm:
 	bash tests/slurm/cluster.sh install
 
+registry:  # the OCI registry the image tests push to and pull from (Debian's CNCF distribution registry)
+	@dpkg-query -W -f '$${Status}' docker-registry 2>/dev/null | grep -q "install ok installed" || \
+	  { apt-get -y -q -o DPkg::Lock::Timeout=120 install --no-install-recommends docker-registry >/dev/null 2>&1 || \
+	    { apt-get -y -q update >/dev/null && apt-get -y -q install --no-install-recommends docker-registry >/dev/null; }; }
+
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml tests/requirements.txt
 	python3 -m venv $(VENV)
@@ -50,9 +55,9 @@ $(VIDEO_DATA)/metadata/test.csv: | image
 		python -m train make_data ufc10 $(VIDEO_DATA)
 
 test-fast: venv
-	$(PYTEST) -q -m "not image and not slurm and not slow" tests
+	$(PYTEST) -q -m "not image and not slurm and not slow and not registry" tests
 
-test: deps slurm image
+test: deps slurm registry image
 	$(PYTEST) -q -rs tests
 
 # After a deliberate change to what a profile renders: rewrite the golden scripts, then review `git diff tests/golden`.

@@ -12,6 +12,11 @@ sys.path.insert(0, str(ROOT))
 CLUSTER_SH = ROOT / "tests" / "slurm" / "cluster.sh"
 
 
+def pytest_configure(config):
+    # here, not in pyproject.toml: that file is an input of every image, and a marker is no reason to rebuild them
+    config.addinivalue_line("markers", "registry: needs Debian's docker-registry (make registry); not in make test-fast")
+
+
 def sha256(path) -> str:
     """What `sha256sum` prints: computed here independently of train.host.images, which the tests check."""
     out = subprocess.run(["sha256sum", str(path)], capture_output=True, text=True, check=True).stdout
@@ -68,6 +73,40 @@ def slurm_cluster():
     yield
     if not was_up:
         subprocess.run(["bash", str(CLUSTER_SH), "stop"], check=True)
+
+
+@pytest.fixture(scope="session")
+def oci_registry(tmp_path_factory):
+    """A real OCI registry on 127.0.0.1 (the CNCF distribution registry, Debian's docker-registry), plain HTTP,
+    storing in a temporary directory; "127.0.0.1:PORT"."""
+    import shutil
+    import socket
+    import urllib.request
+
+    exe = shutil.which("docker-registry")
+    if exe is None:
+        pytest.fail("docker-registry is not installed: run `make registry` (make test does)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tmp = tmp_path_factory.mktemp("registry")
+    (tmp / "config.yml").write_text(f"version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: "
+                                    f"{tmp / 'data'}}}, delete: {{enabled: true}}}}\nhttp: {{addr: 127.0.0.1:{port}}}\n")
+    with (tmp / "log").open("w") as log:
+        proc = subprocess.Popen([exe, "serve", str(tmp / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
+            break
+        except OSError:
+            if time.time() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.fail(f"the registry did not answer on 127.0.0.1:{port}: {(tmp / 'log').read_text()[-2000:]}")
+            time.sleep(0.1)
+    yield f"127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@
     run-cluster resume runs/<id> [--profile P] [--set KEY=VALUE ...]
     run-cluster names
     run-cluster check-cluster FILE
-    run-cluster images list|import FILE.sif|verify [DIGEST]
+    run-cluster images list|import FILE.sif|push IMAGE oras://...|pull oras://...|verify [DIGEST]
 
 argparse rather than fire: `--set` repeats, and fire cannot take a repeated flag.
 """
@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 from train.errors import UserError, raise_all
-from train.host import causes, images, runs, segments
+from train.host import causes, runs, segments
 from train.host.follow import follow, follow_log
 from train.host.resume import prepare_resume, queue_resume
 from train.host.segments import run_state
-from train.host.submit import Submission, prepare, queue, store_of
+from train.host.image_commands import run_image
+from train.host.submit import Submission, prepare, queue
 from train.host.schedulers import FINISHED, State, adapter, race
 
 DEFAULT_EXPERIMENT = "cifar100_resnet"
@@ -49,6 +50,8 @@ def parser() -> argparse.ArgumentParser:
                    help="submit both, keep whichever starts first, cancel the other")
     p.add_argument("--flavor", help="image flavor to run (default: the one the partition needs)")
     p.add_argument("--run-id", help="name of the run directory (default: time, cluster, profile, random suffix)")
+    p.add_argument("--stale-image-ok", action="store_true",
+                   help="submit with an image built from other code than this checkout's (it runs its own code)")
     p.add_argument("--wait", dest="wait", action="store_true", default=None, help="wait for the job, following its log")
     p.add_argument("--no-wait", dest="wait", action="store_false", help="return once the job is queued")
     p.add_argument("--timeout", type=float, default=24 * 3600, help="seconds --wait and --first-to-start wait at most")
@@ -103,7 +106,7 @@ def check_cluster_command(argv: List[str]) -> int:
 
 def submit_one(args, profile: str, experiment: Optional[str]) -> int:
     sub = prepare(args.cluster, profile, experiment or DEFAULT_EXPERIMENT, args.overrides, args.run_id, args.flavor,
-                  dry_run=args.dry_run)
+                  dry_run=args.dry_run, stale_image_ok=args.stale_image_ok)
     return show_and_queue(args, sub)
 
 
@@ -126,7 +129,8 @@ def show_and_queue(args, sub: Submission, submit: Callable[[Submission], str] = 
 def first_to_start(args) -> int:
     """Seed 004's hybrid: queue two shapes of the same training, keep whichever the scheduler starts first."""
     experiment = args.profile or args.experiment or DEFAULT_EXPERIMENT
-    a, b = (prepare(args.cluster, name, experiment, args.overrides, None, args.flavor, dry_run=args.dry_run)
+    a, b = (prepare(args.cluster, name, experiment, args.overrides, None, args.flavor, dry_run=args.dry_run,
+                    stale_image_ok=args.stale_image_ok)
             for name in args.first_to_start)
     for sub in (a, b):
         print(sub.summary)
@@ -158,8 +162,7 @@ def rerun(args) -> int:
         raise UserError(f"--rerun takes the run's own cluster, profile and image; drop {', '.join(extra)} "
                         f"(or submit anew without --rerun)")
     manifest = runs.read_manifest(Path(args.rerun))
-    record = images.verified(manifest["image"]["sha256"], store_of(manifest["cluster_file"]),
-                             f"the image of {args.rerun}")
+    record = run_image(manifest, f"the image of {args.rerun}")
     # The run's config.yaml already holds every override it was submitted with; new ones go on top.
     sub = prepare(manifest["cluster_file"], manifest["profile"], str(Path(args.rerun) / "config.yaml"),
                   args.overrides, args.run_id, record.flavor, image=record, rerun_of=manifest["run_id"],

@@ -1,4 +1,5 @@
-"""`run-cluster images list|import|verify`: the image store seen from a login node, torch-free, one line per image.
+"""`run-cluster images list|import|push|pull|verify`: the image store seen from a login node, torch-free, one line
+per image.
 
 A SIF built elsewhere (a workstation, CI) and copied here by scp, rsync or Globus enters the store with `images
 import`, under its sha256, checked first: a SIF header, every byte its header promises (a truncated copy is
@@ -11,10 +12,10 @@ import json
 import struct
 import subprocess
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from train.errors import UserError, raise_all
-from train.host import images, project, settings
+from train.host import images, project, registry, settings
 from train.host.submit import store_of
 
 SIF_MAGIC = b"SIF_MAGIC"  # bytes 32-40 of every SIF, after its launcher line
@@ -34,6 +35,14 @@ def main(argv: List[str]) -> int:
     imp = sub.add_parser("import", help="a SIF copied here enters the store under its sha256")
     imp.add_argument("sif", type=Path)
     imp.add_argument("--expect-sha256", help="the digest the sender recorded; refused if the file's differs")
+    push = sub.add_parser("push", help="push a stored image to an OCI registry (tagged with its digest too)")
+    push.add_argument("image", help="a flavor (its current image) or a sha256")
+    push.add_argument("reference", help="oras://REGISTRY/REPO[:TAG]")
+    pull = sub.add_parser("pull", help="pull an image from an OCI registry into the store, its digest checked")
+    pull.add_argument("reference", help="oras://REGISTRY/REPO:TAG or @sha256:MANIFEST")
+    pull.add_argument("--expect-sha256", help="the image's digest (a run's manifest records it)")
+    for command in (push, pull):
+        command.add_argument("--plain-http", action="store_true", help="a registry without TLS (apptainer --no-https)")
     ver = sub.add_parser("verify", help="recompute the digests of the store's files and name any that changed")
     ver.add_argument("digest", nargs="?", help="only this image (sha256)")
     for command in sub.choices.values():
@@ -43,8 +52,20 @@ def main(argv: List[str]) -> int:
     if args.command == "list":
         return list_images(root)
     if args.command == "import":
-        return import_image(args.sif, args.expect_sha256, root)
-    return verify(root, args.digest)
+        entry, new = admit(args.sif, args.expect_sha256, root)
+        print(f"{'imported' if new else 'already in the store:'} {describe(entry)}")
+    elif args.command == "push":
+        return push_image(args.image, args.reference, args.plain_http, root)
+    elif args.command == "pull":
+        entry, new = pull_image(args.reference, args.plain_http, args.expect_sha256, root)
+        print(f"{'pulled' if new else 'already in the store:'} {describe(entry)}")
+    else:
+        return verify(root, args.digest)
+    return 0
+
+
+def describe(entry: images.ImageRecord) -> str:
+    return f"{entry.flavor} image sha256:{entry.sha256} ({entry.size / 2**20:.0f} MiB) -> {entry.path}"
 
 
 def list_images(root: Path) -> int:
@@ -58,38 +79,73 @@ def list_images(root: Path) -> int:
     return 0
 
 
-def import_image(sif: Path, expect: Optional[str], root: Path) -> int:
-    check_complete_sif(sif)
-    labels = sif_labels(sif)
+def admit(sif: Path, expect: Optional[str], root: Path, pushed: Optional[List[dict]] = None,
+          owned: bool = False, shown: str = "") -> Tuple[images.ImageRecord, bool]:
+    """A SIF into the store after every check (import, pull); refused with one line, the store untouched.
+    `shown`: how the messages name the file (a pulled one by its reference, not its temporary path)."""
+    shown = shown or str(sif)
+    check_complete_sif(sif, shown)
+    labels = sif_labels(sif, shown)
     if FLAVOR_LABEL not in labels:
-        raise UserError(f"{sif} is a SIF but not one of cluster-train's images (no {FLAVOR_LABEL} label); build it "
-                        f"with make image")
+        raise UserError(f"{shown} is a SIF but not one of cluster-train's images (no {FLAVOR_LABEL} label); build "
+                        f"it with make image")
     digest = images.sha256_file(sif)
     if expect and digest != expect.removeprefix("sha256:"):
-        raise UserError(f"{sif} has sha256 {digest}, not the expected {expect}; copy it again (it is damaged or "
-                        f"another image)")
-    entry, new = images.add(labels[FLAVOR_LABEL], sif, digest, root, labels.get(COMMIT_LABEL))
-    print(f"{'imported' if new else 'already in the store:'} {entry.flavor} image sha256:{entry.sha256} "
-          f"({entry.size / 2**20:.0f} MiB) -> {entry.path}")
+        raise UserError(f"{shown} has sha256 {digest}, not the expected {expect}; it is damaged or another image")
+    return images.add(labels[FLAVOR_LABEL], sif, digest, root, labels.get(COMMIT_LABEL), pushed, owned)
+
+
+def push_image(image: str, reference: str, plain_http: bool, root: Path) -> int:
+    entry = images.current(image, root) or images.find(image.removeprefix("sha256:"), root)
+    if entry is None:
+        raise UserError(f"no image {image!r} in {root} (a flavor or a sha256); see bin/run-cluster images list")
+    entry = images.verified(entry.sha256, root, f"the {entry.flavor} image")
+    refs = registry.push(Path(entry.path), entry.sha256, reference, plain_http)
+    images.note_push(entry.sha256, refs[0], plain_http, root)
+    print(f"pushed {entry.flavor} image sha256:{entry.sha256} -> {' and '.join(refs)}")
     return 0
 
 
-def check_complete_sif(sif: Path) -> None:
+def pull_image(reference: str, plain_http: bool, expect: Optional[str], root: Path) -> Tuple[images.ImageRecord, bool]:
+    known = images.find(expect.removeprefix("sha256:"), root) if expect else None
+    if known is not None:
+        return known, False
+    tmp = registry.pull(reference, plain_http, root / images.STORE)
+    try:
+        return admit(tmp, expect, root, [{"reference": reference, "plain_http": plain_http}], owned=True,
+                     shown=f"the image pulled from {reference}")
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def run_image(manifest: dict, what: str) -> images.ImageRecord:
+    """The image a recorded run used, verified, from this machine's store for its cluster; pulled first from the
+    registry the run recorded where the store lacks it (--rerun and resume on another machine)."""
+    root = store_of(manifest["cluster_file"])
+    sha256 = manifest["image"]["sha256"]
+    source = manifest["image"].get("registry")
+    if images.find(sha256, root) is None and isinstance(source, dict) and source.get("reference"):
+        print(f"{what} (sha256 {sha256}) is not in {root}: pulling {source['reference']}")
+        pull_image(source["reference"], bool(source.get("plain_http")), sha256, root)
+    return images.verified(sha256, root, what)
+
+
+def check_complete_sif(sif: Path, shown: str) -> None:
     """A SIF header, and every byte of the data its header says follows (scp and rsync leave truncated copies)."""
     if not sif.is_file():
-        raise UserError(f"{sif} does not exist or is not a file; give the path of a .sif image")
+        raise UserError(f"{shown} does not exist or is not a file; give the path of a .sif image")
     with sif.open("rb") as f:
         header = f.read(128)
     if len(header) < 128 or header[32:41] != SIF_MAGIC:
-        raise UserError(f"{sif} is not a SIF image (no SIF header); give an image built by make image")
+        raise UserError(f"{shown} is not a SIF image (no SIF header); give an image built by make image")
     data_offset, data_length = struct.unpack("<2q", header[112:128])
     size = sif.stat().st_size
     if size < data_offset + data_length:
-        raise UserError(f"{sif} is truncated: {size} bytes of the {data_offset + data_length} its header describes; "
-                        f"copy it again")
+        raise UserError(f"{shown} is truncated: {size} bytes of the {data_offset + data_length} its header "
+                        f"describes; copy it again")
 
 
-def sif_labels(sif: Path) -> dict:
+def sif_labels(sif: Path, shown: str) -> dict:
     try:
         done = subprocess.run(["apptainer", "inspect", "--labels", "--json", str(sif)], capture_output=True, text=True)
     except FileNotFoundError:
@@ -97,7 +153,7 @@ def sif_labels(sif: Path) -> dict:
     try:
         return json.loads(done.stdout)["data"]["attributes"]["labels"] or {}
     except (ValueError, KeyError, TypeError):
-        raise UserError(f"apptainer cannot read the labels of {sif}: "
+        raise UserError(f"apptainer cannot read the labels of {shown}: "
                         f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}") from None
 
 

@@ -25,7 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from train.errors import UserError
 
@@ -55,6 +55,7 @@ class ImageRecord:
     size: int
     built_at: str
     git_commit: Optional[str]
+    pushed: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # [{reference, plain_http}]
 
 
 def sha256_file(path) -> str:
@@ -108,7 +109,8 @@ def record(
     return entry
 
 
-def add(flavor: str, sif: Path, sha256: str, root: Path, git_commit: Optional[str]) -> Tuple[ImageRecord, bool]:
+def add(flavor: str, sif: Path, sha256: str, root: Path, git_commit: Optional[str],
+        pushed: Optional[List[Dict[str, Any]]] = None, owned: bool = False) -> Tuple[ImageRecord, bool]:
     """Put a SIF whose digest the caller computed into the store (`images import`): (its record, whether it was new).
     Copied beside the store first and renamed into place, under the index lock only for the check and the rename, so
     two imports of one file at once leave one store copy and one record; a stored SIF is never rewritten."""
@@ -116,7 +118,10 @@ def add(flavor: str, sif: Path, sha256: str, root: Path, git_commit: Optional[st
     store.mkdir(parents=True, exist_ok=True)
     stored = store / f"{sha256}.sif"
     tmp = store / f".{sha256}.{os.getpid()}.tmp"
-    shutil.copyfile(sif, tmp)
+    if owned:  # a file this process made (a pull into the store's directory): moved, not copied
+        os.replace(sif, tmp)
+    else:  # a user's file: a copy, never a link, so no later write to it reaches the store
+        shutil.copyfile(sif, tmp)
     try:
         if sha256_file(tmp) != sha256:
             raise UserError(f"{sif} changed while it was copied into the store; import it again")
@@ -128,11 +133,22 @@ def add(flavor: str, sif: Path, sha256: str, root: Path, git_commit: Optional[st
                 os.replace(tmp, stored)
             entry = ImageRecord(flavor=flavor, path=str(stored.resolve()), sha256=sha256, def_sha256="",
                                 lock_sha256="", inputs_sha256="", size=stored.stat().st_size,
-                                built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), git_commit=git_commit)
+                                built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), git_commit=git_commit,
+                                pushed=list(pushed or []))
             _write_index(root, _read_index(root) + [entry])
             return entry, True
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def note_push(sha256: str, reference: str, plain_http: bool, root: Path) -> None:
+    """Record where an image was pushed, on every record of its digest."""
+    with _index_lock(root):
+        entries = _read_index(root)
+        for entry in entries:
+            if entry.sha256 == sha256 and reference not in [p["reference"] for p in entry.pushed]:
+                entry.pushed.append({"reference": reference, "plain_http": plain_http})
+        _write_index(root, entries)
 
 
 def current(flavor: str, root=Path("images")) -> Optional[ImageRecord]:
@@ -187,6 +203,7 @@ def _read_index(root: Path) -> List[ImageRecord]:
         item = {k: v for k, v in item.items() if k in fields}
         item.setdefault("inputs_sha256", "")
         item.setdefault("git_commit", None)
+        item.setdefault("pushed", [])
         path = Path(item["path"])
         item["path"] = str(path if path.is_absolute() else (root / path).resolve())
         entries.append(ImageRecord(**item))

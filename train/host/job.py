@@ -58,6 +58,7 @@ class Job:
     directives: List[str] = field(default_factory=list)
     modules: List[str] = field(default_factory=list)
     module_init: str = ""
+    image_registry: Optional[Dict[str, Any]] = None  # where the image was pushed: {reference, plain_http}
     gpu_type: str = ""  # the site's name of the GPU, for typed requests
     gpu_request: str = "count"
     gpu_mem_gb: int = 0  # the least memory each GPU must have (LSF gmem)
@@ -141,6 +142,7 @@ def resolve(
         directives=list(profile.directives),
         modules=list(cluster.modules) + settings.modules(user),
         module_init=cluster.module_init,
+        image_registry=image.pushed[0] if image and image.pushed else None,
         gpu_type=part.gpu_type,
         gpu_request=part.gpu_request,
         gpu_mem_gb=profile.gpu_mem_gb,

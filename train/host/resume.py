@@ -7,10 +7,11 @@ from typing import List, Optional
 
 from train import config as cfg
 from train.errors import UserError
-from train.host import images, runs
+from train.host import runs
 from train.host.schedulers import FINISHED, adapter
 from train.host.segments import run_state
-from train.host.submit import Submission, prepare, store_of
+from train.host.image_commands import run_image
+from train.host.submit import Submission, prepare
 
 # Strategies whose checkpoint loads on any number of ranks (fsdp saves full state dicts, re-sharded at load).
 # DeepSpeed's ZeRO files partition the optimizer state per rank (on another rank count it would restart): for those
@@ -25,7 +26,7 @@ def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], 
     if state not in FINISHED:
         raise UserError(f"{run_dir} is {state.value}, not ended; wait for it or cancel it "
                         f"(bin/run-cluster cancel {run_dir}) before resuming")
-    record = images.verified(manifest["image"]["sha256"], store_of(manifest["cluster_file"]), f"the image of {run_dir}")
+    record = run_image(manifest, f"the image of {run_dir}")
     before = cfg.load(run_dir / "config.yaml")
     sub = prepare(manifest["cluster_file"], profile or manifest["profile"], str(run_dir / "config.yaml"), overrides,
                   run_dir.name, record.flavor, image=record, rerun_of=None, dry_run=dry_run, run_dir=run_dir)

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 from train import config as cfg
 from train.errors import UserError
 from train.host import clusters, config_check, images, preflight, project, runs, settings
+from train.host.image_freshness import stale_inputs
 from train.host.job import Job, independent_tasks, new_run_id, resolve, run_config, task_configs
 from train.host.render import render
 from train.host.schedulers import adapter
@@ -56,7 +57,7 @@ def user_overrides(overrides: List[str], cluster_file: str) -> Dict[str, Any]:
 
 def prepare(cluster_name: str, profile_name: str, experiment: str, overrides: List[str], run_id: Optional[str],
             flavor: Optional[str], image: Optional[images.ImageRecord] = None, rerun_of: Optional[str] = None,
-            dry_run: bool = False, run_dir: Optional[Path] = None) -> Submission:
+            dry_run: bool = False, run_dir: Optional[Path] = None, stale_image_ok: bool = False) -> Submission:
     """Everything up to submission, in one pass; raises UserError (and writes nothing) on any bad input or check."""
     cluster = clusters.load(clusters.find(cluster_name, project.CLUSTERS))
     user_set = user_overrides(overrides, cluster.path)
@@ -70,13 +71,27 @@ def prepare(cluster_name: str, profile_name: str, experiment: str, overrides: Li
     tasks = independent_tasks(profile, run_dir) if profile.launch == "independent" else []
     task_runs = task_configs(run, profile, tasks, user, cluster.name)
     flavor = flavor or partition.image
-    if image is None:
+    stale = []
+    if image is None:  # a new run takes the current image; a rerun or resume, the one it recorded
         image = images.current(flavor, image_store(cluster, user))
+        stale = stale_image(image, stale_image_ok or dry_run)
     job = resolve(cluster, profile, run, task_runs, run_dir, image, flavor, user)
     script = render(job)
-    warnings = preflight.check(job, cluster, run, task_runs, user_set, script, missing_image_ok=dry_run)
+    warnings = stale + preflight.check(job, cluster, run, task_runs, user_set, script, missing_image_ok=dry_run)
     summary = preflight.summary(job, run, config_check.overridden(user_set, profile))
     return Submission(job, run, script, summary, str(config_file), list(overrides), task_runs, warnings, rerun_of)
+
+
+def stale_image(image: Optional[images.ImageRecord], allowed: bool) -> List[str]:
+    """Refuse (or, allowed, warn about) an image built from other code than this checkout's."""
+    changed = stale_inputs(image, project.ROOT) if image else None
+    if not changed:
+        return []
+    problem = (f"the {image.flavor} image sha256:{image.sha256[:12]} was built from other code than this checkout "
+               f"({changed} changed since); rebuild it (make image FLAVOR={image.flavor})")
+    if not allowed:
+        raise UserError(f"{problem}, or pass --stale-image-ok to train with the image's own code")
+    return [f"warning: {problem}"]
 
 
 def image_store(cluster: clusters.Cluster, user: Dict[str, Any]) -> Path:
