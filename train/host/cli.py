@@ -24,17 +24,11 @@ from train.host.resume import prepare_resume, queue_resume
 from train.host.segments import run_state
 from train.host.image_commands import run_image
 from train.host.submit import Submission, prepare, queue
+from train.host.usage import Parser
 from train.host.schedulers import FINISHED, State, adapter, race
 
 DEFAULT_EXPERIMENT = "cifar100_resnet"
 RUN_COMMANDS = ("status", "logs", "cancel", "resume")
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse's usage errors as our one-line UserError (argparse would print the usage too)."""
-
-    def error(self, message: str):
-        raise UserError(f"{message}; see {self.prog} --help")
 
 
 def parser() -> argparse.ArgumentParser:

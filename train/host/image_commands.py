@@ -7,7 +7,6 @@ refused), cluster-train's labels (its flavor), and the digest the sender gave (`
 $CT_IMAGES, else `images:` of the settings file, else images/ of this checkout (`--cluster C`: that cluster's store,
 which its file may point at a group directory).
 """
-import argparse
 import json
 import struct
 import subprocess
@@ -17,15 +16,11 @@ from typing import List, Optional, Tuple
 from train.errors import UserError, raise_all
 from train.host import images, project, registry, settings
 from train.host.submit import store_of
+from train.host.usage import Parser
 
 SIF_MAGIC = b"SIF_MAGIC"  # bytes 32-40 of every SIF, after its launcher line
 FLAVOR_LABEL = "org.cluster-train.flavor"
 COMMIT_LABEL = "org.cluster-train.git-commit"
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise UserError(f"{message}; see {self.prog} --help")
 
 
 def main(argv: List[str]) -> int:
@@ -72,8 +67,9 @@ def list_images(root: Path) -> int:
     found = images.records(root)
     for entry in found:
         where = "" if Path(entry.path).is_file() else "  (gone from the store)"
+        pushed = "".join(f"  pushed {p['reference']}" for p in entry.pushed)
         print(f"{entry.flavor:9s} sha256:{entry.sha256}  {entry.size / 2**20:6.0f} MiB  stored {entry.built_at}  "
-              f"commit {entry.git_commit or '-'}{where}")
+              f"commit {entry.git_commit or '-'}{pushed}{where}")
     if not found:
         print(f"no images in {root}; build one (make image) or import one (bin/run-cluster images import FILE.sif)")
     return 0
