@@ -1,4 +1,4 @@
-"""`run-cluster images list|import|push|pull|verify`: the image store seen from a login node, torch-free, one line
+"""`run-cluster images list|import|push|pull|verify|sign`: the image store seen from a login node, torch-free, one line
 per image.
 
 A SIF built elsewhere (a workstation, CI) and copied here by scp, rsync or Globus enters the store with `images
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from train.errors import UserError, raise_all
-from train.host import images, project, registry, settings
+from train.host import images, project, registry, settings, signing
 from train.host.submit import store_of
 from train.host.usage import Parser
 
@@ -38,6 +38,9 @@ def main(argv: List[str]) -> int:
     pull.add_argument("--expect-sha256", help="the image's digest (a run's manifest records it)")
     for command in (push, pull):
         command.add_argument("--plain-http", action="store_true", help="a registry without TLS (apptainer --no-https)")
+    sign = sub.add_parser("sign", help="sign a stored image with your PGP key: the signed copy is a new image")
+    sign.add_argument("image", help="a flavor (its current image) or a sha256")
+    sign.add_argument("--keyidx", type=int, help="which of your secret keys (apptainer key list --secret)")
     ver = sub.add_parser("verify", help="recompute the digests of the store's files and name any that changed")
     ver.add_argument("digest", nargs="?", help="only this image (sha256)")
     for command in sub.choices.values():
@@ -54,6 +57,10 @@ def main(argv: List[str]) -> int:
     elif args.command == "pull":
         entry, new = pull_image(args.reference, args.plain_http, args.expect_sha256, root)
         print(f"{'pulled' if new else 'already in the store:'} {describe(entry)}")
+    elif args.command == "sign":
+        entry, new = signing.sign(stored(args.image, root), root, args.keyidx)
+        print(f"{'signed' if new else 'already in the store:'} {describe(entry)} (signed from sha256:"
+              f"{entry.signed_from}, by {', '.join(entry.signers) or 'a key this keyring cannot verify'})")
     else:
         return verify(root, args.digest)
     return 0
@@ -68,8 +75,9 @@ def list_images(root: Path) -> int:
     for entry in found:
         where = "" if Path(entry.path).is_file() else "  (gone from the store)"
         pushed = "".join(f"  pushed {p['reference']}" for p in entry.pushed)
+        signed = f"  signed by {','.join(entry.signers)} from sha256:{entry.signed_from[:12]}" if entry.signed_from else ""
         print(f"{entry.flavor:9s} sha256:{entry.sha256}  {entry.size / 2**20:6.0f} MiB  stored {entry.built_at}  "
-              f"commit {entry.git_commit or '-'}{pushed}{where}")
+              f"commit {entry.git_commit or '-'}{signed}{pushed}{where}")
     if not found:
         print(f"no images in {root}; build one (make image) or import one (bin/run-cluster images import FILE.sif)")
     return 0
@@ -91,11 +99,16 @@ def admit(sif: Path, expect: Optional[str], root: Path, pushed: Optional[List[di
     return images.add(labels[FLAVOR_LABEL], sif, digest, root, labels.get(COMMIT_LABEL), pushed, owned)
 
 
-def push_image(image: str, reference: str, plain_http: bool, root: Path) -> int:
+def stored(image: str, root: Path) -> images.ImageRecord:
+    """A flavor's current image or the image of a digest, its bytes checked."""
     entry = images.current(image, root) or images.find(image.removeprefix("sha256:"), root)
     if entry is None:
         raise UserError(f"no image {image!r} in {root} (a flavor or a sha256); see bin/run-cluster images list")
-    entry = images.verified(entry.sha256, root, f"the {entry.flavor} image")
+    return images.verified(entry.sha256, root, f"the {entry.flavor} image")
+
+
+def push_image(image: str, reference: str, plain_http: bool, root: Path) -> int:
+    entry = stored(image, root)
     refs = registry.push(Path(entry.path), entry.sha256, reference, plain_http)
     images.note_push(entry.sha256, refs[0], plain_http, root)
     print(f"pushed {entry.flavor} image sha256:{entry.sha256} -> {' and '.join(refs)}")

@@ -56,6 +56,8 @@ class ImageRecord:
     built_at: str
     git_commit: Optional[str]
     pushed: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # [{reference, plain_http}]
+    signed_from: str = ""  # a signed copy (images sign): the sha256 of the build it was signed from
+    signers: List[str] = dataclasses.field(default_factory=list)  # the key fingerprints that signed it
 
 
 def sha256_file(path) -> str:
@@ -110,10 +112,11 @@ def record(
 
 
 def add(flavor: str, sif: Path, sha256: str, root: Path, git_commit: Optional[str],
-        pushed: Optional[List[Dict[str, Any]]] = None, owned: bool = False) -> Tuple[ImageRecord, bool]:
-    """Put a SIF whose digest the caller computed into the store (`images import`): (its record, whether it was new).
-    Copied beside the store first and renamed into place, under the index lock only for the check and the rename, so
-    two imports of one file at once leave one store copy and one record; a stored SIF is never rewritten."""
+        pushed: Optional[List[Dict[str, Any]]] = None, owned: bool = False, **facts: Any) -> Tuple[ImageRecord, bool]:
+    """Put a SIF whose digest the caller computed into the store (`images import`, `pull`, `sign`): (its record,
+    whether it was new). Copied beside the store first and renamed into place, under the index lock only for the
+    check and the rename, so two imports of one file at once leave one store copy and one record; a stored SIF is
+    never rewritten. `facts`: what the caller knows of the build (its content key, the image it was signed from)."""
     store = root / STORE
     store.mkdir(parents=True, exist_ok=True)
     stored = store / f"{sha256}.sif"
@@ -131,8 +134,8 @@ def add(flavor: str, sif: Path, sha256: str, root: Path, git_commit: Optional[st
                 return known, False
             if not stored.exists():
                 os.replace(tmp, stored)
-            entry = ImageRecord(flavor=flavor, path=str(stored.resolve()), sha256=sha256, def_sha256="",
-                                lock_sha256="", inputs_sha256="", size=stored.stat().st_size,
+            entry = ImageRecord(**{"def_sha256": "", "lock_sha256": "", "inputs_sha256": "", **facts},
+                                flavor=flavor, path=str(stored.resolve()), sha256=sha256, size=stored.stat().st_size,
                                 built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), git_commit=git_commit,
                                 pushed=list(pushed or []))
             _write_index(root, _read_index(root) + [entry])

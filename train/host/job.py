@@ -16,6 +16,7 @@ from train.errors import UserError
 from train.host import images, project, settings
 from train.host.clusters import Cluster, Profile
 from train.host.schedulers import adapter
+from train.host.signing import Policy, policy
 
 
 @dataclass
@@ -59,6 +60,8 @@ class Job:
     modules: List[str] = field(default_factory=list)
     module_init: str = ""
     image_registry: Optional[Dict[str, Any]] = None  # where the image was pushed: {reference, plain_http}
+    image_signed_from: str = ""  # a signed image: the sha256 of the build it was signed from
+    signing: Policy = field(default_factory=Policy)  # require_signed and the allowed signers
     gpu_type: str = ""  # the site's name of the GPU, for typed requests
     gpu_request: str = "count"
     gpu_mem_gb: int = 0  # the least memory each GPU must have (LSF gmem)
@@ -143,6 +146,8 @@ def resolve(
         modules=list(cluster.modules) + settings.modules(user),
         module_init=cluster.module_init,
         image_registry=image.pushed[0] if image and image.pushed else None,
+        image_signed_from=image.signed_from if image else "",
+        signing=policy(cluster.require_signed, cluster.signers, cluster.path, user, str(settings.path())),
         gpu_type=part.gpu_type,
         gpu_request=part.gpu_request,
         gpu_mem_gb=profile.gpu_mem_gb,

@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from train import config as cfg
 from train.errors import UserError, raise_all
-from train.host import config_check
+from train.host import config_check, signing
 from train.host.clusters import Cluster, flavor_table, gpu_model
 from train.host.job import Job
 from train.host.schedulers import SAFE_NAME, adapter
@@ -27,6 +27,8 @@ def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.Ru
     missing = image_missing(job)
     if missing and not (missing_image_ok and not errors):
         errors.append(missing)
+    if not missing and job.signing.required:  # runs apptainer verify: only where signed images are asked for
+        errors += [UserError(p) for p in [signing.problem(job.image, job.image_sha256, job.image_flavor, job.signing)] if p]
     raise_all(list({str(err): err for err in errors}.values()))  # one rule's failure may show in another
     return [f"warning: {missing}"] if missing else []
 

@@ -50,7 +50,7 @@ def write_manifest(job: Job, run: cfg.RunConfig, job_id: str, experiment: str, o
         "experiment": experiment,
         "overrides": list(overrides),
         "image": {"path": job.image, "sha256": job.image_sha256, "flavor": job.image_flavor,
-                  "registry": job.image_registry},
+                  "registry": job.image_registry, "signed_from": job.image_signed_from or None},
         "scheduler": {"name": job.scheduler, "job_id": job_id},
         "git": project.git_state(),
         "command": sys.argv,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from train.errors import UserError
+from train.host import signing
 from train.host.schedulers import MODULE_NAME, SAFE_NAME
 from train.yaml_file import load_yaml
 
@@ -23,7 +24,7 @@ def path() -> Path:
     return base / "cluster-train" / "settings.yaml"
 
 
-BUILT_IN = ("email", "account", "modules", "images", "clusters")  # every other key is a value cluster files refer to
+BUILT_IN = ("email", "account", "modules", "images", "require_signed", "signers", "clusters")  # every other key is a value cluster files refer to
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 
 
@@ -51,11 +52,8 @@ def check(key: str, value: Any, where: str) -> None:
     close = difflib.get_close_matches(key, BUILT_IN, n=1, cutoff=0.75)
     if key not in BUILT_IN and close:
         raise UserError(f"{where}: unknown key {key!r} (did you mean {close[0]!r}?)")
-    if key == "modules":
-        items = value if isinstance(value, list) else [value]
-        for item in items:
-            if not MODULE_NAME.match(_scalar(f"{where}: modules", item)):
-                raise UserError(f"{where}: modules item {str(item)[:60]!r} is not a module name like cuda/12.8; fix modules")
+    if key in NOT_SCALARS:
+        NOT_SCALARS[key](value, where)
         return
     text = _scalar(f"{where}: {key}", value)
     if key == "email" and not EMAIL.match(text):
@@ -63,6 +61,15 @@ def check(key: str, value: Any, where: str) -> None:
     if key == "account" and not SAFE_NAME.match(text):
         raise UserError(f"{where}: account {text!r} has characters a scheduler directive cannot carry; "
                         f"use letters, digits, '_.-+'")
+
+
+def _modules(value: Any, where: str) -> None:
+    for item in value if isinstance(value, list) else [value]:
+        if not MODULE_NAME.match(_scalar(f"{where}: modules", item)):
+            raise UserError(f"{where}: modules item {str(item)[:60]!r} is not a module name like cuda/12.8; fix modules")
+
+
+NOT_SCALARS = {"modules": _modules, "require_signed": signing.flag, "signers": signing.fingerprints}
 
 
 def _scalar(where: str, value: Any) -> str:
