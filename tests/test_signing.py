@@ -99,9 +99,9 @@ def second_checkout(dest):
 def test_a_signed_image_from_a_shared_store_runs_and_the_job_refuses_one_it_cannot_verify(
         cpu_image, slurm_cluster, demo_data, store, keys, tmp_path, monkeypatch):
     """This clone records its built image into a shared store and signs it; another clone submits from that store
-    to a cluster that requires the lab's signature. The job trains with the signed digest in its manifest. A second
-    job is held at submission, the keyring then loses the lab's key, and the released job ends before
-    apptainer exec with one line."""
+    to a cluster that requires the lab's signature. The job trains with the signed digest in its manifest. Two more
+    jobs are held at submission: the keyring then loses the lab's key, and the first released job ends before
+    apptainer exec with one line; the store copy is then modified in place, and the second ends likewise."""
     from train.host import images
 
     lab = shutil.copytree(keys["lab"][0], tmp_path / "lab-keys")  # this test revokes the key: its own keyring
@@ -125,8 +125,8 @@ def test_a_signed_image_from_a_shared_store_runs_and_the_job_refuses_one_it_cann
     signed = index(store)[-1]
     assert store_files(store).keys() >= before.keys()
     runs = tmp_path / "runs"
-    first, held = submit_from_other("n1_gpu1", "signed"), submit_from_other("held", "held")
-    assert first.returncode == 0 and held.returncode == 0, first.stderr + held.stderr
+    done = [submit_from_other(*job) for job in (("n1_gpu1", "signed"), ("held", "held"), ("held", "tampered"))]
+    assert all(d.returncode == 0 for d in done), "".join(d.stderr for d in done)
     recorded = manifest(runs / "signed")["image"]
     assert recorded["sha256"] == signed["sha256"] and recorded["signed_from"] == cpu_image.sha256
     assert wait_for_slurm_job(manifest(runs / "signed")["scheduler"]["job_id"]) == "COMPLETED", job_logs(runs / "signed")
@@ -140,3 +140,14 @@ def test_a_signed_image_from_a_shared_store_runs_and_the_job_refuses_one_it_cann
     log = job_logs(runs / "held")
     assert "is not signed by a key of this user's keyring" in log and "strict.yaml requires signed images" in log, log
     assert not (runs / "held" / "results.json").exists() and "[cluster-train] job " not in log  # no step started
+
+    with open(signed["path"] if os.path.isabs(signed["path"]) else store / signed["path"], "r+b") as sif:
+        sif.seek(sif.seek(0, os.SEEK_END) // 2)
+        sif.write(b"tampered")  # the shared store's copy changed in place after submission
+    job_id = manifest(runs / "tampered")["scheduler"]["job_id"]
+    subprocess.run(["scontrol", "release", job_id], check=True)
+    assert wait_for_slurm_job(job_id) == "FAILED"
+    log = job_logs(runs / "tampered")
+    assert "is not the image recorded for run" in log and "[cluster-train] job " not in log, log
+    rerun = run_cluster("--rerun", runs / "signed", "--no-wait")
+    assert rerun.returncode == 2 and "was tampered with" in rerun.stderr, rerun.stderr
