@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 from train.errors import UserError, raise_all
-from train.host import causes, runs, segments
+from train.host import causes, fabric, runs, segments
 from train.host.follow import follow, follow_log
 from train.host.resume import prepare_resume, queue_resume
 from train.host.segments import run_state
@@ -179,6 +179,9 @@ def print_status(manifest: dict, scheduler, run_dir: Path) -> None:
     for segment in segments.read(run_dir):
         print(f"  {segment.line()}")
     runs.update_manifest(run_dir, segments=segments.as_records(run_dir))
+    slow_network = fabric.verdict(run_dir) if manifest["job"].get("check_fabric") else None
+    if slow_network:
+        print(f"  WARNING: {slow_network}")
     if state["state"] == State.COMPLETED and (run_dir / "results.json").is_file():
         results = json.loads((run_dir / "results.json").read_text())
         print("  result: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"

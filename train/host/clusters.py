@@ -21,11 +21,14 @@ LAUNCHES = ("srun", "lightning", "blaunch", "independent")
 # How a site wants GPUs asked for: a count, the count of a GPU type (a100:4, LSF gmodel=), or Slurm's GRES syntax.
 GPU_REQUESTS = ("count", "typed", "gres", "typed-gres")
 HINTS = ("multithread", "nomultithread")
+FABRICS = ("infiniband", "ethernet")  # between a partition's nodes; infiniband: multi-node jobs check NCCL used it
 NO_PARTITION = "none"  # a partition entry whose jobs name no partition: the site's default, or a site without any
 # A node feature expression (Slurm --constraint, LSF select[]): names and operators, nothing a directive cannot carry.
 CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|()\[\]*!,:=<> -]+$")
 # The pieces of an env value that mean something: $$, ${setting}, $NAME.
 ENV_TEXT = re.compile(r"\$\$|\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$[A-Za-z_][A-Za-z0-9_]*")
+# An NVIDIA driver version as nvidia-smi prints it (535.104.05, 470.82.01, 550.54).
+DRIVER = re.compile(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
 # A raw directive line is read by the scheduler, not a shell: one option; a newline would start a script line.
 DIRECTIVE = re.compile(r"^-[^\x00-\x1f\x7f]*$")  # one option, no control characters
 
@@ -46,6 +49,8 @@ class Partition:
     mem_per_node_gb: int = field(default=1, metadata={"min": 1})
     nodes: int = field(default=1, metadata={"min": 1})
     constraint: str = ""  # node features that pick these nodes out of a shared partition (-C gpu)
+    driver: str = ""  # the NVIDIA driver its nodes run, where the site states it: checked against the image's CUDA
+    fabric: str = ""  # the network between its nodes (FABRICS), where the site states it
 
     @property
     def scheduler_name(self) -> str:
@@ -196,6 +201,11 @@ def _partition(name: str, spec: Any, where: str) -> Partition:
     _choice(part.image, image_flavors(), f"{where} image")
     _choice(part.gpu_request, GPU_REQUESTS, f"{where} gpu_request")
     _constraint(part.constraint, f"{where} constraint")
+    if part.fabric:
+        _choice(part.fabric, FABRICS, f"{where} fabric")
+    if part.driver and not DRIVER.match(part.driver):
+        raise UserError(f"{where} driver {part.driver!r} is not an NVIDIA driver version like \"535.104.05\" "
+                        f"(nvidia-smi's Driver Version, in quotes)")
     try:
         gpu_model(part.gpu_type)
     except UserError as error:
@@ -239,6 +249,15 @@ def image_flavors() -> Tuple[str, ...]:
 @functools.lru_cache(maxsize=1)
 def flavor_table() -> Dict[str, Any]:
     return load_yaml(project.ROOT / "containers" / "flavors.yaml", "flavor table")
+
+
+def min_driver(flavor: str) -> str:
+    """The oldest NVIDIA driver that runs a flavor's CUDA; "" for the CPU image."""
+    return str(flavor_table()["flavors"].get(flavor, {}).get("min_driver", ""))
+
+
+def driver_version(text: str) -> Tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
 
 
 def gpu_model(gpu_type: str) -> Tuple[str, Any]:

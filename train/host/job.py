@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Optional
 
 from train import config as cfg
 from train.errors import UserError
-from train.host import images, project, settings
-from train.host.clusters import Cluster, Profile
+from train.host import fabric, images, project, settings
+from train.host.clusters import Cluster, Profile, min_driver
 from train.host.schedulers import adapter
 from train.host.signing import Policy, policy
 
@@ -54,6 +54,8 @@ class Job:
     image_flavor: str
     data_dir: str
     nv: bool
+    min_driver: str  # the oldest NVIDIA driver the image's CUDA runs on, checked on the node; "" without GPUs
+    check_fabric: bool  # a multi-node GPU job on InfiniBand: NCCL logs its network choice, the job checks it
     binds: List[str] = field(default_factory=list)  # "src:dst[:ro]", real paths resolved
     env: Dict[str, str] = field(default_factory=dict)
     directives: List[str] = field(default_factory=list)
@@ -115,6 +117,8 @@ def resolve(
     tasks = independent_tasks(profile, run_dir) if launch == "independent" else []
     part = cluster.partition(profile.partition)
     tasks_per_node = len(tasks) or (profile.ranks if per_task else 1)
+    env = {k: settings.expand_env(v, user, cluster.name) for k, v in {**cluster.env, **profile.env}.items()}
+    check_fabric = part.fabric == "infiniband" and profile.nodes > 1 and profile.gpus_per_node > 0
     return Job(
         run_id=run_dir.name,
         cluster=cluster.name,
@@ -140,8 +144,10 @@ def resolve(
         image_flavor=image_flavor,
         data_dir=run.data.root,
         nv=cluster.nv and profile.gpus_per_node > 0,
+        min_driver=min_driver(image_flavor) if profile.gpus_per_node else "",
+        check_fabric=check_fabric,
         binds=bind_mounts(cluster, task_runs or [run], run_dir, user),  # packed: only the tasks run
-        env={k: settings.expand_env(v, user, cluster.name) for k, v in {**cluster.env, **profile.env}.items()},
+        env={**env, **(fabric.nccl_env(str(run_dir), env) if check_fabric else {})},
         directives=list(profile.directives),
         modules=list(cluster.modules) + settings.modules(user),
         module_init=cluster.module_init,

@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from train import config as cfg
 from train.errors import UserError, raise_all
 from train.host import config_check, signing
-from train.host.clusters import Cluster, flavor_table, gpu_model
+from train.host.clusters import Cluster, driver_version, flavor_table, gpu_model
 from train.host.job import Job
 from train.host.schedulers import SAFE_NAME, adapter
 
@@ -162,6 +162,16 @@ def image_can_drive_the_gpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> 
         )
 
 
+def driver_runs_the_image(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+    """A partition's stated driver runs the image's CUDA (the job checks the node's own driver again at start)."""
+    driver = cluster.partition(job.partition).driver
+    if driver and job.min_driver and driver_version(driver) < driver_version(job.min_driver):
+        cuda = flavor_table()["flavors"][job.image_flavor]["cuda"]
+        raise UserError(f"partition {job.partition!r} runs NVIDIA driver {driver}, older than the {job.min_driver} "
+                        f"that the {job.image_flavor} image (CUDA {cuda}) needs; choose a partition with a newer "
+                        f"driver or an image of an older CUDA")
+
+
 def host_ram_fits(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     """Each rank on a node runs its main process plus num_workers dataloader workers, all in host RAM."""
     data = run.data
@@ -223,6 +233,7 @@ CLUSTER_RULES: List[Callable] = [
     time_limit_is_valid,
     names_are_safe,
     image_can_drive_the_gpus,
+    driver_runs_the_image,
 ]
 RULES: List[Callable] = CLUSTER_RULES + [host_ram_fits, workers_have_cpus]
 

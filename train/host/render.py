@@ -6,6 +6,7 @@ from pathlib import Path
 from train import exit_codes
 from train.errors import UserError
 from train.ports import master_port_shell
+from train.host import fabric
 from train.host.job import Job
 from train.host.schedulers import adapter
 
@@ -39,7 +40,7 @@ def render(job: Job) -> str:
     env.globals["master_port"] = master_port_shell
     template = env.get_template(f"{job.scheduler}.sh.j2")
     return template.render(job=job, scheduler=adapter(job.scheduler), requeue_exit=exit_codes.REQUEUE,
-                           forward_patterns="|".join(FORWARDED + sorted(job.env)))
+                           forward_patterns="|".join(FORWARDED + sorted(job.env)), fabric=fabric)
 
 
 def env_word(value: str) -> str:
