@@ -58,7 +58,7 @@ test-fast: venv
 	$(PYTEST) -q -m "not image and not slurm and not slow and not registry" tests
 
 test: deps slurm registry image
-	$(PYTEST) -q -rs tests
+	$(PYTEST) -q -rs --durations=20 tests
 
 # After a deliberate change to what a profile renders: rewrite the golden scripts, then review `git diff tests/golden`.
 golden: venv

@@ -73,8 +73,8 @@ $(IMAGE_SIF): $(if $(filter fresh,$(IMAGE_STATUS)),,_image_rebuild)
 # Each flavor resolves for its image's own Python and glibc:
 #   cpu       Debian trixie, Python 3.13. torch/torchvision/numpy are Debian's (cpu.debian.txt constrains them to
 #             Debian's versions and they are not emitted); PyPI torch's CUDA wheels are excluded from the resolution.
-#   cuda12.8  Ubuntu 22.04, Python 3.10. Resolved with PyPI's torch 2.7.1 and the +cu128 wheel's CUDA pins
-#             (cuda12.8.overrides.txt); torch/torchvision are then replaced by the hash-pinned +cu128 block.
+#   cuda12.8  Debian trixie, Python 3.13. PyPI's torch 2.8 is the CUDA 12.8 build: everything, CUDA wheels
+#             included, resolves and hashes from PyPI.
 #   cuda11.6  Ubuntu 20.04, Python 3.8. Resolved with PyPI's torch 1.13.1 minus its CUDA 11.7 wheels (the +cu116
 #             wheel bundles CUDA); torch/torchvision are then replaced by the hash-pinned +cu116 block.
 UV ?= $(or $(wildcard .venv/bin/uv),uv)
@@ -83,8 +83,7 @@ LOCK_REQS := containers/requirements
 LOCK_OPTS_cpu := --python-version 3.13 --python-platform x86_64-manylinux_2_36 \
 	-c $(LOCK_REQS)/cpu.debian.txt --excludes $(LOCK_REQS)/cpu.excludes.txt \
 	--no-emit-package torch --no-emit-package torchvision --no-emit-package numpy
-LOCK_OPTS_cuda12.8 := --python-version 3.10 --python-platform x86_64-manylinux_2_35 \
-	--overrides $(LOCK_REQS)/cuda12.8.overrides.txt --no-emit-package torch --no-emit-package torchvision
+LOCK_OPTS_cuda12.8 := --python-version 3.13 --python-platform x86_64-manylinux_2_36
 LOCK_OPTS_cuda11.6 := --python-version 3.8 --python-platform x86_64-manylinux_2_31 \
 	--excludes $(LOCK_REQS)/cuda11.6.excludes.txt --no-emit-package torch --no-emit-package torchvision
 

@@ -15,6 +15,18 @@ CLUSTER_SH = ROOT / "tests" / "slurm" / "cluster.sh"
 def pytest_configure(config):
     # here, not in pyproject.toml: that file is an input of every image, and a marker is no reason to rebuild them
     config.addinivalue_line("markers", "registry: needs Debian's docker-registry (make registry); not in make test-fast")
+    config.addinivalue_line("markers", "cuda_image: builds the CUDA 12.8 image beside the other tests (minutes)")
+
+
+@pytest.hookimpl(trylast=True)  # after -m/-k deselected what the run does not select
+def pytest_collection_modifyitems(session, config, items):
+    """Where the CUDA image's test is selected, its build starts now, in the background, and the test goes last."""
+    cuda = [item for item in items if item.get_closest_marker("cuda_image")]
+    if cuda:
+        from test_cuda_image import start_build
+
+        start_build()
+        items[:] = [item for item in items if item not in cuda] + cuda
 
 
 def sha256(path) -> str:

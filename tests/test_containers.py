@@ -1,7 +1,9 @@
 """The image definitions and lock files, checked without building anything (no Apptainer, no network).
 
-- every base image is pinned by digest, and the CUDA definition files parse with spython;
-- each CUDA flavor's lock carries the torch build of that CUDA version, from that CUDA version's index;
+- the cpu and cuda12.8 images bootstrap Debian from the mirror build argument; cuda11.6's docker base is pinned by
+  digest; the definition files parse with spython;
+- each CUDA flavor's lock carries the torch build of that CUDA version (cuda12.8: PyPI's torch with the 12.8 runtime
+  wheels; cuda11.6: the +cu116 build from PyTorch's index), and %test checks kernels for every GPU of the flavor;
 - every requirement in every lock is hash-pinned, and the locks agree with their top-level pins and the labels;
 - no file names a Debian mirror (the CPU image bootstraps from `{{ MIRROR }}`, filled in by `make image`);
 - all three flavors install through the same containers/install.sh with the same %files layout.
@@ -17,6 +19,8 @@ CONTAINERS = ROOT / "containers"
 REQS = CONTAINERS / "requirements"
 FLAVORS = ["cpu", "cuda12.8", "cuda11.6"]
 CUDA_FLAVORS = ["cuda12.8", "cuda11.6"]
+DEBOOTSTRAP_FLAVORS = ["cpu", "cuda12.8"]  # built here from Debian's mirror and PyPI
+DOCKER_FLAVORS = ["cuda11.6"]  # nvidia/cuda base and PyTorch's index: built where Docker Hub is reachable
 SECTION = re.compile(r"^%(\w+)\s*$")
 
 
@@ -90,8 +94,8 @@ def lock_versions(flavor):
 # Base images
 
 
-@pytest.mark.parametrize("flavor", CUDA_FLAVORS)
-def test_cuda_definition_parses_with_spython_and_pins_base_by_digest(flavor):
+@pytest.mark.parametrize("flavor", DOCKER_FLAVORS)
+def test_docker_definition_parses_with_spython_and_pins_base_by_digest(flavor):
     from spython.main.parse.parsers import SingularityParser
 
     recipe = SingularityParser(str(CONTAINERS / f"{flavor}.def")).recipe["spython-base"]
@@ -102,16 +106,20 @@ def test_cuda_definition_parses_with_spython_and_pins_base_by_digest(flavor):
     assert recipe.cmd == 'exec python -m train "$@"'  # spython: %runscript
 
 
-def test_cpu_definition_bootstraps_debian_from_the_mirror_build_argument():
-    header, sections = parse_def(CONTAINERS / "cpu.def")
+@pytest.mark.parametrize("flavor", DEBOOTSTRAP_FLAVORS)
+def test_definition_bootstraps_debian_from_the_mirror_build_argument(flavor):
+    header, sections = parse_def(CONTAINERS / f"{flavor}.def")
     assert header["Bootstrap"] == "debootstrap"
     assert header["OSVersion"] == "trixie"
     assert header["MirrorURL"] == "{{ MIRROR }}"
     include = header["Include"].split()
-    for package in ["python3-torch", "python3-torchvision", "python3-venv", "python3-pip", "ca-certificates"]:
+    wanted = {"cpu": ["python3-torch", "python3-torchvision", "python3-pip"],
+              "cuda12.8": ["libibverbs1", "ibverbs-providers", "librdmacm1t64", "g++", "python3-dev"]}[flavor]
+    for package in wanted + ["python3-venv", "ca-certificates"]:
         assert package in include
     env = "\n".join(sections["environment"])
-    for setting in ["USE_LIBUV=0", "DS_ACCELERATOR=cpu", "PYTHONNOUSERSITE=1", "TORCH_EXTENSIONS_DIR=", "/opt/venv/bin"]:
+    wanted = {"cpu": ["USE_LIBUV=0", "DS_ACCELERATOR=cpu"], "cuda12.8": ["CUDA_MODULE_LOADING=LAZY"]}[flavor]
+    for setting in wanted + ["PYTHONNOUSERSITE=1", "TORCH_EXTENSIONS_DIR=", "/opt/venv/bin"]:
         assert setting in env
 
 
@@ -175,8 +183,8 @@ def test_every_locked_requirement_is_hash_pinned(flavor):
     for name, version, hashes in entries:
         assert hashes, f"{flavor}.lock: {name}=={version} has no --hash"
         assert all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes), f"{flavor}.lock: {name}"
-    # the only option a lock may carry: PyTorch's own index, for the CUDA builds of torch/torchvision
-    allowed = {f"--extra-index-url https://download.pytorch.org/whl/cu{flavor.replace('cuda', '').replace('.', '')}"}
+    # the only option a lock may carry: PyTorch's own index, for the +cu116 builds of torch/torchvision
+    allowed = {"--extra-index-url https://download.pytorch.org/whl/cu116"} if flavor in DOCKER_FLAVORS else set()
     assert set(options) <= allowed, options
     names = [name for name, _, _ in entries]
     assert len(names) == len(set(names)), f"{flavor}.lock pins a package twice"
@@ -184,29 +192,43 @@ def test_every_locked_requirement_is_hash_pinned(flavor):
             "jinja2"} <= set(names)
 
 
-@pytest.mark.parametrize("flavor", CUDA_FLAVORS)
-def test_cuda_lock_torch_build_matches_the_cuda_version_of_the_image(flavor):
-    cuda = flavor.replace("cuda", "")  # "12.8"
-    tag = "cu" + cuda.replace(".", "")  # "cu128"
-    header, sections = parse_def(CONTAINERS / f"{flavor}.def")
-    assert header["From"].startswith(f"nvidia/cuda:{cuda}.")
-    assert labels(sections)["org.cluster-train.cuda"] == cuda
-    options, entries = parse_lock(CONTAINERS / f"{flavor}.lock")
+def test_cuda11_6_lock_has_the_cu116_torch_build_from_pytorchs_index():
+    header, sections = parse_def(CONTAINERS / "cuda11.6.def")
+    assert header["From"].startswith("nvidia/cuda:11.6.")
+    assert labels(sections)["org.cluster-train.cuda"] == "11.6"
+    options, entries = parse_lock(CONTAINERS / "cuda11.6.lock")
     versions = {name: version for name, version, _ in entries}
-    assert versions["torch"].endswith(f"+{tag}"), versions["torch"]
-    assert versions["torchvision"].endswith(f"+{tag}"), versions["torchvision"]
-    assert f"--extra-index-url https://download.pytorch.org/whl/{tag}" in options
+    assert versions["torch"].endswith("+cu116") and versions["torchvision"].endswith("+cu116"), versions["torch"]
+    assert "--extra-index-url https://download.pytorch.org/whl/cu116" in options
     assert labels(sections)["org.cluster-train.torch"] == versions["torch"]
-    assert labels(sections)["org.cluster-train.torchvision"] == versions["torchvision"]
-    # no CUDA runtime wheel of another CUDA major version slipped in
-    other = "cu11" if cuda.startswith("12") else "cu12"
-    assert not [n for n in versions if n.startswith("nvidia-") and n.endswith(other)]
+    assert not [n for n in versions if n.startswith("nvidia-") and n.endswith("cu12")]
 
 
-def test_cuda12_8_lock_has_the_cuda_wheels_torch_cu128_requires():
+def test_cuda12_8_lock_carries_cuda_12_8_as_pypi_wheels():
+    """PyPI's torch 2.8 is the CUDA 12.8 build: its METADATA pins the 12.8 runtime wheels, which the lock holds."""
     versions = lock_versions("cuda12.8")
-    for name, version in pins(REQS / "cuda12.8.overrides.txt").items():
-        assert versions.get(name) == version, name
+    _, sections = parse_def(CONTAINERS / "cuda12.8.def")
+    assert labels(sections)["org.cluster-train.cuda"] == "12.8"
+    assert "+" not in versions["torch"] and versions["torch"] == labels(sections)["org.cluster-train.torch"]
+    for wheel in ("nvidia-cuda-runtime-cu12", "nvidia-cuda-nvrtc-cu12", "nvidia-cublas-cu12", "nvidia-nvjitlink-cu12"):
+        assert versions[wheel].startswith("12.8."), f"{wheel} {versions[wheel]}: not CUDA 12.8"
+    assert {"nvidia-cudnn-cu12", "nvidia-nccl-cu12", "triton"} <= set(versions)
+    assert not [n for n in versions if n.startswith("nvidia-") and n.endswith("cu11")]
+
+
+def test_image_test_checks_kernels_for_every_gpu_the_flavor_drives(flavor="cuda12.8"):
+    """%test runs `python -m train imagecheck CUDA CAPABILITY...` with every GPU containers/flavors.yaml maps here
+    (the cuda11.6 image, built elsewhere, checks torch.version.cuda only)."""
+    import yaml
+
+    table = yaml.safe_load((CONTAINERS / "flavors.yaml").read_text())
+    spec = table["flavors"][flavor]
+    gpus = {float(g["capability"]) for g in table["gpus"].values() if g["capability"] != "none"
+            and spec["min_capability"] <= g["capability"] <= spec["max_capability"]}
+    _, sections = parse_def(CONTAINERS / f"{flavor}.def")
+    checks = [line.split()[4:] for line in sections["test"] if line.startswith("python -m train imagecheck")]
+    assert checks and checks[0][0] == spec["cuda"], checks
+    assert {float(c) for c in checks[0][1:]} == gpus
 
 
 def test_cpu_lock_leaves_torch_to_debian():

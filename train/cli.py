@@ -91,9 +91,18 @@ def selftest():
     print(f"selftest passed: torch {torch.__version__}, one training step, val loss {results['final_val_loss']:.3f}")
 
 
+def imagecheck(cuda: str, *capabilities: float):
+    """A CUDA image's checks without a GPU (its %test): CUDA version, kernels, NCCL, verbs, DeepSpeed CPU Adam."""
+    from train.image_check import imagecheck as run_checks
+
+    run_checks(cuda, *capabilities)
+
+
 def main(argv=None):
     try:
-        fire.Fire({"fit": fit, "export": export, "bench": bench, "models": models, "names": names, "make_data": make_data, "selftest": selftest}, command=argv)
+        commands = {"fit": fit, "export": export, "bench": bench, "models": models, "names": names,
+                    "make_data": make_data, "selftest": selftest, "imagecheck": imagecheck}
+        fire.Fire(commands, command=argv)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
