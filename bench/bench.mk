@@ -2,3 +2,14 @@
 .PHONY: bench
 bench: venv
 	USE_LIBUV=0 $(PY) -m train bench
+
+# Container overhead: start time and CPU throughput of the same torch build inside the CUDA 12.8 image and outside
+# it (a venv with the image's torch release from PyPI, ~4 GB) -> bench/results/<host>-<date>-container.json.
+BENCH_VENV ?= .bench-venv
+BENCH_TORCH = $(shell sed -n 's/^ *org.cluster-train.torch //p' containers/cuda12.8.def)
+.PHONY: bench-container
+bench-container:
+	$(MAKE) image FLAVOR=cuda12.8
+	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q "torch==$(BENCH_TORCH)"
+	python3 bench/container_overhead.py --image images/cuda12.8.sif --outside $(BENCH_VENV)/bin/python
