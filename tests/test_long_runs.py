@@ -55,6 +55,9 @@ def assert_resumed_to_the_same_result(long_dir: Path, reference: Path, found: li
     status = run_cluster("status", long_dir)
     assert status.returncode == 0 and "segment 2:" in status.stdout and "result:" in status.stdout, status.stdout
     assert len(manifest(long_dir)["segments"]) == len(found)
+    # what it trained on, in the results and (status copies it) the manifest: no GPU, no CUDA, no driver here
+    assert manifest(long_dir)["gpu"] == {k: long[k] for k in ("gpu", "cuda", "driver")} == dict.fromkeys(
+        ("gpu", "cuda", "driver"))
 
 
 def test_runs_longer_than_their_limit_requeue_themselves_and_complete(cpu_image, slurm_cluster, demo_data,

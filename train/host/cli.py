@@ -184,6 +184,7 @@ def print_status(manifest: dict, scheduler, run_dir: Path) -> None:
         print(f"  WARNING: {slow_network}")
     if state["state"] == State.COMPLETED and (run_dir / "results.json").is_file():
         results = json.loads((run_dir / "results.json").read_text())
+        runs.update_manifest(run_dir, gpu={k: results.get(k) for k in ("gpu", "cuda", "driver")})
         print("  result: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                                        for k, v in results.items() if k.startswith(("final_", "best_", "epochs"))))
     elif state["state"] in FINISHED:

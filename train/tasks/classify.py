@@ -55,8 +55,16 @@ def classify(run: cfg.RunConfig) -> dict:
         "duration_s": round(time.time() - started, 1),
         "torch": torch.__version__,
         "lightning": pl.__version__,
+        **gpu_facts(),
     }
     return write_results(out, results, write=trainer.is_global_zero)
+
+
+def gpu_facts() -> dict:
+    """What the run trained on: GPU model, torch's CUDA, and the node's driver (the job read it from nvidia-smi)."""
+    cuda = torch.cuda.is_available()
+    return {"gpu": torch.cuda.get_device_name(0) if cuda else None, "cuda": torch.version.cuda,
+            "driver": os.environ.get("CT_DRIVER_VERSION")}
 
 
 def _all_hostnames(trainer: pl.Trainer) -> list:
