@@ -65,7 +65,7 @@ def test_params_are_read_from_the_source():
     from train.registry import NOT_LITERAL, REQUIRED
 
     r = REGISTRIES
-    assert r["models"].params("resnet_cifar") == {"depth": 20, "width": 16}  # num_classes is the caller's
+    assert r["models"].params("resnet_cifar") == {"depth": 20, "width": 16, "stages": 3}  # num_classes is the caller's
     assert r["models"].params("vgg")["layers"] == (16, "M", 32, "M", 64, 64, "M")
     assert r["models"].params("mobilenet_finetuned")["weights_path"] == "weights/mobilenet_v3_small-047dcff4.pth"
     assert r["models"].names_in("ensemble") == {"members": "models", "member_params": "models"}

@@ -11,6 +11,7 @@ from conftest import job_logs, manifest, run_cluster, wait_for_slurm_job
 
 pytestmark = pytest.mark.image
 WHERE = {"local": ("local", "cpu_1proc"), "slurm": ("ci-slurm", "n1_gpu1")}
+# the experiments carry the seeds' real sizes (tests/test_experiment_sizes.py): every run here shrinks them
 QUICK = ["--set", "trainer.max_epochs=2", "--set", "data.num_workers=0", "--set", "data.batch_size=8"]
 SIX_MODELS = ["PerFrameAggregation2D", "LateFusion2D", "EarlyFusion2D", "PerFrameAggregation3D", "LateFusion3D",
               "EarlyFusion3D"]
@@ -66,7 +67,7 @@ def finish(run_dir):
 
 def test_seed_000_trains_the_six_video_models_in_sequence(where, video_data, runs_dir):
     run_dir = start(where, "ufc10_six_models", "--set", f"data.root={video_data}", *QUICK,
-                    "--set", "task_params.model_params.width=4", run_id="six", runs_dir=runs_dir)
+                    "--set", "task_params.model_params={width: 4, hidden: 16}", run_id="six", runs_dir=runs_dir)
     log = finish(run_dir)
     for model in SIX_MODELS:
         for name in (f"models/{model}_best_weights.pth", f"models/{model}_final_weights.pth",
@@ -81,9 +82,8 @@ def test_seed_000_trains_the_six_video_models_in_sequence(where, video_data, run
 
 
 def test_seed_001_experts_then_every_fusion_head(where, demo_data, runs_dir):
-    experts = start(where, "cifar100_experts", "--set", f"data.root={demo_data}", *QUICK,
-                    "--set", "trainer.max_epochs=1", "--set", "model.params={depth: 8, width: 4}", run_id="experts",
-                    runs_dir=runs_dir)
+    experts = start(where, "cifar100_experts", "--set", f"data.root={demo_data}", *QUICK, "--set", "trainer.max_epochs=1",
+                    "--set", "model.params={depth: 8, width: 4, stages: 3}", run_id="experts", runs_dir=runs_dir)
     finish(experts)
     assert (experts / "splits" / "fusion_holdout_indices.npy").is_file()
     folder = experts / "checkpoints" / "resnet_cifar"

@@ -9,7 +9,8 @@ Writes under output_dir:
   checkpoints/<model.name>/expert_<i>_history.json
   checkpoints/<model.name>_expert_<i>/last.ckpt, checkpoints/done/<model.name>_expert_<i>.json   resume: a requeued
                                                   run skips the experts it finished and resumes the one in progress
-task_params: num_experts (4), fusion_holdout (fraction of the training set, 0.2).
+task_params: num_experts (4), fusion_holdout (fraction of the training set, 0.2), model_sizes ({model name: params}:
+the size each architecture trains at when chosen by model.name; model.params overrides its row key by key).
 """
 import json
 from pathlib import Path
@@ -25,7 +26,8 @@ from train.models import MODELS
 from train.tasks.common import EpochHistory, finished, fit_resuming, mark_done, trainer, write_results
 from train.tasks.subset_data import TrainSubset, train_size
 
-PARAMS = {"num_experts": 4, "fusion_holdout": 0.2}  # the task_params it reads, with their defaults
+PARAMS = {"num_experts": 4, "fusion_holdout": 0.2, "model_sizes": {}}  # the task_params it reads, with their defaults
+PARAM_NAMES = {"model_sizes": "models"}  # its keys are model names
 
 HOLDOUT_FILE = Path("splits") / "fusion_holdout_indices.npy"
 HOLDOUT_BESIDE_EXPERTS = HOLDOUT_FILE.name  # in checkpoints/<model.name>/, next to the experts
@@ -44,6 +46,12 @@ class SaveBestExpert(EpochHistory):
             torch.save(dict(self.meta, state_dict=state, val_acc=acc, epoch=self.history["epoch"][-1]), self.path)
 
 
+def model_params(run) -> dict:
+    """The experts' constructor arguments: model.params over the chosen architecture's row of model_sizes."""
+    sizes = run.task_params.get("model_sizes") or {}
+    return {**(sizes.get(run.model.name) or {}), **run.model.params}
+
+
 def cifar_experts(run) -> dict:
     out = Path(run.output_dir)
     experts = int(run.task_params.get("num_experts", 4))
@@ -59,24 +67,25 @@ def cifar_experts(run) -> dict:
     folder = out / "checkpoints" / run.model.name
     folder.mkdir(parents=True, exist_ok=True)
     np.save(folder / HOLDOUT_BESIDE_EXPERTS, held)
+    params = model_params(run)
     results = {}
     for i in range(experts):
         log_name, history_file = f"{run.model.name}_expert_{i}", folder / f"expert_{i}_history.json"
         if finished(out, log_name, [folder / f"expert_{i}_best.pth", history_file]):
             results[f"expert_{i}"] = json.loads(history_file.read_text())["best_val_acc"]
             continue
-        print(f"[cluster-train] cifar_experts: {run.model.name} expert {i}", flush=True)
+        print(f"[cluster-train] cifar_experts: {run.model.name} {params} expert {i}", flush=True)
         pl.seed_everything(run.seed + i, workers=True)  # a different start and batch order per expert
         data = TrainSubset(build_data(run.data), kept)
-        net = MODELS.build(run.model.name, num_classes=data.num_classes, **run.model.params)
-        meta = {"model_name": run.model.name, "model_params": dict(run.model.params), "num_classes": data.num_classes}
+        net = MODELS.build(run.model.name, num_classes=data.num_classes, **params)
+        meta = {"model_name": run.model.name, "model_params": dict(params), "num_classes": data.num_classes}
         saver = SaveBestExpert(folder / f"expert_{i}_best.pth", meta)
         fitter = trainer(run, out, log_name, callbacks=[saver])
         fit_resuming(fitter, Classifier(net, run.optim), data, out, log_name)
         history_file.write_text(json.dumps(dict(saver.history, best_val_acc=saver.best), indent=2) + "\n")
         mark_done(out, log_name, {"best_val_acc": saver.best}, write=fitter.is_global_zero)
         results[f"expert_{i}"] = saver.best
-    record = {"task": "cifar_experts", "model": run.model.name, "best_val_acc": results,
+    record = {"task": "cifar_experts", "model": run.model.name, "model_params": params, "best_val_acc": results,
               "holdout_size": int(len(held)), "expert_train_size": int(len(kept))}
     return write_results(out, record)
 
