@@ -27,8 +27,10 @@ def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.Ru
     missing = image_missing(job)
     if missing and not (missing_image_ok and not errors):
         errors.append(missing)
-    if not missing and job.signing.required:  # runs apptainer verify: only where signed images are asked for
-        errors += [UserError(p) for p in [signing.problem(job.image, job.image_sha256, job.image_flavor, job.signing)] if p]
+    unsigned = not missing and job.signing.required and signing.problem(  # apptainer verify, only where asked for
+        job.image, job.image_sha256, job.image_flavor, job.signing)
+    if unsigned:
+        errors.append(UserError(unsigned))
     raise_all(list({str(err): err for err in errors}.values()))  # one rule's failure may show in another
     return [f"warning: {missing}"] if missing else []
 
