@@ -39,7 +39,7 @@ def test_catalog_lists_every_registry_in_display_order():
                                 "schedulers", "precisions"]
     assert REGISTRIES["optimizers"].names() == ["adamw", "sgd"]
     assert REGISTRIES["schedulers"].names() == ["cosine", "none"]
-    assert set(REGISTRIES["precisions"].names()) == {"32", "16-mixed", "bf16-mixed"}
+    assert set(REGISTRIES["precisions"].names()) == {"auto", "32", "16-mixed", "bf16-mixed"}
     assert {"multiplicative", "multiplicativeAddition", "TransformerBase", "concatenation"} == set(
         REGISTRIES["fusion heads"].names())
     text = describe()

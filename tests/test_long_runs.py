@@ -58,6 +58,9 @@ def assert_resumed_to_the_same_result(long_dir: Path, reference: Path, found: li
     # what it trained on, in the results and (status copies it) the manifest: no GPU, no CUDA, no driver here
     assert manifest(long_dir)["gpu"] == {k: long[k] for k in ("gpu", "cuda", "driver")} == dict.fromkeys(
         ("gpu", "cuda", "driver"))
+    # and how: precision auto is 32-bit on the CPU; the input wait of the last segment's rank 0
+    assert manifest(long_dir)["speed"]["precision"] == long["precision"] == "32-true"
+    assert f"waited for data {long['input']['wait_fraction']:.0%}" in status.stdout, status.stdout
 
 
 def test_runs_longer_than_their_limit_requeue_themselves_and_complete(cpu_image, slurm_cluster, demo_data,

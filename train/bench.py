@@ -1,8 +1,16 @@
-"""`python -m train bench`: throughput, step time and peak memory per model and strategy -> bench/results/<host>-<date>.json.
+"""`python -m train bench`: throughput, step time and peak memory -> bench/results/<host>-<date>.json.
 
-Each strategy trains a few steps on random CIFAR-shaped data in fresh processes (1 rank for `single`, else `ranks`),
-through the same registry and Trainer options as `fit`. On CUDA it also runs bf16-mixed with channels_last and
-torch.compile (where torch has it) against the plain fp32 run of the same model.
+Three kinds of rows, each case in fresh processes:
+- strategy: every registered strategy trains the first model with the run defaults (on a GPU: bf16 + channels-last),
+  on `ranks` ranks (1 for `single`);
+- variant: each model, one rank, through the registered training loop (the Classifier and the Trainer options `fit`
+  uses, train/speed.py included): fp32, bf16, bf16+channels_last, bf16+channels_last+compile (GPU only but fp32);
+- plain: the same model, batch and data in a hand-written PyTorch loop (autocast, the same optimizer), at the
+  settings of the fastest eager variant: `loop_vs_plain` in each row is the framework's cost as a ratio.
+
+On a GPU the models are the seeds' at their real sizes (the CIFAR experts from experiments/cifar100_experts.yaml,
+seed 002's MobileNet-v3 and EfficientNet-B0, ResNet-50 at 224 px); on the CPU one small model, so `make bench` stays
+under 10 minutes. Inputs are random batches made once and reused (the input pipeline is `fit`'s InputWait).
 """
 import datetime
 import json
@@ -16,117 +24,226 @@ import torch
 from train.localrun import spawn
 
 STRATEGY_ORDER = ["single", "ddp", "fsdp", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload"]
-DEFAULT_MODELS = {"resnet_cifar_d8_w4": ("resnet_cifar", {"depth": 8, "width": 4}),
-                  "resnet_cifar_d14_w16": ("resnet_cifar", {"depth": 14, "width": 16})}
+VARIANTS = {  # name -> (precision, channels_last, compile)
+    "fp32": ("32", False, False),
+    "bf16": ("bf16-mixed", False, False),
+    "bf16+channels_last": ("bf16-mixed", True, False),
+    "bf16+channels_last+compile": ("bf16-mixed", True, True),
+}
+EAGER_BEST = "bf16+channels_last"  # the plain loop's settings on a GPU (fp32 on the CPU)
+EXPERTS = "experiments/cifar100_experts.yaml"
 
 
-def _worker(rank, case):
+def gpu_models() -> dict:
+    """label -> (builder, params, image size, batch): the seeds' models at their real sizes."""
+    from train import config as cfg
+
+    experts = cfg.read(EXPERTS)
+    sizes, batch = experts["task_params"]["model_sizes"], experts["data"]["batch_size"]
+    models = {f"{name}_cifar100": (f"registry:{name}", dict(params), 32, batch) for name, params in sizes.items()}
+    return {**models,
+            "mobilenet_v3_small_224": ("torchvision:mobilenet_v3_small", {}, 224, 32),  # seed 002: 32 per GPU
+            "efficientnet_b0_224": ("torchvision:efficientnet_b0", {}, 224, 16),  # seed 002's production batch
+            "resnet50_224": ("torchvision:resnet50", {}, 224, 256)}  # NVIDIA's A100 AMP reference batch
+
+
+CPU_MODELS = {"resnet_cifar_d8_w4": ("registry:resnet_cifar", {"depth": 8, "width": 4}, 32, 32)}
+
+
+def build_model(builder: str, params: dict, num_classes: int) -> torch.nn.Module:
+    source, name = builder.split(":")
+    if source == "registry":
+        from train.models import MODELS
+
+        return MODELS.build(name, num_classes=num_classes, **params)
+    import torchvision.models
+
+    return getattr(torchvision.models, name)(num_classes=num_classes, **params)
+
+
+class ReusedBatches(torch.utils.data.Dataset):
+    """`length` batches drawn from two made once (pinned on GPUs): no per-sample collation in the timed loop."""
+
+    def __init__(self, batch: int, size: int, num_classes: int, length: int):
+        g = torch.Generator().manual_seed(0)
+        self.pool = [(torch.randn(batch, 3, size, size, generator=g), torch.randint(0, num_classes, (batch,), generator=g))
+                     for _ in range(2)]
+        if torch.cuda.is_available():
+            self.pool = [(x.pin_memory(), y.pin_memory()) for x, y in self.pool]
+        self.length = length
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, i):
+        return self.pool[i % 2]
+
+
+def _loader(case):
+    from torch.utils.data import DataLoader
+
+    data = ReusedBatches(case["batch"], case["size"], case["classes"], case["warmup"] + case["steps"])
+    return DataLoader(data, batch_size=None, shuffle=False, pin_memory=False)
+
+
+def _setup(case) -> bool:
+    cuda = torch.cuda.is_available()
+    if not cuda:  # the same threads per rank in every case, so no case oversubscribes the cores
+        torch.set_num_threads(case["threads"])
+    torch.manual_seed(0)
+    return cuda
+
+
+def _sync(cuda: bool) -> float:
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def lightning_rank(rank, case):
+    """The registered training loop: Classifier, the strategy registry, train/speed.py's precision, layout, compile."""
     import pytorch_lightning as pl
-    import torch.nn.functional as F
-    from torch.utils.data import DataLoader, TensorDataset
+    from pytorch_lightning.callbacks import Callback
 
     from train.config import OptimConfig, TrainerConfig
     from train.lit import Classifier
     from train.memory import peak_host_mb, state_bytes
-    from train.models import MODELS
+    from train.speed import resolved, speed_callbacks
     from train.strategies import STRATEGIES
 
-    cuda = torch.cuda.is_available()
+    cuda = _setup(case)
     accelerator = "gpu" if cuda else "cpu"
-    if not cuda:  # the same threads per rank in every case (single included), so no case oversubscribes the cores
-        torch.set_num_threads(case["threads"])
-    torch.manual_seed(0)
-    name, params = case["model"]
-    net = MODELS.build(name, num_classes=100, **params)
-    if case.get("channels_last"):
-        net = net.to(memory_format=torch.channels_last)
-    if case.get("compile"):
-        net = torch.compile(net)
-    optim = OptimConfig(name="sgd", lr=0.01, scheduler="none")
-    t = TrainerConfig(accelerator=accelerator, devices=case["ranks"], strategy=case["strategy"],
-                      precision=case["precision"])
-    times = []
+    t = resolved(TrainerConfig(accelerator=accelerator, devices=case["ranks"], strategy=case["strategy"],
+                               precision=case["precision"], channels_last=case["channels_last"],
+                               compile=case["compile"]), accelerator)
+    marks = {}
 
-    class Timed(Classifier):
-        def on_train_batch_start(self, batch, batch_idx):
-            if cuda:
-                torch.cuda.synchronize()
-            self._t0 = time.perf_counter()
+    class Clock(Callback):  # one synchronisation after the warm-up steps and one at the end: none in between
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if batch_idx == case["warmup"]:
+                marks["start"] = _sync(cuda)
 
-        def on_train_batch_end(self, outputs, batch, batch_idx):
-            if cuda:
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - self._t0)
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if batch_idx == case["warmup"] + case["steps"] - 1:
+                marks["end"] = _sync(cuda)
 
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            if case.get("channels_last"):
-                x = x.contiguous(memory_format=torch.channels_last)
-            return F.cross_entropy(self.model(x), y)
-
-    n = case["batch"] * (case["warmup"] + case["steps"])
-    g = torch.Generator().manual_seed(rank)
-    data = TensorDataset(torch.randn(n, 3, 32, 32, generator=g), torch.randint(0, 100, (n,), generator=g))
-    module = Timed(net, optim)
+    net = build_model(case["builder"], case["params"], case["classes"])
+    module = Classifier(net, OptimConfig(name="sgd", lr=0.01, scheduler="none"))
     trainer = pl.Trainer(accelerator=accelerator, devices=case["ranks"],
-                         strategy=STRATEGIES.build(case["strategy"], accelerator=accelerator, trainer=t),
-                         precision=case["precision"], max_steps=case["warmup"] + case["steps"], logger=False,
+                         strategy=STRATEGIES.build(t.strategy, accelerator=accelerator, trainer=t),
+                         precision=t.precision, max_epochs=1, logger=False, callbacks=[*speed_callbacks(t), Clock()],
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          limit_val_batches=0, use_distributed_sampler=False)
-    trainer.fit(module, DataLoader(data, batch_size=case["batch"]))
-    measured = times[case["warmup"]:]
-    step = sum(measured) / len(measured)
-    return {"step_s": step, "host_peak_mb": peak_host_mb(),
+    trainer.fit(module, _loader(case))
+    return {"step_s": (marks["end"] - marks["start"]) / case["steps"], "host_peak_mb": peak_host_mb(),
             "device_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
             **state_bytes(module, trainer.optimizers[0])}
 
 
+def plain_rank(rank, case):
+    """The same model, optimizer, batches and settings in the shortest PyTorch loop: no framework at all."""
+    import torch.nn.functional as F
+
+    from train.config import OptimConfig
+    from train.memory import peak_host_mb
+    from train.optimizers import build_optimizer
+    from train.speed import to_channels_last
+
+    cuda = _setup(case)
+    device = torch.device("cuda" if cuda else "cpu")
+    net = build_model(case["builder"], case["params"], case["classes"]).to(device)
+    if case["channels_last"]:
+        to_channels_last(net)
+    if case["compile"]:
+        net.compile()
+    opt = build_optimizer(net.parameters(), OptimConfig(name="sgd", lr=0.01, scheduler="none"))
+    bf16 = case["precision"] == "bf16-mixed"
+    for i, (x, y) in enumerate(_loader(case)):
+        if i == case["warmup"]:
+            start = _sync(cuda)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = F.cross_entropy(net(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return {"step_s": (_sync(cuda) - start) / case["steps"], "host_peak_mb": peak_host_mb(),
+            "device_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None}
+
+
 def run_case(case) -> dict:
     started = time.time()
-    ranks = spawn(_worker, case["ranks"], case)
+    ranks = spawn(plain_rank if case["kind"] == "plain" else lightning_rank, case["ranks"], case)
     step = max(r["step_s"] for r in ranks)  # the slowest rank sets the pace
-    return {
-        "model": case["label"], "strategy": case["strategy"], "variant": case.get("variant", "fp32"),
-        "precision": case["precision"], "ranks": case["ranks"], "batch_per_rank": case["batch"],
-        "samples_per_s": round(case["batch"] * case["ranks"] / step, 1), "step_ms": round(step * 1000, 2),
-        "host_peak_mb_per_rank": round(max(r["host_peak_mb"] for r in ranks), 1),
-        "device_peak_mb_per_rank": None if ranks[0]["device_peak_mb"] is None
-        else round(max(r["device_peak_mb"] for r in ranks), 1),
-        "state_bytes_per_rank": max(r["total_bytes"] for r in ranks),
-        "param_bytes_per_rank": max(r["param_bytes"] for r in ranks),
-        "optimizer_state_bytes_per_rank": max(r["optimizer_state_bytes"] for r in ranks),
-        "wall_s": round(time.time() - started, 1),
-    }
+    peak = [r["device_peak_mb"] for r in ranks if r["device_peak_mb"] is not None]
+    row = {"kind": case["kind"], "model": case["label"], "strategy": case["strategy"], "variant": case["variant"],
+           "precision": case["precision"], "ranks": case["ranks"], "batch_per_rank": case["batch"],
+           "image_size": case["size"], "samples_per_s": round(case["batch"] * case["ranks"] / step, 1),
+           "step_ms": round(step * 1000, 2), "host_peak_mb_per_rank": round(max(r["host_peak_mb"] for r in ranks), 1),
+           "device_peak_mb_per_rank": round(max(peak), 1) if peak else None, "wall_s": round(time.time() - started, 1)}
+    if "total_bytes" in ranks[0]:
+        row.update(state_bytes_per_rank=max(r["total_bytes"] for r in ranks),
+                   param_bytes_per_rank=max(r["param_bytes"] for r in ranks),
+                   optimizer_state_bytes_per_rank=max(r["optimizer_state_bytes"] for r in ranks))
+    return row
 
 
-def bench(models=None, strategies=None, ranks: int = 2, batch: int = 32, steps: int = 5, warmup: int = 2,
+def cases(models: dict, strategies: list, variants: list, ranks: int, batch, steps: int, warmup: int, cuda: bool):
+    threads = max(1, (os.cpu_count() or 1) // ranks)
+    for n, (label, (builder, params, size, own_batch)) in enumerate(models.items()):
+        base = {"label": label, "builder": builder, "params": params, "size": size, "batch": batch or own_batch,
+                "classes": 1000 if size > 32 else 100, "threads": threads, "steps": steps, "warmup": warmup}
+        defaults = VARIANTS[EAGER_BEST if cuda else "fp32"]
+        if n == 0:  # the strategies on the first model
+            for strategy in strategies:
+                yield {**base, **_settings(defaults), "kind": "strategy", "strategy": strategy, "variant": "default",
+                       "ranks": 1 if strategy == "single" else ranks}
+        for variant in variants:
+            yield {**base, **_settings(VARIANTS[variant]), "kind": "variant", "strategy": "single",
+                   "variant": variant, "ranks": 1}
+        yield {**base, **_settings(defaults), "kind": "plain", "strategy": "none",
+               "variant": EAGER_BEST if cuda else "fp32", "ranks": 1}
+
+
+def _settings(variant) -> dict:
+    precision, channels_last, compile = variant
+    return {"precision": precision, "channels_last": channels_last, "compile": compile}
+
+
+def compare(rows: list) -> list:
+    """vs_fp32: each variant against the model's fp32 row; loop_vs_plain: the registered loop against the plain one
+    at the same settings."""
+    for row in rows:
+        same = [r for r in rows if r["model"] == row["model"] and r["ranks"] == 1]
+        fp32 = next((r for r in same if r["kind"] == "variant" and r["variant"] == "fp32"), None)
+        plain = next((r for r in same if r["kind"] == "plain"), None)
+        if row["kind"] == "variant" and fp32:
+            row["vs_fp32"] = round(row["samples_per_s"] / fp32["samples_per_s"], 3)
+        if row["kind"] == "variant" and plain and row["variant"] == plain["variant"]:
+            row["loop_vs_plain"] = round(row["samples_per_s"] / plain["samples_per_s"], 3)
+    return rows
+
+
+def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=None, steps: int = 5, warmup: int = 2,
           out_dir: str = "bench/results") -> Path:
-    os.environ.setdefault("DS_ACCELERATOR", "cpu" if not torch.cuda.is_available() else "cuda")
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.expanduser("~/.cache/torch_extensions"))
     cuda = torch.cuda.is_available()
+    os.environ.setdefault("DS_ACCELERATOR", "cuda" if cuda else "cpu")
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.expanduser("~/.cache/torch_extensions"))
+    known = gpu_models() if cuda else CPU_MODELS
+    chosen = known if models is None else {k: v for k, v in {**gpu_models(), **CPU_MODELS}.items() if k in _names(models)}
     if cuda:
         ranks = min(ranks, torch.cuda.device_count())
-    if models is None:  # on CPU only the smallest model, so `make bench` stays well under 10 minutes
-        models = list(DEFAULT_MODELS) if cuda else list(DEFAULT_MODELS)[:1]
-    chosen = {k: v for k, v in DEFAULT_MODELS.items() if k in _names(models)}
-    names = STRATEGY_ORDER if strategies is None else _names(strategies)
+    variants = (list(VARIANTS) if cuda else ["fp32"]) if variants is None else _names(variants)
+    strategies = STRATEGY_ORDER if strategies is None else _names(strategies)
     started, rows = time.time(), []
-    for label, model in chosen.items():
-        base = {"label": label, "model": model, "threads": max(1, (os.cpu_count() or 1) // ranks), "batch": batch, "steps": steps, "warmup": warmup, "precision": "32"}
-        for strategy in names:
-            rows.append(run_case({**base, "strategy": strategy, "ranks": 1 if strategy == "single" else ranks}))
-            print(_row(rows[-1]), flush=True)
-        if cuda:  # bf16 + channels_last and torch.compile against the fp32 single-GPU run above
-            extra = [{"variant": "bf16+channels_last", "precision": "bf16-mixed", "channels_last": True}]
-            if hasattr(torch, "compile"):
-                extra.append({"variant": "compile", "compile": True})
-            for e in extra:
-                rows.append(run_case({**base, **e, "strategy": "single", "ranks": 1}))
-                print(_row(rows[-1]), flush=True)
+    for case in cases(chosen, strategies, variants, ranks, batch, steps, warmup, cuda):
+        rows.append(run_case(case))
+        print(_row(rows[-1]), flush=True)
     result = {
         "host": socket.gethostname(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(0) if cuda else "cpu", "cpu_count": os.cpu_count(),
-        "torch": torch.__version__, "cpu_threads_per_rank": max(1, (os.cpu_count() or 1) // ranks), "total_s": round(time.time() - started, 1), "rows": rows,
+        "torch": torch.__version__, "cuda": torch.version.cuda, "total_s": round(time.time() - started, 1),
+        "steps": steps, "warmup": warmup, "rows": compare(rows),
         "note": "CPU: gloo; fsdp and zero* = Lightning's FSDP and DeepSpeed strategies with their CUDA checks "
                 "relaxed; state bytes = live parameter + optimizer tensors on the rank (train.memory)",
     }
@@ -144,6 +261,6 @@ def _names(value) -> list:
 
 def _row(r) -> str:
     dev = "" if r["device_peak_mb_per_rank"] is None else f" dev {r['device_peak_mb_per_rank']:>8.1f} MB"
-    return (f"{r['model']:22s} {r['strategy']:14s} {r['variant']:18s} ranks {r['ranks']}  "
-            f"{r['samples_per_s']:>9.1f} samples/s  {r['step_ms']:>8.1f} ms/step  host {r['host_peak_mb_per_rank']:>7.1f} MB"
-            f"{dev}  state {r['state_bytes_per_rank'] / 1024:>8.1f} KiB")
+    return (f"{r['kind']:8s} {r['model']:28s} {r['strategy']:14s} {r['variant']:27s} ranks {r['ranks']}  "
+            f"{r['samples_per_s']:>9.1f} samples/s  {r['step_ms']:>8.1f} ms/step  "
+            f"host {r['host_peak_mb_per_rank']:>7.1f} MB{dev}")

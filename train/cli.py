@@ -36,11 +36,14 @@ def export(checkpoint: str, out: str):
     print(f"wrote {export_weights(checkpoint, out)}")
 
 
-def bench(models=None, strategies=None, ranks: int = 2, batch: int = 32, steps: int = 5, out_dir="bench/results"):
-    """Throughput, step time, peak memory per model and strategy: `bench [--models=...] [--strategies=ddp,zero3]`."""
+def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=None, steps: int = 5, warmup: int = 2,
+          out_dir="bench/results"):
+    """Throughput, step time, peak memory per model, strategy and variant, and a plain PyTorch loop for reference:
+    `bench [--models=resnet50_224,...] [--strategies=ddp,zero3] [--variants=fp32,bf16] [--batch=N]`."""
     from train.bench import bench as run_bench
 
-    run_bench(models=models, strategies=strategies, ranks=ranks, batch=batch, steps=steps, out_dir=out_dir)
+    run_bench(models=models, strategies=strategies, variants=variants, ranks=ranks, batch=batch, steps=steps,
+              warmup=warmup, out_dir=out_dir)
 
 
 def models():

@@ -30,6 +30,7 @@ class DataConfig:
     root: str = "data/cifar100"
     batch_size: int = field(default=64, metadata={"min": 1})  # per rank (per GPU)
     num_workers: int = field(default=2, metadata={"min": 0})  # per rank
+    prefetch_factor: int = field(default=4, metadata={"min": 1})  # batches each worker loads ahead (with workers)
     augment: bool = True
     # Host RAM estimates the preflight check budgets per node: each rank's main process, and each of its
     # dataloader workers (a worker holds its own copy of the dataset's state and prefetched batches).
@@ -54,7 +55,10 @@ class TrainerConfig:
     devices: int = field(default=1, metadata={"min": 1})  # per node; derived from the cluster profile when submitted through run-cluster
     num_nodes: int = field(default=1, metadata={"min": 1})
     strategy: str = "ddp"
-    precision: str = "32"
+    precision: str = "auto"  # auto: bf16-mixed on GPUs that have bf16 (Ampere and newer), else 32 (train/speed.py)
+    # convolution weights channels-last on GPUs (Tensor Cores take NHWC without transposes); the CPU keeps NCHW
+    channels_last: bool = True
+    compile: bool = False  # torch.compile the model (single and ddp; train.strategies.check_compile says why not others)
     accumulate_grad_batches: int = field(default=1, metadata={"min": 1})
     gradient_clip_val: Optional[float] = field(default=None, metadata={"min": 0})
     limit_train_batches: Optional[Union[int, float]] = field(default=None, metadata={"min": 0})
@@ -100,9 +104,10 @@ def resolve(raw: Mapping[str, Any], overrides: Union[Mapping[str, Any], List[str
     for key, value in parse_overrides(overrides).items():
         _set_dotted(merged, key, value)
     run = _build(RunConfig, merged, "")
-    from train.strategies import check_precision  # torch-free
+    from train.strategies import check_compile, check_precision  # torch-free
 
     run.trainer.precision = check_precision(run.trainer.precision)
+    check_compile(run.trainer.strategy, run.trainer.compile)
     return run
 
 

@@ -15,6 +15,7 @@ from train.checkpoint_io import AtomicCheckpointIO, atomic_directory_saves, rest
 from train.csv_append import AppendingCSVLogger
 from train.guard import RunGuard, keep_our_signal_handlers
 from train.lsf_environment import LSFHostfileEnvironment
+from train.speed import resolved, speed_callbacks
 from train.strategies import STRATEGIES
 
 
@@ -31,9 +32,10 @@ class AnnounceRanks(Callback):
 
 
 def trainer_options(run: cfg.RunConfig) -> dict:
-    """Everything the run config decides about a Lightning Trainer; callers add loggers, callbacks and paths."""
-    t = run.trainer
-    accelerator = accelerator_for(t.accelerator)
+    """Everything the run config decides about a Lightning Trainer, with `auto` precision and layout made concrete
+    for this device (train/speed.py); callers add loggers, paths and their own callbacks after ours."""
+    accelerator = accelerator_for(run.trainer.accelerator)
+    t = resolved(run.trainer, accelerator)
     return dict(
         accelerator=accelerator,
         devices=t.devices,
@@ -49,6 +51,7 @@ def trainer_options(run: cfg.RunConfig) -> dict:
         plugins=[*cluster_plugins(), AtomicCheckpointIO()],
         enable_progress_bar=False,  # batch-job logs are files: a progress bar only fills them with carriage returns
         num_sanity_val_steps=0,  # the tasks validate explicitly before training
+        callbacks=speed_callbacks(t),
     )
 
 
@@ -59,11 +62,13 @@ def build_trainer(run: cfg.RunConfig, out: Path) -> pl.Trainer:
         dirpath=out / "checkpoints", filename="best", monitor="val/loss", mode="min", save_top_k=1, save_last=True,
         enable_version_counter=False,
     )
+    options = trainer_options(run)
+    ours = options.pop("callbacks")
     return resilient(pl.Trainer(
-        **trainer_options(run),
+        **options,
         default_root_dir=out,
         logger=[AppendingCSVLogger(out, name="", version=""), TensorBoardLogger(out, name="tensorboard", version="")],
-        callbacks=[RunGuard(last_checkpoint(out)), checkpoints, AnnounceRanks()],
+        callbacks=[*ours, RunGuard(last_checkpoint(out)), checkpoints, AnnounceRanks()],
     ))
 
 

@@ -4,9 +4,10 @@ from pathlib import Path
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from train.config import DataConfig
+from train.data.loading import loader
 from train.data import cifar100_format as fmt
 
 NUM_CLASSES = 100
@@ -56,15 +57,7 @@ class Cifar100DataModule(pl.LightningDataModule):
         return self._loader(self.val_set, shuffle=False)
 
     def _loader(self, dataset, shuffle: bool):
-        workers = self.config.num_workers
-        return DataLoader(
-            dataset,
-            batch_size=self.config.batch_size,
-            shuffle=shuffle,
-            num_workers=workers,
-            persistent_workers=workers > 0,
-            pin_memory=torch.cuda.is_available(),
-        )
+        return loader(dataset, self.config, shuffle)
 
 
 def generate_cifar100(root, train_per_class: int = 20, test_per_class: int = 5, seed: int = 0) -> Path:

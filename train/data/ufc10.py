@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from train.config import DataConfig
+from train.data.loading import loader
 from train.data import ufc10_format as fmt
 
 NUM_CLASSES = 10
@@ -63,11 +64,7 @@ class VideoDataModule(pl.LightningDataModule):
         return self._loader(self.test_set, shuffle=False)
 
     def _loader(self, dataset, shuffle: bool):
-        workers = self.config.num_workers
-        return DataLoader(
-            dataset, batch_size=self.config.batch_size, shuffle=shuffle, num_workers=workers,
-            persistent_workers=workers > 0, pin_memory=torch.cuda.is_available(),
-        )
+        return loader(dataset, self.config, shuffle)
 
 
 def generate_ufc10(root, train_per_class: int = 12, val_per_class: int = 4, test_per_class: int = 4,

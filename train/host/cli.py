@@ -184,13 +184,26 @@ def print_status(manifest: dict, scheduler, run_dir: Path) -> None:
         print(f"  WARNING: {slow_network}")
     if state["state"] == State.COMPLETED and (run_dir / "results.json").is_file():
         results = json.loads((run_dir / "results.json").read_text())
-        runs.update_manifest(run_dir, gpu={k: results.get(k) for k in ("gpu", "cuda", "driver")})
+        runs.update_manifest(run_dir, gpu={k: results.get(k) for k in ("gpu", "cuda", "driver")},
+                             speed={k: results.get(k) for k in ("precision", "compiled", "input")})
         print("  result: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                                        for k, v in results.items() if k.startswith(("final_", "best_", "epochs"))))
+        if results.get("input"):
+            print(f"  speed: {input_wait_line(results)}")
     elif state["state"] in FINISHED:
         cause = causes.diagnose(run_dir)
         if cause:
             print(f"  cause: {cause}")
+
+
+def input_wait_line(results: dict) -> str:
+    """How the run trained and whether it waited for data (train/speed.py's figures, rank 0)."""
+    wait = results["input"]
+    line = (f"precision {results.get('precision')}, waited for data {wait['wait_fraction']:.0%} of "
+            f"{wait['data_wait_s'] + wait['compute_s']:.0f} s of training")
+    if wait["input_bound"]:
+        line += f": input-bound, raise data.num_workers ({wait['num_workers']} now)"
+    return line
 
 
 def run_command(argv: List[str]) -> int:

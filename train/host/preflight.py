@@ -174,6 +174,18 @@ def driver_runs_the_image(job: Job, cluster: Cluster, run: cfg.RunConfig) -> Non
                         f"driver or an image of an older CUDA")
 
 
+BF16_CAPABILITY = 8.0  # Ampere and newer (train/speed.py decides `auto` by the same line in the job)
+
+
+def gpu_has_bf16(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+    """An explicit bf16-mixed on a partition whose GPUs lack bf16 (V100) would fail at the job's start."""
+    part = cluster.partition(job.partition)
+    model, capability = gpu_model(part.gpu_type)
+    if run.trainer.precision == "bf16-mixed" and isinstance(capability, float) and capability < BF16_CAPABILITY:
+        raise UserError(f"trainer.precision=bf16-mixed but partition {job.partition!r} has {model} GPUs (compute "
+                        f"capability {capability}), which have no bf16; set trainer.precision=16-mixed, 32 or auto")
+
+
 def host_ram_fits(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     """Each rank on a node runs its main process plus num_workers dataloader workers, all in host RAM."""
     data = run.data
@@ -237,7 +249,7 @@ CLUSTER_RULES: List[Callable] = [
     image_can_drive_the_gpus,
     driver_runs_the_image,
 ]
-RULES: List[Callable] = CLUSTER_RULES + [host_ram_fits, workers_have_cpus]
+RULES: List[Callable] = CLUSTER_RULES + [gpu_has_bf16, host_ram_fits, workers_have_cpus]
 
 
 def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any]) -> str:

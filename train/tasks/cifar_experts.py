@@ -23,6 +23,7 @@ from train.data import build as build_data
 from train.errors import UserError
 from train.lit import Classifier
 from train.models import MODELS
+from train.speed import speed_facts
 from train.tasks.common import EpochHistory, finished, fit_resuming, mark_done, trainer, write_results
 from train.tasks.subset_data import TrainSubset, train_size
 
@@ -68,7 +69,7 @@ def cifar_experts(run) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     np.save(folder / HOLDOUT_BESIDE_EXPERTS, held)
     params = model_params(run)
-    results = {}
+    results, speed = {}, {}
     for i in range(experts):
         log_name, history_file = f"{run.model.name}_expert_{i}", folder / f"expert_{i}_history.json"
         if finished(out, log_name, [folder / f"expert_{i}_best.pth", history_file]):
@@ -85,8 +86,9 @@ def cifar_experts(run) -> dict:
         history_file.write_text(json.dumps(dict(saver.history, best_val_acc=saver.best), indent=2) + "\n")
         mark_done(out, log_name, {"best_val_acc": saver.best}, write=fitter.is_global_zero)
         results[f"expert_{i}"] = saver.best
+        speed[f"expert_{i}"] = speed_facts(fitter, run.data.num_workers)
     record = {"task": "cifar_experts", "model": run.model.name, "model_params": params, "best_val_acc": results,
-              "holdout_size": int(len(held)), "expert_train_size": int(len(kept))}
+              "holdout_size": int(len(held)), "expert_train_size": int(len(kept)), "speed": speed}
     return write_results(out, record)
 
 

@@ -37,6 +37,7 @@ from train.models import FUSION_HEADS
 from train.models.fusion import FusionNet
 from train.registry import NOT_LITERAL, REQUIRED
 from train.tasks.cifar_experts import HOLDOUT_BESIDE_EXPERTS, HOLDOUT_FILE, load_expert
+from train.speed import speed_facts
 from train.tasks.common import fit_resuming, trainer, write_results
 from train.tasks.subset_data import TrainSubset
 
@@ -205,5 +206,6 @@ def cifar_fusion(run) -> dict:
     fitter = trainer(run, out, f"{arch}_{fusion}", callbacks=[saver], extra_loggers=[extra] if extra else [])
     fit_resuming(fitter, module, data, out, f"{arch}_{fusion}")
     record = {"task": "cifar_fusion", "model": arch, "fusion": fusion, "best_val_acc": saver.best,
-              "experts_lr": experts_lr, "fusion_lr": fusion_lr, "components": str(components), "csv_log": str(csv_path)}
+              "experts_lr": experts_lr, "fusion_lr": fusion_lr, "components": str(components), "csv_log": str(csv_path),
+              **speed_facts(fitter, run.data.num_workers)}
     return write_results(out, record)

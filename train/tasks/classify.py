@@ -15,6 +15,7 @@ from train import config as cfg
 from train.data import build as build_data
 from train.lit import Classifier
 from train.models import MODELS
+from train.speed import speed_facts
 from train.tasks.common import write_results
 from train.trainer import build_trainer, last_checkpoint, resume_from
 
@@ -56,6 +57,7 @@ def classify(run: cfg.RunConfig) -> dict:
         "torch": torch.__version__,
         "lightning": pl.__version__,
         **gpu_facts(),
+        **speed_facts(trainer, run.data.num_workers),
     }
     return write_results(out, results, write=trainer.is_global_zero)
 

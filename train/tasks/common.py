@@ -21,6 +21,7 @@ from train.trainer import AnnounceRanks, resilient, resume_from, trainer_options
 def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=None, extra_loggers=()) -> pl.Trainer:
     options = trainer_options(run)
     options["max_epochs"] = max_epochs or options["max_epochs"]
+    ours = options.pop("callbacks")
     last = model_checkpoint(out, log_name)
     # the seeds' own files come from the tasks' callbacks; this one only keeps the model's last.ckpt for resume
     resume = ModelCheckpoint(dirpath=last.parent, save_last=True, save_top_k=0, save_on_train_epoch_end=True,
@@ -29,7 +30,7 @@ def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=N
         **options,
         default_root_dir=out,
         logger=[AppendingCSVLogger(out / "logs", name=log_name, version=""), *extra_loggers],
-        callbacks=[*callbacks, RunGuard(last), resume, AnnounceRanks()],  # AnnounceRanks: where each rank ran
+        callbacks=[*ours, *callbacks, RunGuard(last), resume, AnnounceRanks()],  # AnnounceRanks: where each rank ran
     ))
 
 

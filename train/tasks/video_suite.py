@@ -21,6 +21,7 @@ from train.data import build as build_data
 from train.errors import UserError
 from train.lit import Classifier
 from train.models import MODELS
+from train.speed import speed_facts
 from train.tasks.common import EpochHistory, finished, fit_resuming, mark_done, trainer, write_results
 
 # The task_params it reads, with their defaults: `models` defaults to the seed's six, in its order.
@@ -60,7 +61,7 @@ def video_suite(run) -> dict:
     (out / "models").mkdir(parents=True, exist_ok=True)
     (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     data = build_data(run.data)
-    results = {}
+    results, speed = {}, {}
     for name in names:
         history_file = out / "checkpoints" / f"{name}_training_history.json"
         seed_files = [out / "models" / f"{name}_{kind}_weights.pth" for kind in ("best", "final")] + [history_file]
@@ -81,9 +82,10 @@ def video_suite(run) -> dict:
         history_file.write_text(json.dumps(history, indent=2) + "\n")
         mark_done(out, name, {"test_acc": test_acc}, write=fitter.is_global_zero)
         results[name] = test_acc
+        speed[name] = speed_facts(fitter, run.data.num_workers)
     print(summary(results), flush=True)
     best = max(results, key=results.get)
-    record = {"task": "video_suite", "test_acc": results, "best_model": best}
+    record = {"task": "video_suite", "test_acc": results, "best_model": best, "speed": speed}
     return write_results(out, record)
 
 

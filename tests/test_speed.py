@@ -1,0 +1,108 @@
+"""GPU speed by default (train/speed.py): precision `auto`, channels-last convolution weights, torch.compile, and the
+measured input wait in results.json. The GPU side (bf16, Tensor Core layouts) runs in `make bench` on a GPU; here the
+same code paths run on the CPU."""
+import time
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from train import config as cfg
+from train.cli import make_data
+from train.errors import UserError
+from train.fit import fit
+from train.lit import Classifier
+from train.localrun import spawn
+from train.models import MODELS
+from train.speed import InputWait, precision_for, resolved, to_channels_last
+
+TINY = {"depth": 8, "width": 4}
+
+
+def test_defaults_resolve_to_32_bit_and_no_layout_change_on_cpu():  # GPUs: test_explicit_bf16...
+    t = cfg.resolve({}).trainer
+    assert (t.precision, t.channels_last, t.compile) == ("auto", True, False)
+    assert (resolved(t, "cpu").precision, resolved(t, "cpu").channels_last) == ("32", False)
+
+
+def test_explicit_bf16_on_a_gpu_without_it_ends_with_one_line(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100-SXM2-32GB")
+    assert precision_for("auto", "gpu") == "32"
+    with pytest.raises(UserError, match=r"bf16-mixed but the Tesla V100-SXM2-32GB \(compute capability 7.0\)"):
+        precision_for("bf16-mixed", "gpu")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert precision_for("auto", "gpu") == "bf16-mixed"
+
+
+def test_channels_last_converts_2d_and_3d_convolutions_of_one_model():
+    net = torch.nn.Sequential(torch.nn.Conv3d(3, 4, 3), torch.nn.Flatten(0, 1), torch.nn.Conv2d(4, 4, 3))
+    assert to_channels_last(net) == 2
+    assert net[0].weight.is_contiguous(memory_format=torch.channels_last_3d)
+    assert net[2].weight.is_contiguous(memory_format=torch.channels_last)
+    assert not net[2].weight.is_contiguous()
+
+
+class SlowSamples(Dataset):
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        time.sleep(0.01)  # a data set read from a slow disk
+        return torch.randn(16), i % 4
+
+
+def input_wait(dataset) -> dict:
+    wait = InputWait()
+    trainer = pl.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, callbacks=[wait])
+    net = torch.nn.Sequential(torch.nn.Linear(16, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
+    trainer.fit(Classifier(net, cfg.OptimConfig(scheduler="none")), DataLoader(dataset, batch_size=8))
+    return wait.summary(num_workers=0)
+
+
+def test_input_wait_tells_a_slow_loader_from_a_fast_one():
+    slow = input_wait(SlowSamples())
+    fast = input_wait(TensorDataset(torch.randn(32, 16), torch.randint(0, 4, (32,))))
+    assert slow["steps"] == fast["steps"] == 8
+    assert slow["input_bound"] and slow["wait_fraction"] > 0.5, slow
+    assert fast["data_wait_s"] < slow["data_wait_s"] / 5, (fast, slow)
+
+
+@pytest.fixture(scope="module")
+def tiny_cifar(tmp_path_factory):
+    return make_data_dir(tmp_path_factory.mktemp("speed") / "data")
+
+
+def make_data_dir(root):
+    make_data("cifar100", str(root), train_per_class=1, test_per_class=1)
+    return root
+
+
+def tiny_run(data, out, **trainer) -> cfg.RunConfig:
+    return cfg.resolve({"output_dir": str(out), "model": {"params": TINY},
+                        "data": {"root": str(data), "batch_size": 25, "num_workers": 1},
+                        "trainer": {"max_epochs": 1, "strategy": "single", "accelerator": "cpu", **trainer}})
+
+
+def test_results_say_how_the_run_trained_and_whether_it_waited_for_data(tiny_cifar, tmp_path):
+    results = fit(tiny_run(tiny_cifar, tmp_path))
+    assert (results["precision"], results["channels_last_layers"], results["compiled"]) == ("32-true", 0, False)
+    assert results["input"]["steps"] == 4 and results["input"]["num_workers"] == 1
+    assert 0 <= results["input"]["wait_fraction"] <= 1
+    fresh = MODELS.build("resnet_cifar", num_classes=100, **TINY)
+    fresh.load_state_dict(torch.load(results["weights"]))
+
+
+def compiled_rank(rank, data, out):
+    return fit(tiny_run(data, out, devices=2, strategy="ddp", compile=True, limit_val_batches=1))
+
+
+@pytest.mark.slow  # inductor compiles C++ kernels on the CPU: about a minute on 2 cores
+def test_compile_trains_under_ddp_and_keeps_checkpoint_keys(tiny_cifar, tmp_path):
+    results = spawn(compiled_rank, 2, tiny_cifar, tmp_path)[0]
+    assert results["compiled"] and results["world_size"] == 2 and results["epochs"] == 1
+    assert torch.isfinite(torch.tensor(results["final_val_loss"]))
+    keys = set(torch.load(results["weights"]))
+    assert keys == set(MODELS.build("resnet_cifar", num_classes=100, **TINY).state_dict())  # no _orig_mod. prefix

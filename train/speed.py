@@ -1,0 +1,127 @@
+"""GPU speed by default, and the answer to "is this run input-bound?".
+
+- precision `auto`: bf16-mixed on a GPU that has bf16 (compute capability >= 8.0), else 32-bit. An explicit
+  bf16-mixed on a GPU without bf16 ends the run with one line (preflight refuses it earlier where the partition's
+  gpu_type is known).
+- channels_last (on by default, GPUs only): the convolution weights of any model with Conv2d/Conv3d layers are stored channels-last
+  (NHWC/NDHWC), which Tensor Cores run without transposes; cuDNN then picks channels-last kernels for the inputs too.
+  The CPU keeps NCHW: torch's CPU backward of a channels-last ResNet crashed (double free) in torch 2.13.
+- compile: `torch.compile` of the LightningModule's submodules in place (nn.Module.compile, so checkpoint keys stay
+  the same); the strategies it cannot work under are refused before anything runs (train.strategies.check_compile).
+- InputWait: the time the training loop waits for its next batch against the whole step, per rank.
+"""
+import dataclasses
+import time
+
+import torch
+from pytorch_lightning.callbacks import Callback
+
+from train.config import TrainerConfig
+from train.errors import UserError
+
+BF16_CAPABILITY = (8, 0)  # Ampere: A100, A10, A40, L40S, H100, H200
+INPUT_BOUND = 0.10  # waiting for data more than a tenth of the training time: the GPU idles for the input pipeline
+
+
+def resolved(t: TrainerConfig, accelerator: str) -> TrainerConfig:
+    """The trainer config with `auto` precision and channels_last made concrete for this process's device."""
+    return dataclasses.replace(t, precision=precision_for(t.precision, accelerator),
+                               channels_last=t.channels_last and accelerator == "gpu")
+
+
+def precision_for(precision: str, accelerator: str) -> str:
+    bf16 = accelerator == "gpu" and torch.cuda.get_device_capability() >= BF16_CAPABILITY
+    if precision == "auto":
+        return "bf16-mixed" if bf16 else "32"
+    if precision == "bf16-mixed" and accelerator == "gpu" and not bf16:
+        name, (major, minor) = torch.cuda.get_device_name(), torch.cuda.get_device_capability()
+        raise UserError(f"trainer.precision=bf16-mixed but the {name} (compute capability {major}.{minor}) has no "
+                        f"bf16; set trainer.precision=16-mixed, 32 or auto")
+    return precision
+
+
+def speed_callbacks(t: TrainerConfig) -> list:
+    """The callbacks every Trainer of a run carries (t: resolved for this device)."""
+    return [FastLayout(t.channels_last, t.compile), InputWait()]
+
+
+class FastLayout(Callback):
+    """Channels-last convolution weights and torch.compile, applied once before the strategy wraps the module."""
+
+    def __init__(self, channels_last: bool, compile: bool):
+        self.channels_last, self.compile = channels_last, compile
+        self.converted = 0  # convolution layers stored channels-last
+
+    def setup(self, trainer, pl_module, stage):
+        if getattr(pl_module, "_ct_fast_layout", False):  # validate, then fit: the same module once
+            return
+        pl_module._ct_fast_layout = True
+        if self.channels_last:
+            self.converted = to_channels_last(pl_module)
+        if self.compile:
+            for child in pl_module.children():
+                child.compile()
+
+
+def to_channels_last(module: torch.nn.Module) -> int:
+    """Convolution weights to channels-last in place (Module.to(memory_format=...) refuses models mixing 2D and 3D)."""
+    formats = {torch.nn.Conv2d: torch.channels_last, torch.nn.Conv3d: torch.channels_last_3d}
+    count = 0
+    for layer in module.modules():
+        layout = formats.get(type(layer))
+        if layout is not None:
+            layer.weight.data = layer.weight.data.contiguous(memory_format=layout)
+            count += 1
+    return count
+
+
+class InputWait(Callback):
+    """Host time between one training step's end and the next one's start (fetching the batch; on GPUs the queued
+    kernels keep running meanwhile) against the whole training time. Validation and epoch ends are left out."""
+
+    def __init__(self):
+        self.wait_s = self.step_s = 0.0
+        self.steps = 0
+        self._ready = None  # when the loop began waiting for the next batch; None while not training
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._ready = time.perf_counter()  # the epoch's first batch: worker start-up counts as waiting
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        now = time.perf_counter()
+        if self._ready is not None:
+            self.wait_s += now - self._ready
+        self._started = now
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._ready = time.perf_counter()
+        self.step_s += self._ready - self._started
+        self.steps += 1
+
+    def on_validation_start(self, trainer, pl_module):
+        self._ready = None
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.training:
+            self._ready = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self._ready = None
+
+    def summary(self, num_workers: int) -> dict:
+        total = self.wait_s + self.step_s
+        fraction = self.wait_s / total if total else 0.0
+        return {"steps": self.steps, "data_wait_s": round(self.wait_s, 2), "compute_s": round(self.step_s, 2),
+                "wait_fraction": round(fraction, 3), "input_bound": fraction > INPUT_BOUND,
+                "num_workers": num_workers}
+
+
+def speed_facts(trainer, num_workers: int) -> dict:
+    """For results.json: the precision, layout and compile the run trained with, and its input wait (this rank)."""
+    layout = next(c for c in trainer.callbacks if isinstance(c, FastLayout))
+    wait = next(c for c in trainer.callbacks if isinstance(c, InputWait)).summary(num_workers)
+    if wait["input_bound"] and trainer.is_global_zero:
+        print(f"[cluster-train] input-bound: the training loop waited for data {wait['wait_fraction']:.0%} of the "
+              f"time; raise data.num_workers ({num_workers} now) or make the data set faster to read", flush=True)
+    return {"precision": str(trainer.precision), "channels_last_layers": layout.converted,
+            "compiled": layout.compile, "input": wait}
