@@ -13,6 +13,7 @@ pytestmark = pytest.mark.image
 WHERE = {"local": ("local", "cpu_1proc"), "slurm": ("ci-slurm", "n1_gpu1")}
 # the experiments carry the seeds' real sizes (tests/test_experiment_sizes.py): every run here shrinks them
 QUICK = ["--set", "trainer.max_epochs=2", "--set", "data.num_workers=0", "--set", "data.batch_size=8"]
+FEW_BATCHES = ["--set", "trainer.limit_train_batches=10", "--set", "trainer.limit_val_batches=5"]  # files, not accuracy
 SIX_MODELS = ["PerFrameAggregation2D", "LateFusion2D", "EarlyFusion2D", "PerFrameAggregation3D", "LateFusion3D",
               "EarlyFusion3D"]
 FUSIONS = ["multiplicative", "multiplicativeAddition", "TransformerBase", "concatenation"]
@@ -82,13 +83,14 @@ def test_seed_000_trains_the_six_video_models_in_sequence(where, video_data, run
 
 
 def test_seed_001_experts_then_every_fusion_head(where, demo_data, runs_dir):
-    experts = start(where, "cifar100_experts", "--set", f"data.root={demo_data}", *QUICK, "--set", "trainer.max_epochs=1",
+    experts = start(where, "cifar100_experts", "--set", f"data.root={demo_data}", *QUICK, *FEW_BATCHES,
+                    "--set", "trainer.max_epochs=1",
                     "--set", "model.params={depth: 8, width: 4, stages: 3}", run_id="experts", runs_dir=runs_dir)
     finish(experts)
     assert (experts / "splits" / "fusion_holdout_indices.npy").is_file()
     folder = experts / "checkpoints" / "resnet_cifar"
     assert sorted(p.name for p in folder.glob("expert_*_best.pth")) == [f"expert_{i}_best.pth" for i in range(4)]
-    fusions = [start(where, "cifar100_fusion", "--set", f"data.root={demo_data}", *QUICK, "--set",
+    fusions = [start(where, "cifar100_fusion", "--set", f"data.root={demo_data}", *QUICK, *FEW_BATCHES, "--set",
                      "trainer.max_epochs=1", "--set", f"task_params.experts_dir={folder}", "--set",
                      f"task_params.fusion={fusion}", "--set", "task_params.fusion_dim=16", run_id=f"fusion-{fusion}",
                      runs_dir=runs_dir) for fusion in FUSIONS]

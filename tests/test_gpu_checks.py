@@ -93,7 +93,7 @@ def cuda_site(tmp_path, driver=None):
 def test_a_stated_driver_new_enough_for_the_image_passes_preflight(tmp_path, monkeypatch):
     monkeypatch.setenv("CT_IMAGES", str(tmp_path / "store"))
     done = run_cluster(cuda_site(tmp_path, driver="550.54.15"), "n1_gpu1", "demo", "--dry-run")
-    assert done.returncode == 0 and "ct_need_driver=525.60.13" in done.stdout, done.stderr
+    assert done.returncode == 0 and "CT_NEED_DRIVER=525.60.13" in done.stdout, done.stderr
     old = run_cluster(cuda_site(tmp_path, driver="470.82.01"), "n1_gpu1", "demo", "--dry-run")
     assert old.returncode == 2 and "driver 470.82.01, older than the 525.60.13" in old.stderr, old.stderr
 
@@ -105,11 +105,7 @@ def test_the_job_ends_before_apptainer_exec_on_a_node_whose_driver_is_too_old(sl
     monkeypatch.setenv("CT_SETTINGS", str(tmp_path / "settings.yaml"))
     labels = "    org.cluster-train.flavor cuda12.8\n    org.cluster-train.git-commit c0ffee\n"
     assert images_command("import", build_sif(tmp_path / "cuda12.8.sif", labels=labels)).returncode == 0
-    fake = tmp_path / "bin" / "nvidia-smi"  # a CUDA 11 era driver, as `nvidia-smi --query-gpu=driver_version` says
-    fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\necho 470.82.01\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")  # sbatch passes PATH to the job
+    fake_nvidia_smi(tmp_path, monkeypatch, "echo 470.82.01")  # a CUDA 11 era driver
     done = run_cluster(cuda_site(tmp_path), "n1_gpu1", "demo", "--set", f"data.root={demo_data}", "--run-id", "old",
                        "--no-wait")
     assert done.returncode == 0, done.stderr
@@ -117,3 +113,30 @@ def test_the_job_ends_before_apptainer_exec_on_a_node_whose_driver_is_too_old(sl
     log = job_logs(runs_dir / "old")
     assert "the NVIDIA driver on " in log and "is 470.82.01, older than the 525.60.13" in log, log
     assert "[cluster-train] job " not in log  # no step, no apptainer exec
+
+
+@pytest.mark.slurm
+def test_every_node_of_a_multi_node_job_checks_its_own_driver(slurm_cluster, demo_data, runs_dir, tmp_path,
+                                                              monkeypatch):
+    """The batch host (node 0) has a new driver, the second node an old one: its task ends before apptainer exec."""
+    monkeypatch.setenv("CT_IMAGES", str(tmp_path / "store"))
+    monkeypatch.setenv("CT_SETTINGS", str(tmp_path / "settings.yaml"))
+    labels = "    org.cluster-train.flavor cuda12.8\n    org.cluster-train.git-commit c0ffee\n"
+    assert images_command("import", build_sif(tmp_path / "cuda12.8.sif", labels=labels)).returncode == 0
+    fake_nvidia_smi(tmp_path, monkeypatch, '[ "${SLURM_NODEID:-0}" = 1 ] && echo 470.82.01 || echo 550.54.15')
+    done = run_cluster(cuda_site(tmp_path), "n2_gpu1", "demo", "--set", f"data.root={demo_data}", "--run-id", "mixed",
+                       "--no-wait")
+    assert done.returncode == 0, done.stderr
+    assert wait_for_slurm_job(manifest(runs_dir / "mixed")["scheduler"]["job_id"]) == "FAILED"
+    log = job_logs(runs_dir / "mixed")
+    # once: the second node's task (its first node's task and the batch host passed)
+    assert log.count("is 470.82.01, older than the 525.60.13") == 1, log
+
+
+def fake_nvidia_smi(tmp_path, monkeypatch, body: str) -> None:
+    """`nvidia-smi --query-gpu=driver_version` on the test cluster's nodes (sbatch passes PATH to the job)."""
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\n{body}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
