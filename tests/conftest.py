@@ -37,7 +37,8 @@ def sha256(path) -> str:
 
 # Input directories the experiment files name by default: preflight refuses a dry run whose inputs do not exist, so
 # the dry-run tests need them (`make data` fills them; an empty one made here is removed again).
-DEFAULT_INPUTS = [ROOT / "data" / name for name in ("cifar100-synthetic", "ufc10-synthetic", "cifar100")]
+DEFAULT_INPUTS = [ROOT / "data" / name for name in ("cifar100-synthetic", "ufc10-synthetic", "cifar100",
+                                                    "navsim-synthetic", "smart-synthetic")]
 
 
 @pytest.fixture(scope="session", autouse=True)

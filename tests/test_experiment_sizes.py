@@ -26,7 +26,10 @@ SIX_MODELS = ("PerFrameAggregation2D", "LateFusion2D", "EarlyFusion2D", "PerFram
               "EarlyFusion3D")
 # (epochs, batch size per rank) each experiment must state; demo is the CPU demo and stays small
 SCHEDULES = {"cifar100_experts": (100, 128), "cifar100_fusion": (100, 128), "action_recognition": (100, 16),
-             "ufc10_six_models": (10, 16), "cifar100_resnet": (30, 128), "demo": (4, 32)}
+             "ufc10_six_models": (10, 16), "cifar100_resnet": (30, 128), "demo": (4, 32),
+             "navsim_planner": (40, 22), "smart_motion": (32, 16)}
+# seed 003's Hydra-MDP v8192 (83 M) and seed 004's SMART at SMART-7M's scale: (vocabulary, parameter range)
+SEED_MODELS = {"navsim_planner": (8192, (82 * M, 84 * M)), "smart_motion": (2025, (7 * M, 8 * M))}
 
 
 def load(name, overrides=None):
@@ -123,3 +126,20 @@ def test_cifar100_resnet_is_resnet20_and_the_demo_stays_small():
     assert 0.27 * M <= count(run.model.name, 100, **run.model.params) <= 0.28 * M  # He et al.'s ResNet-20
     demo = load("demo")
     assert count(demo.model.name, 100, **demo.model.params) < 0.1 * M  # the CPU demo trains in about a minute
+
+
+@pytest.mark.parametrize("name", sorted(SEED_MODELS))
+def test_planner_and_motion_experiments_are_the_seeds_sizes(name):
+    """The vocabulary is the generated data set's default (meta.json gives it to the task)."""
+    run = load(name)
+    vocab, (low, high) = SEED_MODELS[name]
+    assert low <= count(run.model.name, vocab, **run.model.params) <= high
+    assert run.trainer.strategy == "ddp"
+    assert run.trainer.precision == ("16-mixed" if name == "navsim_planner" else "auto")
+
+
+def test_generated_seed_data_defaults_match_the_experiments_vocabularies():
+    from train.data import GENERATORS
+
+    assert GENERATORS.params("planner_scenes")["vocab_size"] == SEED_MODELS["navsim_planner"][0]
+    assert GENERATORS.params("motion_tokens")["bins"] ** 2 == SEED_MODELS["smart_motion"][0]

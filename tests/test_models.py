@@ -1,11 +1,15 @@
-"""Every registered model: shapes, backward, one step lowers the loss, save/load round trip."""
+"""Every registered model: shapes, backward, one step lowers the loss, save/load round trip. Classifiers take random
+inputs and labels; the planner and the motion-token model bring their own example batch and loss (describes_inputs)."""
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from train.models import MODELS, input_shape  # noqa: E402
+from train.models import MODELS, example_batch, training_loss  # noqa: E402
 
-SMALL = {"resnet_cifar": {"depth": 8, "width": 4}}
+# models whose defaults are the seeds' real sizes (experiments/*.yaml), shrunk here
+SMALL = {"resnet_cifar": {"depth": 8, "width": 4},
+         "hydra_mdp": {"dim": 16, "heads": 2, "encoder_layers": 1, "decoder_layers": 1},
+         "smart": {"dim": 16, "heads": 2, "layers": 1}}
 PARAMETER_COUNTS = {}  # name -> count at 10 classes, printed by the last test (pytest -s) for the record
 
 
@@ -44,27 +48,34 @@ def _pretend_pretrained_weights():
 
 
 def batch(name, n):
-    """n example inputs shaped as the model takes them: (n, C, H, W) images or (n, T, C, H, W) clips."""
-    return torch.randn(n, *input_shape(name))
+    """n example inputs shaped as the model takes them ((n, C, H, W) images, (n, T, C, H, W) clips, a planner's scene
+    and ego status, motion tokens) and their targets."""
+    return example_batch(name, n, num_classes=10)
+
+
+def outputs(out):
+    """A model's output tensors: one for a classifier, one per head for the planner."""
+    return list(out.values()) if isinstance(out, dict) else [out]
 
 
 def test_forward_backward_shapes(model_name):
     model = build(model_name)
-    x = batch(model_name, 4)
-    out = model(x)
-    assert out.shape == (4, 10)
-    out.sum().backward()
+    x, y = batch(model_name, 4)
+    out = model(*x)
+    for scores in outputs(out):  # n samples first, a score per class (candidate, token) last
+        assert scores.shape[0] == 4 and scores.shape[-1] == 10
+    training_loss(model_name)(out, y).backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
 
 
 def test_one_step_lowers_loss_on_a_fixed_batch(model_name):
     model = build(model_name)
-    x, y = batch(model_name, 8), torch.arange(8) % 10
+    x, y = batch(model_name, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     losses = []
     for _ in range(2):
         torch.manual_seed(0)  # the same dropout / stochastic-depth masks both times: one function of the weights
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss = training_loss(model_name)(model(*x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -77,8 +88,9 @@ def test_save_load_round_trip(model_name, tmp_path):
     torch.save(model.state_dict(), tmp_path / "w.pth")
     again = build(model_name)
     again.load_state_dict(torch.load(tmp_path / "w.pth"))
-    x = batch(model_name, 2)
-    assert torch.equal(model(x), again.eval()(x))
+    x, _ = batch(model_name, 2)
+    for first, second in zip(outputs(model(*x)), outputs(again.eval()(*x))):
+        assert torch.equal(first, second)
 
 
 def test_parameter_count_is_recorded(model_name):
@@ -105,4 +117,5 @@ def test_finetuned_model_without_its_weights_file_is_a_one_line_error(tmp_path):
 def test_registry_imports_and_lists_every_family_without_torchvision():
     names = set(MODELS.names())
     assert {"PerFrameAggregation2D", "EarlyFusion3D", "densenet_cifar", "improved_wide_resnet", "resnext_cifar",
-            "mobilenet", "mobilenet_finetuned", "efficientnet", "basic_cnn", "vgg", "cnn_lstm", "ensemble"} <= names
+            "mobilenet", "mobilenet_finetuned", "efficientnet", "basic_cnn", "vgg", "cnn_lstm", "ensemble",
+            "hydra_mdp", "smart"} <= names

@@ -48,14 +48,14 @@ def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=Non
 
 def models():
     """List registered models with their parameter counts (at 100 classes, default params) and input shapes."""
-    from train.models import MODELS, input_shape
+    from train.models import MODELS, input_text
 
     for name in MODELS.names():
         try:
             count = f"{sum(p.numel() for p in MODELS.build(name, num_classes=100).parameters()):>12,d} parameters"
         except (ImportError, UserError) as err:  # torchvision absent, local weights file absent
             count = f"{'-':>12s} ({str(err).splitlines()[0][:60]})"
-        print(f"{name:32s} {count}  input (B, {', '.join(map(str, input_shape(name)))})")
+        print(f"{name:32s} {count}  input {input_text(name)}")
 
 
 def names():

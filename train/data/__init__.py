@@ -6,12 +6,16 @@ from train.registry import Registry
 DATASETS = Registry("data set", {
     "cifar100": "train.data.cifar100:Cifar100DataModule",
     "ufc10": "train.data.ufc10:VideoDataModule",
+    "planner_scenes": "train.data.planner_scenes:PlannerScenesDataModule",  # seed 003
+    "motion_tokens": "train.data.motion_tokens:MotionTokensDataModule",  # seed 004
 }, fixed=("config",))
 
 # Generators write small learnable data sets in each loader's real on-disk format (`python -m train make_data`).
 GENERATORS = Registry("data generator", {
     "cifar100": "train.data.cifar100:generate_cifar100",
     "ufc10": "train.data.ufc10:generate_ufc10",
+    "planner_scenes": "train.data.planner_scenes_format:generate_planner_scenes",
+    "motion_tokens": "train.data.motion_tokens_format:generate_motion_tokens",
 }, fixed=("root",))
 
 

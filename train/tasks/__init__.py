@@ -7,5 +7,8 @@ the `task_params` keys it reads with their defaults (PARAMS) and which of them h
 from train.registry import TaskRegistry
 
 TASKS = TaskRegistry("task", {
-    name: f"train.tasks.{name}:{name}" for name in ("classify", "cifar_experts", "cifar_fusion", "video_suite")
+    name: f"train.tasks.{name}:{name}" for name in (
+        "classify", "cifar_experts", "cifar_fusion", "video_suite",
+        "trajectory_planning", "motion_tokens",  # seeds 003 and 004
+    )
 }, fixed=("run",))

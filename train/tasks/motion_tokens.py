@@ -1,0 +1,69 @@
+"""`task: motion_tokens`: seed 004's SMART-style motion model (model smart) on motion_tokens data, trained by
+next-token prediction over every agent's motion tokens.
+
+The model is built for the data set's token vocabulary (meta.json). Writes under output_dir:
+checkpoints/<model>/last.ckpt (resume), logs/<model>/metrics.csv, and results.json with the validation loss before
+and after, the next-token accuracy against chance (1 / vocabulary) and against repeating the agent's last token (a
+constant-velocity guess), the GPU and the speed facts. Reads no task_params.
+"""
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+from train.data import build as build_data
+from train.errors import UserError
+from train.lit import Classifier
+from train.models import MODELS
+from train.models.motion_tokens import next_token_loss
+from train.speed import speed_facts
+from train.tasks.classify import gpu_facts
+from train.tasks.common import fit_resuming, trainer, write_results
+
+PARAMS = {}  # the task_params keys it reads: none
+DATA = "motion_tokens"
+
+
+class MotionTokenModule(Classifier):
+    """Batches are token tensors (B, agents, steps): each is both the input and, one step later, the target."""
+
+    def training_step(self, tokens, batch_idx):
+        loss = next_token_loss(self.model(tokens), tokens)  # not self(...): see Classifier
+        self.log("train/loss", loss, prog_bar=True, sync_dist=True)
+        return loss
+
+    def validation_step(self, tokens, batch_idx):
+        logits = self.model(tokens)
+        self.log("val/loss", next_token_loss(logits, tokens), prog_bar=True, sync_dist=True)
+        self.log("val/next_token_acc", next_token_accuracy(logits, tokens), sync_dist=True)
+        self.log("val/repeat_last_acc", (tokens[:, :, :-1] == tokens[:, :, 1:]).float().mean(), sync_dist=True)
+
+
+def next_token_accuracy(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    return (logits[:, :, :-1].argmax(-1) == tokens[:, :, 1:]).float().mean()
+
+
+def motion_tokens(run) -> dict:
+    if run.data.name != DATA:
+        raise UserError(f"task motion_tokens reads data.name: {DATA}, not {run.data.name!r}")
+    out = Path(run.output_dir)
+    pl.seed_everything(run.seed, workers=True)
+    data = build_data(run.data)
+    net = MODELS.build(run.model.name, num_classes=data.vocab_size, **run.model.params)
+    module = MotionTokenModule(net, run.optim)
+    fitter = trainer(run, out, run.model.name)
+    started = time.time()
+    initial = fitter.validate(module, datamodule=data, verbose=False)[0]
+    fit_resuming(fitter, module, data, out, run.model.name)
+    final = fitter.validate(module, datamodule=data, verbose=False)[0]
+    record = {
+        "task": "motion_tokens", "model": run.model.name,
+        "parameters": sum(p.numel() for p in net.parameters()), "vocab_size": data.vocab_size,
+        "initial_val_loss": initial["val/loss"], "final_val_loss": final["val/loss"],
+        "next_token_acc": final["val/next_token_acc"], "chance_acc": 1.0 / data.vocab_size,
+        "repeat_last_acc": final["val/repeat_last_acc"],
+        "epochs": fitter.current_epoch, "world_size": fitter.world_size, "duration_s": round(time.time() - started, 1),
+        "torch": torch.__version__, **gpu_facts(), **speed_facts(fitter, run.data.num_workers),
+    }
+    return write_results(out, record, write=fitter.is_global_zero)
