@@ -9,6 +9,8 @@ PYTEST := $(VENV)/bin/pytest
 TORCH_WHEELS := $(wildcard /opt/wheels)
 DEMO_DATA := data/cifar100-synthetic
 VIDEO_DATA := data/ufc10-synthetic
+PLANNER_DATA := data/navsim-synthetic
+MOTION_DATA := data/smart-synthetic
 
 -include containers/images.mk
 -include bench/bench.mk
@@ -45,14 +47,20 @@ $(VENV)/.installed: pyproject.toml tests/requirements.txt
 	$(VENV)/bin/uv pip install -q --python $(PY) $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS)) -r tests/requirements.txt
 	touch $@
 
-# the generated sets the experiments read by default (experiments/*.yaml): CIFAR-100 and UFC-10 formats
-data: $(DEMO_DATA)/cifar-100-python/meta $(VIDEO_DATA)/metadata/test.csv
+# the generated sets the experiments read by default (experiments/*.yaml): CIFAR-100, UFC-10, seeds 003 and 004
+data: $(DEMO_DATA)/cifar-100-python/meta $(VIDEO_DATA)/metadata/test.csv $(PLANNER_DATA)/meta.json $(MOTION_DATA)/meta.json
 $(DEMO_DATA)/cifar-100-python/meta: | image
 	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" images/cpu.sif \
 		python -m train make_data cifar100 $(DEMO_DATA)
 $(VIDEO_DATA)/metadata/test.csv: | image
 	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" images/cpu.sif \
 		python -m train make_data ufc10 $(VIDEO_DATA)
+$(PLANNER_DATA)/meta.json: | image
+	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" images/cpu.sif \
+		python -m train make_data planner_scenes $(PLANNER_DATA)
+$(MOTION_DATA)/meta.json: | image
+	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" images/cpu.sif \
+		python -m train make_data motion_tokens $(MOTION_DATA)
 
 test-fast: venv
 	$(PYTEST) -q -m "not image and not slurm and not slow and not registry" tests
@@ -65,4 +73,4 @@ golden: venv
 	CT_UPDATE_GOLDEN=1 $(PYTEST) -q tests/test_golden_scripts.py
 
 clean:
-	rm -rf runs $(DEMO_DATA) $(VIDEO_DATA) .pytest_cache
+	rm -rf runs $(DEMO_DATA) $(VIDEO_DATA) $(PLANNER_DATA) $(MOTION_DATA) .pytest_cache

@@ -62,28 +62,33 @@ def build_model(builder: str, params: dict, num_classes: int) -> torch.nn.Module
 
 
 class ReusedBatches(torch.utils.data.Dataset):
-    """`length` batches drawn from two made once (pinned on GPUs): no per-sample collation in the timed loop."""
+    """`steps` batches drawn from two made once (pinned on GPUs): samples are indices and the collate function hands
+    out a whole prepared batch, so no per-sample copy runs in the timed loop while the DataLoader keeps its batch
+    sampler (DeepSpeed reads the batch size from it)."""
 
-    def __init__(self, batch: int, size: int, num_classes: int, length: int):
+    def __init__(self, batch: int, size: int, num_classes: int, steps: int):
         g = torch.Generator().manual_seed(0)
         self.pool = [(torch.randn(batch, 3, size, size, generator=g), torch.randint(0, num_classes, (batch,), generator=g))
                      for _ in range(2)]
         if torch.cuda.is_available():
             self.pool = [(x.pin_memory(), y.pin_memory()) for x, y in self.pool]
-        self.length = length
+        self.batch, self.steps = batch, steps
 
     def __len__(self):
-        return self.length
+        return self.batch * self.steps
 
     def __getitem__(self, i):
-        return self.pool[i % 2]
+        return i
+
+    def collate(self, indices):
+        return self.pool[(indices[0] // self.batch) % 2]
 
 
 def _loader(case):
     from torch.utils.data import DataLoader
 
     data = ReusedBatches(case["batch"], case["size"], case["classes"], case["warmup"] + case["steps"])
-    return DataLoader(data, batch_size=None, shuffle=False, pin_memory=False)
+    return DataLoader(data, batch_size=case["batch"], shuffle=False, collate_fn=data.collate)
 
 
 def _setup(case) -> bool:
@@ -224,7 +229,7 @@ def compare(rows: list) -> list:
     return rows
 
 
-def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=None, steps: int = 5, warmup: int = 2,
+def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=None, steps: int = 20, warmup: int = 3,
           out_dir: str = "bench/results") -> Path:
     cuda = torch.cuda.is_available()
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if cuda else "cpu")

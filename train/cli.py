@@ -36,7 +36,7 @@ def export(checkpoint: str, out: str):
     print(f"wrote {export_weights(checkpoint, out)}")
 
 
-def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=None, steps: int = 5, warmup: int = 2,
+def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=None, steps: int = 20, warmup: int = 3,
           out_dir="bench/results"):
     """Throughput, step time, peak memory per model, strategy and variant, and a plain PyTorch loop for reference:
     `bench [--models=resnet50_224,...] [--strategies=ddp,zero3] [--variants=fp32,bf16] [--batch=N]`."""

@@ -30,7 +30,7 @@ class MotionTokenModule(Classifier):
 
     def training_step(self, tokens, batch_idx):
         loss = next_token_loss(self.model(tokens), tokens)  # not self(...): see Classifier
-        self.log("train/loss", loss, prog_bar=True, sync_dist=True)
+        self.log("train/loss", loss, prog_bar=True)  # this rank's, as in Classifier
         return loss
 
     def validation_step(self, tokens, batch_idx):

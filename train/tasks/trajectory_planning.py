@@ -29,7 +29,7 @@ class PlannerModule(Classifier):
 
     def training_step(self, batch, batch_idx):
         loss = planner_loss(self.model(batch["scene"], batch["ego"]), batch)  # not self(...): see Classifier
-        self.log("train/loss", loss, prog_bar=True, sync_dist=True)
+        self.log("train/loss", loss, prog_bar=True)  # this rank's, as in Classifier
         return loss
 
     def validation_step(self, batch, batch_idx):
