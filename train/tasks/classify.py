@@ -16,7 +16,7 @@ from train.data import build as build_data
 from train.lit import Classifier
 from train.models import MODELS
 from train.speed import speed_facts
-from train.tasks.common import write_results
+from train.tasks.common import gpu_facts, write_results
 from train.trainer import build_trainer, last_checkpoint, resume_from
 
 PARAMS = {}  # the task_params keys it reads: none
@@ -60,13 +60,6 @@ def classify(run: cfg.RunConfig) -> dict:
         **speed_facts(trainer, run.data.num_workers),
     }
     return write_results(out, results, write=trainer.is_global_zero)
-
-
-def gpu_facts() -> dict:
-    """What the run trained on: GPU model, torch's CUDA, and the node's driver (the job read it from nvidia-smi)."""
-    cuda = torch.cuda.is_available()
-    return {"gpu": torch.cuda.get_device_name(0) if cuda else None, "cuda": torch.version.cuda,
-            "driver": os.environ.get("CT_DRIVER_VERSION")}
 
 
 def _all_hostnames(trainer: pl.Trainer) -> list:

@@ -6,15 +6,19 @@ epoch end, and on a stop request) and resumes from it (`fit_resuming`); a model 
 checkpoints/done/<log_name>.json (`mark_done`), written after all its seed files, and is skipped on the next segment.
 """
 import json
+import os
+import time
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 
 from train.checkpoint_io import atomic_write_bytes
 from train.config import RunConfig
 from train.csv_append import AppendingCSVLogger
 from train.guard import RunGuard
+from train.speed import speed_facts
 from train.trainer import AnnounceRanks, resilient, resume_from, trainer_options
 
 
@@ -32,6 +36,29 @@ def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=N
         logger=[AppendingCSVLogger(out / "logs", name=log_name, version=""), *extra_loggers],
         callbacks=[*ours, *callbacks, RunGuard(last), resume, AnnounceRanks()],  # AnnounceRanks: where each rank ran
     ))
+
+
+def fit_validated(run: RunConfig, module, data, log_name: str):
+    """Validate, fit (resuming), validate again: the Trainer, the final validation metrics, and the fields every
+    single-model task's results.json carries (losses before and after, epochs, world size, GPU, speed)."""
+    out = Path(run.output_dir)
+    fitter = trainer(run, out, log_name)
+    started = time.time()
+    initial = fitter.validate(module, datamodule=data, verbose=False)[0]
+    fit_resuming(fitter, module, data, out, log_name)
+    final = fitter.validate(module, datamodule=data, verbose=False)[0]
+    facts = {"initial_val_loss": initial["val/loss"], "final_val_loss": final["val/loss"],
+             "epochs": fitter.current_epoch, "world_size": fitter.world_size,
+             "duration_s": round(time.time() - started, 1), "torch": torch.__version__, **gpu_facts(),
+             **speed_facts(fitter, run.data.num_workers)}
+    return fitter, final, facts
+
+
+def gpu_facts() -> dict:
+    """What the run trained on: GPU model, torch's CUDA, and the node's driver (the job read it from nvidia-smi)."""
+    cuda = torch.cuda.is_available()
+    return {"gpu": torch.cuda.get_device_name(0) if cuda else None, "cuda": torch.version.cuda,
+            "driver": os.environ.get("CT_DRIVER_VERSION")}
 
 
 def model_checkpoint(out: Path, log_name: str) -> Path:

@@ -6,7 +6,6 @@ checkpoints/<model>/last.ckpt (resume), logs/<model>/metrics.csv, and results.js
 and after, the next-token accuracy against chance (1 / vocabulary) and against repeating the agent's last token (a
 constant-velocity guess), the GPU and the speed facts. Reads no task_params.
 """
-import time
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -17,9 +16,7 @@ from train.errors import UserError
 from train.lit import Classifier
 from train.models import MODELS
 from train.models.motion_tokens import next_token_loss
-from train.speed import speed_facts
-from train.tasks.classify import gpu_facts
-from train.tasks.common import fit_resuming, trainer, write_results
+from train.tasks.common import fit_validated, write_results
 
 PARAMS = {}  # the task_params keys it reads: none
 DATA = "motion_tokens"
@@ -52,18 +49,12 @@ def motion_tokens(run) -> dict:
     data = build_data(run.data)
     net = MODELS.build(run.model.name, num_classes=data.vocab_size, **run.model.params)
     module = MotionTokenModule(net, run.optim)
-    fitter = trainer(run, out, run.model.name)
-    started = time.time()
-    initial = fitter.validate(module, datamodule=data, verbose=False)[0]
-    fit_resuming(fitter, module, data, out, run.model.name)
-    final = fitter.validate(module, datamodule=data, verbose=False)[0]
+    fitter, final, facts = fit_validated(run, module, data, run.model.name)
     record = {
         "task": "motion_tokens", "model": run.model.name,
         "parameters": sum(p.numel() for p in net.parameters()), "vocab_size": data.vocab_size,
-        "initial_val_loss": initial["val/loss"], "final_val_loss": final["val/loss"],
         "next_token_acc": final["val/next_token_acc"], "chance_acc": 1.0 / data.vocab_size,
         "repeat_last_acc": final["val/repeat_last_acc"],
-        "epochs": fitter.current_epoch, "world_size": fitter.world_size, "duration_s": round(time.time() - started, 1),
-        "torch": torch.__version__, **gpu_facts(), **speed_facts(fitter, run.data.num_workers),
+        **facts,
     }
     return write_results(out, record, write=fitter.is_global_zero)

@@ -5,20 +5,16 @@ checkpoints/<model>/last.ckpt (resume), logs/<model>/metrics.csv, and results.js
 and after, the imitation accuracy (the expert's candidate ranked first) against chance (1 / vocabulary), each metric
 head's accuracy, the GPU and the speed facts. Reads no task_params.
 """
-import time
 from pathlib import Path
 
 import pytorch_lightning as pl
-import torch
 
 from train.data import build as build_data
 from train.errors import UserError
 from train.lit import Classifier
 from train.models import MODELS
 from train.models.trajectory_planner import METRIC_HEADS, planner_loss
-from train.speed import speed_facts
-from train.tasks.classify import gpu_facts
-from train.tasks.common import fit_resuming, trainer, write_results
+from train.tasks.common import fit_validated, write_results
 
 PARAMS = {}  # the task_params keys it reads: none
 DATA = "planner_scenes"
@@ -57,18 +53,12 @@ def trajectory_planning(run) -> dict:
     sizes = {"scene_dim": data.scene_dim, "ego_dim": data.ego_dim}  # data facts, like the vocabulary
     net = MODELS.build(run.model.name, num_classes=data.vocab_size, **{**run.model.params, **sizes})
     module = PlannerModule(net, run.optim)
-    fitter = trainer(run, out, run.model.name)
-    started = time.time()
-    initial = fitter.validate(module, datamodule=data, verbose=False)[0]
-    fit_resuming(fitter, module, data, out, run.model.name)
-    final = fitter.validate(module, datamodule=data, verbose=False)[0]
+    fitter, final, facts = fit_validated(run, module, data, run.model.name)
     record = {
         "task": "trajectory_planning", "model": run.model.name,
         "parameters": sum(p.numel() for p in net.parameters()), "vocab_size": data.vocab_size,
-        "initial_val_loss": initial["val/loss"], "final_val_loss": final["val/loss"],
         "imitation_acc": final["val/imitation_acc"], "chance_acc": 1.0 / data.vocab_size,
         **{f"{name}_acc": final[f"val/{name}_acc"] for name in METRIC_HEADS},
-        "epochs": fitter.current_epoch, "world_size": fitter.world_size, "duration_s": round(time.time() - started, 1),
-        "torch": torch.__version__, **gpu_facts(), **speed_facts(fitter, run.data.num_workers),
+        **facts,
     }
     return write_results(out, record, write=fitter.is_global_zero)
