@@ -33,7 +33,7 @@ def test_explicit_bf16_on_a_gpu_without_it_ends_with_one_line(monkeypatch):
     with pytest.raises(UserError, match=r"bf16-mixed but the Tesla V100-SXM2-32GB \(compute capability 7.0\)"):
         precision_for("bf16-mixed", "gpu")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    assert precision_for("auto", "gpu") == "bf16-mixed"
+    assert precision_for("auto", "gpu") == precision_for("auto", "cuda") == "bf16-mixed"  # both names of the GPU
 
 
 def test_channels_last_converts_2d_and_3d_convolutions_of_one_model():

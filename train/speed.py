@@ -3,8 +3,9 @@
 - precision `auto`: bf16-mixed on a GPU that has bf16 (compute capability >= 8.0), else 32-bit. An explicit
   bf16-mixed on a GPU without bf16 ends the run with one line (preflight refuses it earlier where the partition's
   gpu_type is known).
-- channels_last (on by default, GPUs only): the convolution weights of any model with Conv2d/Conv3d layers are stored channels-last
-  (NHWC/NDHWC), which Tensor Cores run without transposes; cuDNN then picks channels-last kernels for the inputs too.
+- channels_last (on by default, GPUs only): the convolution weights of any model with Conv2d/Conv3d layers are stored
+  channels-last (NHWC/NDHWC), which Tensor Cores run without transposes; cuDNN then picks channels-last kernels for
+  the inputs too.
   The CPU keeps NCHW: torch's CPU backward of a channels-last ResNet crashed (double free) in torch 2.13.
 - compile: `torch.compile` of the LightningModule's submodules in place (nn.Module.compile, so checkpoint keys stay
   the same); the strategies it cannot work under are refused before anything runs (train.strategies.check_compile).
@@ -20,20 +21,22 @@ from train.config import TrainerConfig
 from train.errors import UserError
 
 BF16_CAPABILITY = (8, 0)  # Ampere: A100, A10, A40, L40S, H100, H200
+GPU_ACCELERATORS = ("gpu", "cuda")  # trainer.accelerator's names for the GPU (auto resolves to "gpu")
 INPUT_BOUND = 0.10  # waiting for data more than a tenth of the training time: the GPU idles for the input pipeline
 
 
 def resolved(t: TrainerConfig, accelerator: str) -> TrainerConfig:
     """The trainer config with `auto` precision and channels_last made concrete for this process's device."""
     return dataclasses.replace(t, precision=precision_for(t.precision, accelerator),
-                               channels_last=t.channels_last and accelerator == "gpu")
+                               channels_last=t.channels_last and accelerator in GPU_ACCELERATORS)
 
 
 def precision_for(precision: str, accelerator: str) -> str:
-    bf16 = accelerator == "gpu" and torch.cuda.get_device_capability() >= BF16_CAPABILITY
+    gpu = accelerator in GPU_ACCELERATORS
+    bf16 = gpu and torch.cuda.get_device_capability() >= BF16_CAPABILITY
     if precision == "auto":
         return "bf16-mixed" if bf16 else "32"
-    if precision == "bf16-mixed" and accelerator == "gpu" and not bf16:
+    if precision == "bf16-mixed" and gpu and not bf16:
         name, (major, minor) = torch.cuda.get_device_name(), torch.cuda.get_device_capability()
         raise UserError(f"trainer.precision=bf16-mixed but the {name} (compute capability {major}.{minor}) has no "
                         f"bf16; set trainer.precision=16-mixed, 32 or auto")
