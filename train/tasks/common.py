@@ -17,6 +17,8 @@ from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from train.checkpoint_io import atomic_write_bytes
 from train.config import RunConfig
 from train.csv_append import AppendingCSVLogger
+from train.data import build as build_data
+from train.errors import UserError
 from train.guard import RunGuard
 from train.speed import speed_facts
 from train.trainer import AnnounceRanks, resilient, resume_from, trainer_options
@@ -36,6 +38,14 @@ def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=N
         logger=[AppendingCSVLogger(out / "logs", name=log_name, version=""), *extra_loggers],
         callbacks=[*ours, *callbacks, RunGuard(last), resume, AnnounceRanks()],  # AnnounceRanks: where each rank ran
     ))
+
+
+def seeded_data(run: RunConfig, task: str, data_name: str):
+    """The data module of a task that reads one data set only, after seeding every generator (workers too)."""
+    if run.data.name != data_name:
+        raise UserError(f"task {task} reads data.name: {data_name}, not {run.data.name!r}")
+    pl.seed_everything(run.seed, workers=True)
+    return build_data(run.data)
 
 
 def fit_validated(run: RunConfig, module, data, log_name: str):

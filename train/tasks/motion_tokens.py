@@ -6,17 +6,13 @@ checkpoints/<model>/last.ckpt (resume), logs/<model>/metrics.csv, and results.js
 and after, the next-token accuracy against chance (1 / vocabulary) and against repeating the agent's last token (a
 constant-velocity guess), the GPU and the speed facts. Reads no task_params.
 """
-from pathlib import Path
 
-import pytorch_lightning as pl
 import torch
 
-from train.data import build as build_data
-from train.errors import UserError
 from train.lit import Classifier
 from train.models import MODELS
 from train.models.motion_tokens import next_token_loss
-from train.tasks.common import fit_validated, write_results
+from train.tasks.common import fit_validated, seeded_data, write_results
 
 PARAMS = {}  # the task_params keys it reads: none
 DATA = "motion_tokens"
@@ -42,11 +38,7 @@ def next_token_accuracy(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Ten
 
 
 def motion_tokens(run) -> dict:
-    if run.data.name != DATA:
-        raise UserError(f"task motion_tokens reads data.name: {DATA}, not {run.data.name!r}")
-    out = Path(run.output_dir)
-    pl.seed_everything(run.seed, workers=True)
-    data = build_data(run.data)
+    data = seeded_data(run, "motion_tokens", DATA)
     net = MODELS.build(run.model.name, num_classes=data.vocab_size, **run.model.params)
     module = MotionTokenModule(net, run.optim)
     fitter, final, facts = fit_validated(run, module, data, run.model.name)
@@ -57,4 +49,4 @@ def motion_tokens(run) -> dict:
         "repeat_last_acc": final["val/repeat_last_acc"],
         **facts,
     }
-    return write_results(out, record, write=fitter.is_global_zero)
+    return write_results(run.output_dir, record, write=fitter.is_global_zero)

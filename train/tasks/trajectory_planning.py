@@ -5,16 +5,12 @@ checkpoints/<model>/last.ckpt (resume), logs/<model>/metrics.csv, and results.js
 and after, the imitation accuracy (the expert's candidate ranked first) against chance (1 / vocabulary), each metric
 head's accuracy, the GPU and the speed facts. Reads no task_params.
 """
-from pathlib import Path
 
-import pytorch_lightning as pl
 
-from train.data import build as build_data
-from train.errors import UserError
 from train.lit import Classifier
 from train.models import MODELS
 from train.models.trajectory_planner import METRIC_HEADS, planner_loss
-from train.tasks.common import fit_validated, write_results
+from train.tasks.common import fit_validated, seeded_data, write_results
 
 PARAMS = {}  # the task_params keys it reads: none
 DATA = "planner_scenes"
@@ -45,11 +41,7 @@ def planner_metrics(scores: dict, targets: dict) -> dict:
 
 
 def trajectory_planning(run) -> dict:
-    if run.data.name != DATA:
-        raise UserError(f"task trajectory_planning reads data.name: {DATA}, not {run.data.name!r}")
-    out = Path(run.output_dir)
-    pl.seed_everything(run.seed, workers=True)
-    data = build_data(run.data)
+    data = seeded_data(run, "trajectory_planning", DATA)
     sizes = {"scene_dim": data.scene_dim, "ego_dim": data.ego_dim}  # data facts, like the vocabulary
     net = MODELS.build(run.model.name, num_classes=data.vocab_size, **{**run.model.params, **sizes})
     module = PlannerModule(net, run.optim)
@@ -61,4 +53,4 @@ def trajectory_planning(run) -> dict:
         **{f"{name}_acc": final[f"val/{name}_acc"] for name in METRIC_HEADS},
         **facts,
     }
-    return write_results(out, record, write=fitter.is_global_zero)
+    return write_results(run.output_dir, record, write=fitter.is_global_zero)
