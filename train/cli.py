@@ -1,6 +1,7 @@
 """`python -m train COMMAND`: the image-side command line (fire)."""
 import sys
 import tempfile
+from pathlib import Path
 
 import fire
 
@@ -17,6 +18,7 @@ def fit(config: str, **overrides):
     from train import stop
 
     stop.install()  # before the heavy imports: a SIGUSR1 from here on asks for a save, it no longer kills
+    print(f"[cluster-train] train package: {Path(__file__).parent}", flush=True)  # the image's, or --dev's snapshot
     from train.fit import fit as run_fit
 
     run = cfg.load(config, overrides)
@@ -27,6 +29,14 @@ def fit(config: str, **overrides):
 
         disk_full(err.filename or run.output_dir, err)
         raise
+
+
+def command(config: str):
+    """Run the run's own command from its code snapshot: `command --config runs/<id>/config.yaml` (train/command.py).
+    Its exit status is the command's (75: it saved on the job's warning signal and asks to be requeued)."""
+    from train.command import run_command
+
+    sys.exit(run_command(config))
 
 
 def export(checkpoint: str, out: str):
@@ -103,7 +113,7 @@ def imagecheck(cuda: str, *capabilities: float):
 
 def main(argv=None):
     try:
-        commands = {"fit": fit, "export": export, "bench": bench, "models": models, "names": names,
+        commands = {"fit": fit, "command": command, "export": export, "bench": bench, "models": models, "names": names,
                     "make_data": make_data, "selftest": selftest, "imagecheck": imagecheck}
         fire.Fire(commands, command=argv)
     except UserError as err:

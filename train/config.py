@@ -81,6 +81,14 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # Your own training code (train/command.py): `command` runs inside the image, from a snapshot of the `code`
+    # directory taken at submission, instead of `task`. `code` without a command runs the task from that code's own
+    # train package over the image's (run-cluster --dev). `reads` names the keys of your own YAML config that mean
+    # what preflight checks: devices, num_nodes, num_workers, batch_size, precision, accumulate_grad_batches,
+    # data_root, and `file` (default: the command's first .yaml argument).
+    command: List[str] = field(default_factory=list)
+    code: str = ""
+    reads: Dict[str, str] = field(default_factory=dict)
 
 
 def load(path: Union[str, Path], overrides: Union[Mapping[str, Any], List[str], None] = None) -> RunConfig:
@@ -118,7 +126,7 @@ def input_paths(run: RunConfig) -> Dict[str, str]:
     """Every host path a run reads, by dotted key: data.root, and each `*_dir` / `*_path` value in task_params,
     model.params and data.params (expert checkpoints, pretrained weights). run-cluster makes them absolute, checks
     they exist before anything is queued, and binds them read-only into the container."""
-    found = {"data.root": run.data.root}
+    found = {"data.root": run.data.root} if run.data.root else {}  # a command's data may be none of ours
     for section, params in (("task_params", run.task_params), ("model.params", run.model.params),
                             ("data.params", run.data.params)):
         for key, value in params.items():
@@ -230,6 +238,10 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
         if not isinstance(value, Mapping):
             raise UserError(f"config key {key!r} = {value!r} must be a mapping")
         return dict(value)
+    if origin in (list, List):
+        if not isinstance(value, (list, tuple)):
+            raise UserError(f"config key {key!r} = {value!r} must be a list, like [python, train.py]")
+        return [_coerce(item, typing.get_args(hint)[0], f"{key}[{i}]") for i, item in enumerate(value)]
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint is float and isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot), nan and inf as text

@@ -1,10 +1,13 @@
 """`bin/run-cluster`: resolve, check, render and submit a training job; rerun, race, follow, cancel it.
 
-    run-cluster CLUSTER PROFILE [EXPERIMENT] [--set KEY=VALUE ...] [--dry-run]
+    run-cluster CLUSTER PROFILE [EXPERIMENT] [--set KEY=VALUE ...] [--dry-run] [--dev]
+    run-cluster CLUSTER PROFILE [EXPERIMENT] -- COMMAND ...     your own code: COMMAND runs in the image
     run-cluster CLUSTER --first-to-start PROFILE_A PROFILE_B [EXPERIMENT]
     run-cluster --rerun runs/<id>
     run-cluster status|logs|cancel runs/<id>
     run-cluster resume runs/<id> [--profile P] [--set KEY=VALUE ...]
+    run-cluster report runs/<id>|sweeps/<id> [--metric M]
+    run-cluster compare runs/<a> runs/<b> ...
     run-cluster names
     run-cluster check-cluster FILE
     run-cluster images list|import FILE.sif|push IMAGE oras://...|pull oras://...|verify [DIGEST]
@@ -18,7 +21,7 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 from train.errors import UserError, raise_all
-from train.host import causes, fabric, runs, segments
+from train.host import causes, code_snapshot, fabric, runs, segments
 from train.host.follow import follow, follow_log
 from train.host.resume import prepare_resume, queue_resume
 from train.host.segments import run_state
@@ -44,6 +47,8 @@ def parser() -> argparse.ArgumentParser:
                    help="submit both, keep whichever starts first, cancel the other")
     p.add_argument("--flavor", help="image flavor to run (default: the one the partition needs)")
     p.add_argument("--run-id", help="name of the run directory (default: time, cluster, profile, random suffix)")
+    p.add_argument("--dev", action="store_true",
+                   help="run the task from this checkout's train package over the image's copy (no image rebuild)")
     p.add_argument("--stale-image-ok", action="store_true",
                    help="submit with an image built from other code than this checkout's (it runs its own code)")
     p.add_argument("--wait", dest="wait", action="store_true", default=None, help="wait for the job, following its log")
@@ -55,12 +60,21 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
+        argv, command = split_command(argv)
         if argv and argv[0] in RUN_COMMANDS:
             return run_command(argv)
         if argv and argv[0] == "images":
             from train.host.image_commands import main as images_main
 
             return images_main(argv[1:])
+        if argv and argv[0] == "report":
+            from train.host.report import main as report_main
+
+            return report_main(argv[1:])
+        if argv and argv[0] == "compare":
+            from train.host.compare import main as compare_main
+
+            return compare_main(argv[1:])
         if argv and argv[0] == "check-cluster":
             return check_cluster_command(argv[1:])
         if argv and argv[0] == "names":
@@ -69,6 +83,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(describe())
             return 0
         args = parser().parse_intermixed_args(argv)
+        args.command = command
+        if command and (args.rerun or args.first_to_start):
+            raise UserError("a command after -- starts a new run; --rerun and --first-to-start take none")
         if args.rerun:
             return rerun(args)
         if args.first_to_start:
@@ -80,6 +97,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         for line in err.lines:
             print(f"run-cluster: error: {line}", file=sys.stderr)
         return 2
+
+
+def split_command(argv: List[str]):
+    """`... -- python train.py --config x.yaml`: run-cluster's own arguments, and the user's command after --."""
+    if "--" not in argv:
+        return argv, None
+    at = argv.index("--")
+    if not argv[at + 1:]:
+        raise UserError("nothing after --; name your command, e.g. -- python train.py --config configs/x.yaml")
+    return argv[:at], argv[at + 1:]
 
 
 def check_cluster_command(argv: List[str]) -> int:
@@ -99,8 +126,9 @@ def check_cluster_command(argv: List[str]) -> int:
 
 
 def submit_one(args, profile: str, experiment: Optional[str]) -> int:
-    sub = prepare(args.cluster, profile, experiment or DEFAULT_EXPERIMENT, args.overrides, args.run_id, args.flavor,
-                  dry_run=args.dry_run, stale_image_ok=args.stale_image_ok)
+    sub = prepare(args.cluster, profile, experiment or (None if args.command else DEFAULT_EXPERIMENT), args.overrides,
+                  args.run_id, args.flavor, dry_run=args.dry_run, stale_image_ok=args.stale_image_ok,
+                  command=args.command, dev=args.dev)
     return show_and_queue(args, sub)
 
 
@@ -110,6 +138,7 @@ def show_and_queue(args, sub: Submission, submit: Callable[[Submission], str] = 
     for warning in sub.warnings:
         print(f"run-cluster: {warning}", file=sys.stderr)
     if args.dry_run:
+        code_snapshot.discard(sub.code.snapshot if sub.code else None)
         print(f"--- {sub.job.scheduler} script (dry run: nothing submitted) ---")
         print(sub.script, end="")
         return 0
@@ -151,7 +180,7 @@ def first_to_start(args) -> int:
 def rerun(args) -> int:
     """The run's own cluster, profile, config and image digest; extra --set values apply on top and are recorded."""
     extra = [name for name, value in (("CLUSTER", args.cluster), ("--flavor", args.flavor),
-                                      ("--first-to-start", args.first_to_start)) if value]
+                                      ("--first-to-start", args.first_to_start), ("--dev", args.dev)) if value]
     if extra:
         raise UserError(f"--rerun takes the run's own cluster, profile and image; drop {', '.join(extra)} "
                         f"(or submit anew without --rerun)")
@@ -160,7 +189,7 @@ def rerun(args) -> int:
     # The run's config.yaml already holds every override it was submitted with; new ones go on top.
     sub = prepare(manifest["cluster_file"], manifest["profile"], str(Path(args.rerun) / "config.yaml"),
                   args.overrides, args.run_id, record.flavor, image=record, rerun_of=manifest["run_id"],
-                  dry_run=args.dry_run)
+                  dry_run=args.dry_run, recorded_code=manifest.get("code"), code_from=Path(args.rerun))
     return show_and_queue(args, sub)
 
 

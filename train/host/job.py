@@ -80,6 +80,7 @@ class Job:
     grace_s: int = 300  # the time-limit warning comes this long before the limit
     max_requeues: int = 10
     tasks: List[Task] = field(default_factory=list)
+    entry: str = "fit"  # what `python -m train` runs in the image: fit (a task) or command (your own code)
 
     @property
     def total_ranks(self) -> int:
@@ -119,6 +120,8 @@ def resolve(
     tasks_per_node = len(tasks) or (profile.ranks if per_task else 1)
     env = {k: settings.expand_env(v, user, cluster.name) for k, v in {**cluster.env, **profile.env}.items()}
     check_fabric = part.fabric == "infiniband" and profile.nodes > 1 and profile.gpus_per_node > 0
+    if run.code and not run.command:  # --dev: the snapshot's train package comes before the image's on the path
+        env["PYTHONPATH"] = str(run_dir / "code")
     return Job(
         run_id=run_dir.name,
         cluster=cluster.name,
@@ -170,6 +173,7 @@ def resolve(
         grace_s=profile.grace_s,
         max_requeues=profile.max_requeues,
         tasks=tasks,
+        entry="command" if run.command else "fit",
     )
 
 

@@ -7,17 +7,20 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from train import config as cfg
 from train.errors import UserError, raise_all
-from train.host import config_check, signing
+from train.host import config_check, reads, signing
 from train.host.clusters import Cluster, driver_version, flavor_table, gpu_model
 from train.host.job import Job
 from train.host.schedulers import SAFE_NAME, adapter
 
 
 def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.RunConfig],
-          user_set: Dict[str, Any], script: str, missing_image_ok: bool = False) -> List[str]:
+          user_set: Dict[str, Any], script: str, missing_image_ok: bool = False,
+          user_config: Optional[reads.UserConfig] = None) -> List[str]:
     """Run every check and raise all failures at once (one line each). An image not built yet on this machine is
-    a warning instead when `missing_image_ok` (--dry-run): the job can be reviewed before its image exists."""
+    a warning instead when `missing_image_ok` (--dry-run): the job can be reviewed before its image exists.
+    `user_config`: what a command's own config says (reads:), checked against the job and named in its terms."""
     errors = failures(RULES, job, cluster, run)
+    errors += reads.shape_problems(user_config, job.profile, job.ranks_per_node, job.nodes)
     for task, task_run in zip(job.tasks, task_runs):
         errors += [UserError(f"{task.name}: {err}") for err in config_check.problems(task_run)]
     if not job.tasks:
@@ -31,6 +34,7 @@ def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.Ru
         job.image, job.image_sha256, job.image_flavor, job.signing)
     if unsigned:
         errors.append(UserError(unsigned))
+    errors = reads.in_user_terms(errors, user_config)
     raise_all(list({str(err): err for err in errors}.values()))  # one rule's failure may show in another
     return [f"warning: {missing}"] if missing else []
 
@@ -252,18 +256,20 @@ CLUSTER_RULES: List[Callable] = [
 RULES: List[Callable] = CLUSTER_RULES + [gpu_has_bf16, host_ram_fits, workers_have_cpus]
 
 
-def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any]) -> str:
+def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any], batch_known: bool = True) -> str:
     """What a user needs to know before queuing."""
     per_rank = run.data.batch_size
     effective = per_rank * job.total_ranks * run.trainer.accumulate_grad_batches
     gpus = job.nodes * job.gpus_per_node
+    batch = (f"batch: {per_rank} per rank x {job.total_ranks} rank(s) x {run.trainer.accumulate_grad_batches} "
+             f"accumulation = {effective} effective" if batch_known else
+             "batch: not known to cluster-train (name your batch size key in reads: to see the effective one)")
     return "\n".join(
         [
             f"cluster {job.cluster} ({job.scheduler}), profile {job.profile}, partition {job.partition}{_named(job)}",
             f"shape: {job.nodes} node(s) x {job.ranks_per_node} rank(s) = {job.total_ranks} rank(s), "
             f"{gpus} GPU(s), launch {job.launch}, time {job.time}",
-            f"batch: {per_rank} per rank x {job.total_ranks} rank(s) x {run.trainer.accumulate_grad_batches} "
-            f"accumulation = {effective} effective",
+            batch,
             f"host RAM: about {_ram(job, run):g} GB per node of {job.mem_gb} GB requested",
             f"image: {job.image} ({job.image_flavor}) sha256 {job.image_sha256}",
             f"run dir: {job.run_dir}",

@@ -29,7 +29,8 @@ def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], 
     record = run_image(manifest, f"the image of {run_dir}")
     before = cfg.load(run_dir / "config.yaml")
     sub = prepare(manifest["cluster_file"], profile or manifest["profile"], str(run_dir / "config.yaml"), overrides,
-                  run_dir.name, record.flavor, image=record, rerun_of=None, dry_run=dry_run, run_dir=run_dir)
+                  run_dir.name, record.flavor, image=record, rerun_of=None, dry_run=dry_run, run_dir=run_dir,
+                  recorded_code=manifest.get("code"), code_from=run_dir)
     old_ranks = before.trainer.devices * before.trainer.num_nodes
     new_ranks = sub.job.total_ranks
     if new_ranks != old_ranks and sub.run.trainer.strategy not in RESHARDABLE:

@@ -40,7 +40,8 @@ def discard(run_dir: Path) -> None:
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def write_manifest(job: Job, run: cfg.RunConfig, job_id: str, experiment: str, overrides, rerun_of=None) -> Dict:
+def write_manifest(job: Job, run: cfg.RunConfig, job_id: str, experiment: str, overrides, rerun_of=None,
+                   code=None) -> Dict:
     manifest = {
         "run_id": job.run_id,
         "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -53,6 +54,7 @@ def write_manifest(job: Job, run: cfg.RunConfig, job_id: str, experiment: str, o
                   "registry": job.image_registry, "signed_from": job.image_signed_from or None},
         "scheduler": {"name": job.scheduler, "job_id": job_id},
         "git": project.git_state(),
+        "code": code,  # the snapshot of the code that runs (a command's project, --dev's train package), else null
         "command": sys.argv,
         "rerun_of": rerun_of,
         "job": job.as_dict(),

@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional
 
 from train import config as cfg
 from train.errors import UserError
-from train.host import clusters, config_check, images, preflight, project, runs, settings
+from train.host import clusters, code_snapshot, config_check, images, preflight, project, runs, settings, user_code
 from train.host.image_freshness import stale_inputs
 from train.host.job import Job, independent_tasks, new_run_id, resolve, run_config, task_configs
 from train.host.render import render
@@ -28,6 +28,7 @@ class Submission:
     task_runs: List[cfg.RunConfig]
     warnings: List[str] = field(default_factory=list)
     rerun_of: Optional[str] = None
+    code: Optional[user_code.Code] = None  # the snapshot of your code (a command, or --dev), else the image's own
 
 
 def experiment_config(name: str) -> Path:
@@ -55,10 +56,14 @@ def user_overrides(overrides: List[str], cluster_file: str) -> Dict[str, Any]:
     return parsed
 
 
-def prepare(cluster_name: str, profile_name: str, experiment: str, overrides: List[str], run_id: Optional[str],
-            flavor: Optional[str], image: Optional[images.ImageRecord] = None, rerun_of: Optional[str] = None,
-            dry_run: bool = False, run_dir: Optional[Path] = None, stale_image_ok: bool = False) -> Submission:
-    """Everything up to submission, in one pass; raises UserError (and writes nothing) on any bad input or check."""
+def prepare(cluster_name: str, profile_name: str, experiment: Optional[str], overrides: List[str],
+            run_id: Optional[str], flavor: Optional[str], image: Optional[images.ImageRecord] = None,
+            rerun_of: Optional[str] = None, dry_run: bool = False, run_dir: Optional[Path] = None,
+            stale_image_ok: bool = False, command: Optional[List[str]] = None, dev: bool = False,
+            recorded_code: Optional[Dict[str, Any]] = None, code_from: Optional[Path] = None) -> Submission:
+    """Everything up to submission, in one pass; raises UserError (and writes nothing) on any bad input or check.
+    `command` (typed after --) and `dev` run code other than the image's; `code_from` is the run directory whose
+    recorded snapshot a rerun or resume runs again."""
     cluster = clusters.load(clusters.find(cluster_name, project.CLUSTERS))
     user_set = user_overrides(overrides, cluster.path)
     profile = cluster.profile(profile_name)
@@ -66,8 +71,21 @@ def prepare(cluster_name: str, profile_name: str, experiment: str, overrides: Li
     user = settings.load(cluster.name)
     if run_dir is None:  # a new run; `resume` continues an existing one in its own directory
         run_dir = runs.run_dir_for(run_id if run_id is not None else new_run_id(cluster.name, profile.name))
-    config_file = experiment_config(experiment)
-    run = run_config(cfg.read(config_file), user_set, profile, run_dir)
+    config_file = experiment_config(experiment) if experiment else None
+    raw = user_code.experiment_raw(cfg.read(config_file) if config_file else {}, command, dev,
+                                   config_file.resolve().parent if config_file else Path.cwd())
+    run = run_config(raw, user_set, profile, run_dir)
+    code = user_code.prepare_code(run, profile.launch, recorded_code, code_from)
+    try:
+        return checked_submission(cluster, profile, partition, user, user_set, run, run_dir, code, image, flavor,
+                                  dry_run, stale_image_ok or dev, overrides, config_file, rerun_of)
+    except BaseException:
+        code_snapshot.discard(code.snapshot if code else None)
+        raise
+
+
+def checked_submission(cluster, profile, partition, user, user_set, run, run_dir, code, image, flavor, dry_run,
+                       stale_image_ok, overrides, config_file, rerun_of) -> Submission:
     tasks = independent_tasks(profile, run_dir) if profile.launch == "independent" else []
     task_runs = task_configs(run, profile, tasks, user, cluster.name)
     flavor = flavor or partition.image
@@ -77,9 +95,14 @@ def prepare(cluster_name: str, profile_name: str, experiment: str, overrides: Li
         stale = stale_image(image, stale_image_ok or dry_run)
     job = resolve(cluster, profile, run, task_runs, run_dir, image, flavor, user)
     script = render(job)
-    warnings = stale + preflight.check(job, cluster, run, task_runs, user_set, script, missing_image_ok=dry_run)
-    summary = preflight.summary(job, run, config_check.overridden(user_set, profile))
-    return Submission(job, run, script, summary, str(config_file), list(overrides), task_runs, warnings, rerun_of)
+    read = code.read if code else None
+    warnings = stale + preflight.check(job, cluster, run, task_runs, user_set, script, missing_image_ok=dry_run,
+                                       user_config=read)
+    summary = preflight.summary(job, run, config_check.overridden(user_set, profile),
+                                batch_known=not run.command or bool(read and "batch_size" in read.values))
+    summary = "\n".join([summary, *user_code.summary_lines(run, code)])
+    experiment = str(config_file) if config_file else "(command line)"
+    return Submission(job, run, script, summary, experiment, list(overrides), task_runs, warnings, rerun_of, code)
 
 
 def stale_image(image: Optional[images.ImageRecord], allowed: bool) -> List[str]:
@@ -109,6 +132,8 @@ def queue(sub: Submission) -> str:
     job = sub.job
     run_dir = runs.create(Path(job.run_dir))
     try:
+        if sub.code:
+            code_snapshot.place(sub.code.snapshot, run_dir)
         cfg.dump(sub.run, job.config_path)
         for task, task_run in zip(job.tasks, sub.task_runs):
             Path(task.run_dir).mkdir()
@@ -118,6 +143,7 @@ def queue(sub: Submission) -> str:
     except BaseException:
         runs.discard(run_dir)
         raise
-    runs.write_manifest(job, sub.run, job_id, sub.experiment, sub.overrides, sub.rerun_of)
+    runs.write_manifest(job, sub.run, job_id, sub.experiment, sub.overrides, sub.rerun_of,
+                        sub.code.snapshot.record() if sub.code else None)
     print(f"submitted {job.scheduler} job {job_id}; run directory {run_dir}")
     return job_id

@@ -1,0 +1,158 @@
+"""The code a run executes, frozen at submission: a tar of the project's files, its sha256, and the git commit.
+
+Tracked files as they are in the working tree (uncommitted changes included) plus untracked files git does not
+ignore, like `git stash -u` would keep; every file of a directory that is not a git work tree. The tar is built
+with fixed owners and times, so its sha256 names the content: a rerun checks the snapshot it copies against it.
+Written by hand because no launcher we build on snapshots code (submitit and TorchX run the live directory).
+"""
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from train.errors import UserError
+
+TAR = "code.tar"  # in the run directory: the snapshot as submitted, never written by the job
+DIR = "code"  # in the run directory: the snapshot unpacked, where the command runs
+MAX_BYTES = 200 * 2**20  # code, not data: more than this is almost always a data set or checkpoints in the tree
+SKIPPED = {".git", "__pycache__", ".pytest_cache", ".venv", ".mypy_cache"}  # outside git: never part of code
+
+
+@dataclass
+class Snapshot:
+    source: str  # the directory it was taken from
+    tar_path: str  # a temporary tar until queued
+    sha256: str
+    files: int
+    bytes: int
+    git_commit: Optional[str] = None
+    git_dirty: bool = False
+    subtree: str = ""  # only this part of the tree (`train/` for --dev)
+    dev: bool = False
+
+    def record(self) -> Dict:
+        """What the manifest keeps."""
+        return {"source": self.source, "sha256": self.sha256, "files": self.files, "bytes": self.bytes,
+                "git_commit": self.git_commit, "git_dirty": self.git_dirty, "subtree": self.subtree, "dev": self.dev}
+
+
+def take(source: Path, subtree: str = "", dev: bool = False) -> Snapshot:
+    """Snapshot `source` (only `subtree/` of it when given) into a temporary tar; refuse what is not code."""
+    if not source.is_dir():
+        raise UserError(f"code: {source} is not a directory; set code: to your project's directory")
+    names = [n for n in project_files(source) if not subtree or n.startswith(subtree)]
+    if not names:
+        raise UserError(f"code: {source} holds no files{f' under {subtree}' if subtree else ''}; check code:")
+    size = sum((source / n).lstat().st_size for n in names)
+    if size > MAX_BYTES:
+        largest = max(names, key=lambda n: (source / n).lstat().st_size)
+        raise UserError(f"code: {source} holds {size / 2**20:.0f} MB in {len(names)} files (largest {largest}); keep "
+                        f"data and checkpoints out of the code (add them to .gitignore, or read them as data)")
+    handle, tar_path = tempfile.mkstemp(prefix="ct-code-", suffix=".tar")
+    with os.fdopen(handle, "wb") as out:
+        write_tar(source, names, out)
+    commit, dirty = git_state(source)
+    return Snapshot(str(source), tar_path, file_sha256(Path(tar_path)), len(names), size, commit, dirty, subtree, dev)
+
+
+def project_files(source: Path) -> List[str]:
+    """Relative paths of the files that make up the code, sorted."""
+    listed = git(source, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    if listed is not None and git(source, "rev-parse", "--show-prefix") == "\n":  # source is the work tree's root
+        names = [n for n in listed.split("\0") if n]
+        return sorted(n for n in names if os.path.lexists(source / n))  # a deleted file is listed until committed
+    found = []
+    for root, dirs, files in os.walk(source):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED)
+        found += [os.path.relpath(os.path.join(root, f), source) for f in files if not f.endswith(".pyc")]
+    return sorted(found)
+
+
+def write_tar(source: Path, names: List[str], out) -> None:
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in names:
+            info = tar.gettarinfo(str(source / name), arcname=name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            info.mode = 0o755 if info.mode & 0o100 else 0o644
+            if info.isreg():
+                with open(source / name, "rb") as data:
+                    tar.addfile(info, data)
+            else:
+                tar.addfile(info)
+
+
+def from_run(run_dir: Path, recorded: Dict) -> Snapshot:
+    """A recorded run's snapshot, checked against its manifest, for --rerun and resume."""
+    tar_path = run_dir / TAR
+    if not tar_path.is_file():
+        raise UserError(f"{run_dir} has no {TAR}: the code it ran is gone; submit anew from your project")
+    digest = file_sha256(tar_path)
+    if digest != recorded.get("sha256"):
+        raise UserError(f"{tar_path} has sha256 {digest[:12]}, not the {str(recorded.get('sha256'))[:12]} its "
+                        f"manifest records: the snapshot was changed; submit anew from your project")
+    fields = {k: recorded.get(k) for k in ("source", "files", "bytes", "git_commit", "git_dirty", "subtree", "dev")}
+    return Snapshot(tar_path=str(tar_path), sha256=digest, **fields)
+
+
+def read_text(snapshot: Snapshot, name: str) -> Optional[str]:
+    """One file of the snapshot (what the job will read), or None where it holds none by that name."""
+    with tarfile.open(snapshot.tar_path) as tar:
+        try:
+            member = tar.extractfile(os.path.normpath(name))
+        except KeyError:
+            return None
+        return member.read().decode("utf-8", errors="replace") if member else None
+
+
+def place(snapshot: Snapshot, run_dir: Path) -> None:
+    """Put the snapshot into the run directory (a resumed run has it there already) and unpack it: the directory
+    the job runs the code from."""
+    if Path(snapshot.tar_path) == run_dir / TAR:
+        return
+    if is_temporary(snapshot):
+        shutil.move(snapshot.tar_path, run_dir / TAR)
+    else:  # a rerun: the earlier run keeps its own copy
+        shutil.copyfile(snapshot.tar_path, run_dir / TAR)
+    snapshot.tar_path = str(run_dir / TAR)
+    with tarfile.open(run_dir / TAR) as tar:
+        tar.extractall(run_dir / DIR, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
+
+
+def discard(snapshot: Optional[Snapshot]) -> None:
+    """Remove a snapshot that was not queued (a dry run, a refused submission)."""
+    if snapshot and is_temporary(snapshot):
+        Path(snapshot.tar_path).unlink(missing_ok=True)
+
+
+def is_temporary(snapshot: Snapshot) -> bool:
+    return Path(snapshot.tar_path).name.startswith("ct-code-") and Path(snapshot.tar_path).parent == Path(tempfile.gettempdir())
+
+
+def git_state(source: Path):
+    commit = git(source, "rev-parse", "HEAD")
+    if commit is None:
+        return None, False
+    return commit.strip(), bool(git(source, "status", "--porcelain", "--untracked-files=normal"))
+
+
+def git(source: Path, *args: str) -> Optional[str]:
+    try:
+        done = subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
