@@ -163,6 +163,12 @@ def test_bad_command_experiments_are_refused_with_one_line(store, tmp_path, expe
     refused(run_cluster("torch-hpc", "gpu1", str(path), "--dry-run"), fragment)
 
 
+def test_a_set_over_a_key_the_code_reads_itself_says_where_to_change_it(store, tmp_path):
+    code = project(tmp_path, "Dataset: {num_workers: 2}\n", {"num_workers": "Dataset.num_workers"})
+    refused(run_cluster("torch-hpc", "gpu1", str(code / "experiment.yaml"), "--set", "data.num_workers=4", "--dry-run"),
+            "--set data.num_workers: your code reads Dataset.num_workers in configs/x.yaml, not cluster-train's")
+
+
 def test_a_non_number_where_reads_expects_one_names_the_users_key(store, tmp_path):
     code = project(tmp_path, "Trainer: {devices: four}\n", {"devices": "Trainer.devices"})
     refused(run_cluster("torch-hpc", "gpu1", str(code / "experiment.yaml"), "--dry-run"),

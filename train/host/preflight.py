@@ -20,13 +20,15 @@ def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.Ru
     a warning instead when `missing_image_ok` (--dry-run): the job can be reviewed before its image exists.
     `user_config`: what a command's own config says (reads:), checked against the job and named in its terms."""
     errors = failures(RULES, job, cluster, run)
-    errors += reads.shape_problems(user_config, job.profile, job.ranks_per_node, job.nodes)
     for task, task_run in zip(job.tasks, task_runs):
         errors += [UserError(f"{task.name}: {err}") for err in config_check.problems(task_run)]
     if not job.tasks:
         errors += config_check.problems(run)
     errors += config_check.user_choices(job, user_set, cluster.profile(job.profile))
     errors += directives_repeated(job, script)
+    errors = reads.in_user_terms(errors, user_config)  # then the checks that speak of your config themselves
+    errors += reads.shape_problems(user_config, job.profile, job.ranks_per_node, job.nodes)
+    errors += reads.set_over(user_config, user_set)
     missing = image_missing(job)
     if missing and not (missing_image_ok and not errors):
         errors.append(missing)
@@ -34,7 +36,6 @@ def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.Ru
         job.image, job.image_sha256, job.image_flavor, job.signing)
     if unsigned:
         errors.append(UserError(unsigned))
-    errors = reads.in_user_terms(errors, user_config)
     raise_all(list({str(err): err for err in errors}.values()))  # one rule's failure may show in another
     return [f"warning: {missing}"] if missing else []
 

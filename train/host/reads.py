@@ -117,6 +117,14 @@ def shape_problems(found: Optional[UserConfig], profile_name: str, ranks_per_nod
     return errors
 
 
+def set_over(found: Optional[UserConfig], user_set: Dict[str, Any]) -> List[UserError]:
+    """A --set of a key your code reads from its own config would change nothing it runs: say where to change it."""
+    if not found:
+        return []
+    return [UserError(f"--set {key}: your code reads {found.where(name)}, not cluster-train's {key}; change it there")
+            for name, key in RUN_KEYS.items() if key in user_set and name in found.keys]
+
+
 def in_user_terms(errors: List[UserError], found: Optional[UserConfig]) -> List[UserError]:
     """A check's message names the run config key; for a value read from the user's config, name theirs."""
     if not found:
