@@ -15,7 +15,7 @@ MOTION_DATA := data/smart-synthetic
 -include containers/images.mk
 -include bench/bench.mk
 
-.PHONY: help demo deps apptainer slurm registry venv data test test-fast test-image test-slurm golden clean
+.PHONY: help demo deps apptainer slurm registry chromium venv data test test-fast test-image test-slurm golden clean
 help:
 	@echo "make demo       install what is missing, build the CPU image, train the demo via bin/run-cluster local"
 	@echo "make test       every test: installs Apptainer and Slurm, builds the image, starts the test cluster"
@@ -39,6 +39,11 @@ registry:  # the OCI registry the image tests push to and pull from (Debian's CN
 	@dpkg-query -W -f '$${Status}' docker-registry 2>/dev/null | grep -q "install ok installed" || \
 	  { apt-get -y -q -o DPkg::Lock::Timeout=120 install --no-install-recommends docker-registry >/dev/null 2>&1 || \
 	    { apt-get -y -q update >/dev/null && apt-get -y -q install --no-install-recommends docker-registry >/dev/null; }; }
+
+chromium:  # headless Chromium: the report test opens report.html and takes a screenshot (a no-op once installed)
+	@dpkg-query -W -f '$${Status}' chromium 2>/dev/null | grep -q "install ok installed" || \
+	  { apt-get -y -q -o DPkg::Lock::Timeout=120 install --no-install-recommends chromium >/dev/null 2>&1 || \
+	    { apt-get -y -q update >/dev/null && apt-get -y -q install --no-install-recommends chromium >/dev/null; }; }
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml tests/requirements.txt
@@ -65,7 +70,7 @@ $(MOTION_DATA)/meta.json: | image
 test-fast: venv
 	$(PYTEST) -q -m "not image and not slurm and not slow and not registry" tests
 
-test: deps slurm registry image
+test: deps slurm registry chromium image
 	$(PYTEST) -q -rs --durations=20 tests
 
 # After a deliberate change to what a profile renders: rewrite the golden scripts, then review `git diff tests/golden`.

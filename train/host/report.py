@@ -1,0 +1,293 @@
+"""`run-cluster report runs/<id>|sweeps/<id>`: one self-contained report.html in that directory.
+
+A run: its curves (PNG, from its CSV logs), results, resolved config, image digest, code version, segments and
+throughput. A directory of runs (a sweep; any directory whose subdirectories hold manifest.json): one table of every
+run sorted by a metric, their curves overlaid, and the config keys that differ. The images are data: URIs, so the
+file can be mailed or copied off the cluster alone; a JSON block records how many points each curve drew.
+"""
+import base64
+import html
+import json
+import os
+import re
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from train.errors import UserError
+from train.host import curves, runs, segments
+from train.host.compare import (Run, code_version, differing, flat, is_number, load_run, lower_is_better, show,
+                                short_digest)
+from train.host.usage import Parser
+
+REPORT = "report.html"
+DEFAULT_METRIC = re.compile(r"^(best|final)_.*val")  # best_val_acc, final_val_loss, ...
+STYLE = """body{font-family:sans-serif;margin:1.5em;max-width:70em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.2em}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left;
+font-size:.9em;vertical-align:top}th{background:#eef}pre{background:#f6f6f6;padding:.8em;font-size:.85em;overflow:auto}
+img{margin:.4em .4em 1em 0;max-width:100%;vertical-align:top}
+.curves img{max-width:49%}.note{color:#666;font-size:.9em}"""
+
+
+def main(argv: List[str]) -> int:
+    p = Parser(prog="run-cluster report", description=__doc__.split("\n\n")[0])
+    p.add_argument("path", type=Path, help="a run directory (runs/<id>) or a directory of runs (sweeps/<id>)")
+    p.add_argument("--metric", help="the results.json metric a group is sorted by (default: the first best_*/final_* "
+                                    "validation metric)")
+    args = p.parse_args(argv)
+    print(f"wrote {write_report(args.path, args.metric)}")
+    return 0
+
+
+def write_report(path: Path, metric: Optional[str] = None) -> Path:
+    path = Path(path)
+    if (path / runs.MANIFEST).is_file():
+        run = load_run(path)
+        if metric and metric not in run.metrics():
+            raise unknown_metric(metric, [run])
+        page = run_page(run)
+    else:
+        members = group_members(path)
+        page = group_page(path, members, choose_metric(members, metric))
+    out = path / REPORT
+    tmp = out.with_name(f".{REPORT}.{os.getpid()}.tmp")  # a reader never sees half a report
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, out)
+    return out
+
+
+def group_members(path: Path) -> List[Run]:
+    found = sorted(p for p in path.iterdir() if (p / runs.MANIFEST).is_file()) if path.is_dir() else []
+    if not found:
+        raise UserError(f"{path} is neither a run directory (no {runs.MANIFEST}) nor a directory of runs; "
+                        f"pass runs/<id>, or a directory holding run directories (sweeps/<id>)")
+    return [load_run(p) for p in found]
+
+
+def choose_metric(members: Sequence[Run], metric: Optional[str]) -> Optional[str]:
+    known = list(dict.fromkeys(k for r in members for k in r.metrics()))
+    if metric is None:
+        return next((k for k in known if DEFAULT_METRIC.match(k)), known[0] if known else None)
+    if metric not in known:
+        raise unknown_metric(metric, members)
+    return metric
+
+
+def unknown_metric(metric: str, members: Sequence[Run]) -> UserError:
+    known = list(dict.fromkeys(k for r in members for k in r.metrics()))
+    if not known:
+        return UserError(f"--metric {metric!r}: no run has a results.json yet (still running, or failed); "
+                         f"leave --metric out until one has finished")
+    return UserError(f"--metric {metric!r} is in no run's results.json; choose one of: {', '.join(known)}")
+
+
+# ---- HTML pieces ---------------------------------------------------------------------------------------------------
+
+def esc(value) -> str:
+    return html.escape(value if isinstance(value, str) else show(value))
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence], css_class: str = "") -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{css_class}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def facts_table(rows: Sequence[Tuple[str, object]]) -> str:
+    """Name-value pairs, the name as the row's heading."""
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    return f'<table class="facts"><tbody>{body}</tbody></table>'
+
+
+def section(title: str, body: str) -> str:
+    return f"<section><h2>{esc(title)}</h2>{body}</section>"
+
+
+class Images:
+    """The page's PNGs as data: URIs, and how many points each curve in them drew (checked by the tests)."""
+
+    def __init__(self):
+        self.points: List[Dict] = []
+        self.count = 0
+
+    def img(self, data: bytes, alt: str, drawn: Sequence[Tuple[str, curves.Series]]) -> str:
+        self.count += 1
+        for run, s in drawn:
+            self.points.append({"image": self.count, "run": run, "source": s.source, "column": s.column,
+                                "points": s.points})
+        uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+        return f'<img id="curve-{self.count}" alt="{esc(alt)}" src="{uri}">'
+
+    def json_block(self) -> str:
+        text = json.dumps(self.points, indent=1).replace("</", "<\\/")  # no "</script>" inside the block
+        return f'<script type="application/json" id="curve-points">{text}</script>'
+
+
+def page(title: str, body: str, images: Images) -> str:
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
+            f"<style>{STYLE}</style></head><body><h1>{esc(title)}</h1>{body}{images.json_block()}</body></html>\n")
+
+
+# ---- one run ---------------------------------------------------------------------------------------------------
+
+def run_page(run: Run) -> str:
+    images = Images()
+    parts = [section("Run", facts_table(run_facts(run))),
+             section("Results", results_html(run)),
+             section("Curves", run_curves(run, images)),
+             section("Throughput", throughput_html(run)),
+             section("Segments", segments_html(run)),
+             section("Resolved config", f"<pre>{esc(config_text(run))}</pre>")]
+    return page(f"Run {run.run_id}", "".join(parts), images)
+
+
+def state(run: Run) -> str:
+    found = segments.read(run.path)
+    return (found[-1].how or "RUNNING") if found else "no segment recorded"
+
+
+def run_facts(run: Run) -> List[Tuple[str, object]]:
+    m, image, git = run.manifest, run.manifest.get("image") or {}, run.manifest.get("git") or {}
+    facts = [("run id", run.run_id), ("state", state(run)), ("cluster", m.get("cluster")),
+             ("profile", m.get("profile")), ("experiment", m.get("experiment")),
+             ("overrides", " ".join(m.get("overrides") or []) or "none"), ("submitted", m.get("submitted_at")),
+             ("image", f"{image.get('flavor')} sha256:{image.get('sha256')}"), ("image path", image.get("path")),
+             ("code", f"git {git.get('commit')}" + (" (uncommitted changes)" if git.get("dirty") else "")),
+             ("rerun of", m.get("rerun_of"))]
+    code = m.get("code")
+    if isinstance(code, dict) and code.get("sha256"):
+        facts.append(("code snapshot", f"sha256:{code['sha256']} of {code.get('source') or '?'}"))
+    return [(k, v) for k, v in facts if v not in (None, "")]
+
+
+def results_html(run: Run) -> str:
+    if not run.results:
+        return '<p class="note">no results.json yet: the run is running, or ended before writing it</p>'
+    metrics = run.metrics()
+    facts = [(k, v) for k, v in flat(run.results).items() if k not in metrics and not k.startswith(("input.", "speed."))]
+    return (table(["metric", "value"], list(metrics.items())) + ranked_tables(run)
+            + table(["fact", "value"], facts))
+
+
+def ranked_tables(run: Run) -> str:
+    """A metric per model (seed 000's test_acc per video model, seed 001's best_val_acc per expert), best first:
+    the seeds' final summaries."""
+    out = ""
+    for key, value in run.results.items():
+        if isinstance(value, dict) and len(value) > 1 and all(is_number(v) for v in value.values()):
+            ranked = sorted(value.items(), key=lambda kv: kv[1], reverse=not lower_is_better(key))
+            out += f"<h3>{esc(key)}, best first</h3>" + table(["#", "name", key], [(i + 1, n, v) for i, (n, v)
+                                                                                   in enumerate(ranked)])
+    return out
+
+
+def run_curves(run: Run, images: Images) -> str:
+    by_source: Dict[str, List[curves.Series]] = {}
+    for s in curves.run_series(run.path):
+        by_source.setdefault(s.source, []).append(s)
+    if not by_source:
+        return '<p class="note">no CSV log yet (metrics.csv)</p>'
+    return "".join(images.img(curves.run_figure(members, source), f"curves of {source}",
+                              [(".", s) for s in members]) for source, members in by_source.items())
+
+
+def throughput_html(run: Run) -> str:
+    rows = [throughput_row(name, wait, run) for name, wait in input_records(run.results)]
+    if not rows:
+        return '<p class="note">no throughput recorded (results.json has no input figures)</p>'
+    return table(["model", "steps", "compute s", "data wait s", "waited", "steps/s", "samples/s"], rows)
+
+
+def input_records(results: Dict) -> List[Tuple[str, Dict]]:
+    """train/speed.py's input figures: results["input"], or per model under results["speed"] (video_suite)."""
+    found = [("", results["input"])] if isinstance(results.get("input"), dict) else []
+    for name, speed in (results.get("speed") or {}).items():
+        if isinstance(speed, dict) and isinstance(speed.get("input"), dict):
+            found.append((name, speed["input"]))
+    return found
+
+
+def throughput_row(name: str, wait: Dict, run: Run) -> Tuple:
+    seconds = (wait.get("compute_s") or 0) + (wait.get("data_wait_s") or 0)
+    steps = wait.get("steps") or 0
+    per_s = steps / seconds if seconds else None
+    batch = (run.config.get("data") or {}).get("batch_size")
+    ranks = run.results.get("world_size") or 1  # data.batch_size is per rank
+    samples = per_s * batch * ranks if per_s and is_number(batch) else None
+    waited = f"{wait['wait_fraction']:.0%}" if is_number(wait.get("wait_fraction")) else None
+    return (name or run.config.get("model", {}).get("name", ""), steps, wait.get("compute_s"), wait.get("data_wait_s"),
+            waited, per_s, samples)
+
+
+def segments_html(run: Run) -> str:
+    records = segments.as_records(run.path) or run.manifest.get("segments") or []
+    if not records:
+        return '<p class="note">no segment recorded (logs/segments.jsonl)</p>'
+    rows = [(r["segment"], r.get("job_id"), r.get("hosts"), r.get("start"), r.get("end"), r.get("how"),
+             r.get("exit_code"), "; ".join(f"epoch {f.get('resumed_epoch')} step {f.get('resumed_step')}"
+                                           for f in r.get("resumed_from") or [] if f.get("resumed_step") is not None))
+            for r in records]
+    return table(["segment", "job", "hosts", "start", "end", "how", "exit", "resumed from"], rows)
+
+
+def config_text(run: Run) -> str:
+    path = run.path / "config.yaml"
+    return path.read_text(errors="replace") if path.is_file() else json.dumps(run.config, indent=2)
+
+
+# ---- a group of runs (a sweep) -------------------------------------------------------------------------------------
+
+def group_page(path: Path, members: List[Run], metric: Optional[str]) -> str:
+    images = Images()
+    ordered = sort_by(members, metric)
+    keys = differing([r.config for r in members])
+    order = f"sorted by {metric} ({'lower' if lower_is_better(metric) else 'higher'} is better)" if metric else \
+        "no run has results yet"
+    parts = [f'<p class="note">{len(members)} runs in {esc(str(path))}, {esc(order)}</p>',
+             section("Runs", group_table(ordered, metric, keys)),
+             section("Config keys that differ", differing_html(keys, members)),
+             section("Curves", group_curves(ordered, images))]
+    return page(f"Runs of {path.resolve().name}", "".join(parts), images)
+
+
+def sort_by(members: List[Run], metric: Optional[str]) -> List[Run]:
+    """Best first; runs without the metric (running, failed) last, by id."""
+    if not metric:
+        return sorted(members, key=lambda r: r.run_id)
+    sign = 1 if lower_is_better(metric) else -1
+    return sorted(members, key=lambda r: (metric not in r.metrics(), sign * r.metrics().get(metric, 0), r.run_id))
+
+
+def group_table(ordered: List[Run], metric: Optional[str], keys: List[str]) -> str:
+    names = list(dict.fromkeys(([metric] if metric else []) + [k for r in ordered for k in r.metrics()]))
+    header = ["#", "run", "state", *names, *keys, "image", "code"]
+    rows = [(i + 1, r.path.name, state(r), *[r.metrics().get(n) for n in names],
+             *[flat(r.config).get(k) for k in keys], short_digest(r.manifest), code_version(r.manifest))
+            for i, r in enumerate(ordered)]
+    return table(header, rows, "runs")
+
+
+def differing_html(keys: List[str], members: List[Run]) -> str:
+    same = len(set(flat(members[0].config)) - set(keys) - {"output_dir"})
+    if not keys:
+        return f'<p class="note">none: all {len(members)} runs have the same config ({same} keys)</p>'
+    return (table(["key", "values"], [(k, ", ".join(sorted({show(flat(r.config).get(k)) for r in members})))
+                                      for k in keys])
+            + f'<p class="note">{same} other keys are the same in every run</p>')
+
+
+def group_curves(ordered: List[Run], images: Images) -> str:
+    """One figure per (CSV log, column), one line per run (labelled by its directory): the runs' curves overlaid."""
+    lines: Dict[Tuple[str, str], List[Tuple[str, curves.Series]]] = {}
+    for run in ordered:
+        for s in curves.run_series(run.path):
+            lines.setdefault((s.source, s.column), []).append((run.path.name, s))
+    if not lines:
+        return '<p class="note">no CSV log in any run yet</p>'
+    figures = "".join(images.img(curves.overlay_figure(drawn, f"{column} ({source})"), f"{column} of every run", drawn)
+                      for (source, column), drawn in sorted(lines.items(), key=validation_first))
+    return f'<div class="curves">{figures}</div>'  # two figures a row: a sweep has many columns
+
+
+def validation_first(item) -> Tuple:
+    (source, column), _ = item
+    return source, not column.startswith("val"), column
