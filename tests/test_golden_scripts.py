@@ -2,6 +2,7 @@
 
 Regenerate after a deliberate change with CT_UPDATE_GOLDEN=1 and review the diff (git diff tests/golden)."""
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -39,20 +40,47 @@ def env(tmp_path_factory):
             "CT_RUNS_DIR": str(tmp / "runs")}, tmp
 
 
+# the seeds' own experiments on their clusters' profiles, and your own code (examples/) as a user submits it
+GILBRETH = [p for c, p in every_profile() if c == "gilbreth"]
+LIGHTNING = ["examples/lightning_smart/experiment.yaml", "--", "python", "train.py", "--config"]
+SEED_RUNS = {
+    "navsim_planner/torch-hpc-l40s_4x4": ["torch-hpc", "l40s_4x4", "navsim_planner"],
+    **{f"smart_motion/gilbreth-{p}": ["gilbreth", p, "smart_motion"] for p in GILBRETH},
+    "lightning_smart/gilbreth-multi_node_4x1": ["gilbreth", "multi_node_4x1", *LIGHTNING,
+                                                "configs/train/train_a100_n4_gpu1.yaml"],
+    "ddp_plain/ci-slurm-n2_gpu2": ["ci-slurm", "n2_gpu2", "examples/ddp_plain/experiment.yaml"],
+}
+
+
 @pytest.mark.parametrize("cluster, profile", list(every_profile()))
 def test_dry_run_script_matches_golden(env, cluster, profile, monkeypatch, capsys):
     """In this process (bin/run-cluster's own main, as a subprocess would run it: ~0.6 s less per profile)."""
+    experiment = EXPERIMENT.get(f"{cluster}/{profile}") or EXPERIMENT.get(cluster) or (
+        "demo" if cluster in SMALL_CLUSTERS else "cifar100_resnet")
+    matches_golden(env, [cluster, profile, experiment], GOLDEN / cluster / f"{profile}.txt", monkeypatch, capsys)
+
+
+@pytest.mark.parametrize("name", list(SEED_RUNS))
+def test_seed_experiments_on_their_profiles_match_golden(env, name, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)  # the experiment paths as a user in the checkout types them
+    matches_golden(env, SEED_RUNS[name], GOLDEN / "experiments" / f"{name}.txt", monkeypatch, capsys)
+
+
+def matches_golden(env, args, golden: Path, monkeypatch, capsys):
     variables, tmp = env
     for name in ("CT_IMAGES", "CT_SETTINGS", "CT_RUNS_DIR"):
         monkeypatch.setenv(name, variables[name])
-    experiment = EXPERIMENT.get(f"{cluster}/{profile}") or EXPERIMENT.get(cluster) or (
-        "demo" if cluster in SMALL_CLUSTERS else "cifar100_resnet")
-    status = cli.main([cluster, profile, experiment, "--dry-run", "--run-id", "golden"])
+    if "--" in args:
+        at = args.index("--")
+        args = [*args[:at], "--dry-run", "--run-id", "golden", *args[at:]]
+    else:
+        args = [*args, "--dry-run", "--run-id", "golden"]
+    status = cli.main(args)
     out, err = capsys.readouterr()
     assert status == 0, err
     rendered = (out.replace(str(tmp / "images"), "<images>").replace(str(tmp / "runs"), "<runs>")
                 .replace(str(tmp / "experts"), EXPERTS).replace(str(ROOT), "<repo>"))
-    golden = GOLDEN / cluster / f"{profile}.txt"
+    rendered = re.sub(r"\(git [0-9a-f]{12}( \+ uncommitted changes)?\)", "(git <commit>)", rendered)
     if os.environ.get("CT_UPDATE_GOLDEN"):
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(rendered)

@@ -69,7 +69,8 @@ def test_both_examples_run_locally_and_rerun_their_snapshot(cpu_image, runs_dir,
     for name, first in (("ddp", ddp), ("lit", lit)):
         submit("--rerun", runs_dir / name, "--run-id", f"{name}-rerun", "--wait")
         again = completed(runs_dir / f"{name}-rerun", 2)
-        assert again == pytest.approx(first, rel=1e-5), (again, first)
+        numbers = {k: v for k, v in first.items() if isinstance(v, float)}
+        assert numbers and {k: again[k] for k in numbers} == pytest.approx(numbers, rel=1e-5), (again, first)
         assert manifest(runs_dir / f"{name}-rerun")["code"]["sha256"] == manifest(runs_dir / name)["code"]["sha256"]
 
 

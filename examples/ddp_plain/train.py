@@ -23,6 +23,11 @@ def regression_data(n=4096, features=32):
     return x, y
 
 
+def say(line: str) -> None:
+    """One write per line: the ranks share the job's log, and unbuffered output would interleave text and newline."""
+    print(line + "\n", end="", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=200)
@@ -36,8 +41,8 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ["LOCAL_RANK"])
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
-    print(f"rank {rank}/{world} local_rank {local_rank}/{os.environ.get('LOCAL_WORLD_SIZE')} "
-          f"node_rank {os.environ.get('NODE_RANK')} host {socket.gethostname()}", flush=True)
+    say(f"rank {rank}/{world} local_rank {local_rank}/{os.environ.get('LOCAL_WORLD_SIZE')} "
+          f"node_rank {os.environ.get('NODE_RANK')} host {socket.gethostname()}")
 
     torch.manual_seed(0)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     x, y = regression_data()
@@ -56,7 +61,7 @@ def main():
         opt.step()
     with torch.no_grad():
         final = loss_fn(model(x.to(device)), y.to(device)).item()
-    print(f"rank {rank}/{world} done: loss {initial:.4f} -> {final:.4f}", flush=True)
+    say(f"rank {rank}/{world} done: loss {initial:.4f} -> {final:.4f}")
     if rank == 0:
         metrics = {"world_size": world, "steps": args.steps, "initial_loss": initial, "final_loss": final}
         Path(args.out, "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")

@@ -76,6 +76,11 @@ class SaveOnSignal(pl.Callback):
             self.stopped = trainer.should_stop = True
 
 
+def say(line: str) -> None:
+    """One write per line: the ranks share the job's log, and unbuffered output would interleave text and newline."""
+    print(line + "\n", end="", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description="train the motion classifier")
     p.add_argument("--config", required=True)
@@ -99,17 +104,16 @@ def main():
         default_root_dir=str(out), logger=CSVLogger(str(out), name="", version=""), enable_progress_bar=False,
         callbacks=[ModelCheckpoint(dirpath=str(ckpt_dir), save_last=True), on_signal], deterministic=True,
         num_sanity_val_steps=0)
-    print(f"rank {trainer.global_rank}/{trainer.world_size} local_rank {trainer.local_rank} node_rank "
-          f"{trainer.node_rank} host {socket.gethostname()}", flush=True)
+    say(f"rank {trainer.global_rank}/{trainer.world_size} local_rank {trainer.local_rank} node_rank "
+          f"{trainer.node_rank} host {socket.gethostname()}")
     last = ckpt_dir / "last.ckpt"
     resume = args.ckpt_path or (str(last) if last.is_file() else None)
     if resume:
-        print(f"rank {trainer.global_rank}: resuming from {resume}", flush=True)
+        say(f"rank {trainer.global_rank}: resuming from {resume}")
     trainer.fit(MotionClassifier(**model_cfg), train, val, ckpt_path=resume)
     if on_signal.stopped:
         trainer.save_checkpoint(str(last))
-        print(f"rank {trainer.global_rank}: saved {last} at epoch {trainer.current_epoch}; asking for a requeue",
-              flush=True)
+        say(f"rank {trainer.global_rank}: saved {last} at epoch {trainer.current_epoch}; asking for a requeue")
         raise SystemExit(int(os.environ.get("CT_REQUEUE_EXIT", "75")))
     if trainer.global_rank == 0:
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}

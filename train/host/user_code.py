@@ -39,7 +39,8 @@ def experiment_raw(raw: Dict[str, Any], command: Optional[List[str]], dev: bool,
                             "code already; drop --dev")
         raw["code"], base = str(project.ROOT), project.ROOT
     if raw.get("command"):
-        given = [key for key in TASK_KEYS if key in raw]
+        defaults = cfg.to_dict(cfg.RunConfig())  # a saved config.yaml (a rerun) holds them all, as defaults
+        given = [key for key in TASK_KEYS if key in raw and raw[key] != defaults[key]]
         if given:
             raise UserError(f"the experiment names a command and also {', '.join(given)}, which only a task reads; "
                             f"remove {', '.join(given)} (your code decides its own model and optimizer)")
