@@ -15,7 +15,7 @@ from train.fit import fit
 from train.lit import Classifier
 from train.localrun import spawn
 from train.models import MODELS
-from train.speed import InputWait, precision_for, resolved, to_channels_last
+from train.speed import InputWait, batch_size, precision_for, resolved, to_channels_last
 
 TINY = {"depth": 8, "width": 4}
 
@@ -53,13 +53,25 @@ class SlowSamples(Dataset):
         return torch.randn(16), i % 4
 
 
-def input_wait(dataset) -> dict:
+def input_wait(dataset, throughput=None) -> dict:
     wait = InputWait()
     trainer = pl.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, callbacks=[wait])
     net = torch.nn.Sequential(torch.nn.Linear(16, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
     trainer.fit(Classifier(net, cfg.OptimConfig(scheduler="none")), DataLoader(dataset, batch_size=8))
+    if throughput is not None:
+        throughput.update(wait.throughput(world_size=3))
     return wait.summary(num_workers=0)
+
+
+def test_throughput_counts_the_samples_of_the_epochs_after_the_first_over_all_ranks():
+    found = {}
+    input_wait(SlowSamples(), found)  # 32 samples an epoch, each at least 10 ms to read
+    per_rank = found["samples_per_s_per_rank"]
+    assert found["epochs_measured"] == 1 and found["world_size"] == 3
+    assert 40 < per_rank <= 100, found  # 32 samples in at least 0.32 s, and the loop adds little
+    assert found["samples_per_s"] == pytest.approx(3 * per_rank, rel=0.01)
+    assert batch_size({"x": torch.zeros(5, 2)}) == 5 and batch_size([torch.zeros(7), 1]) == 7
 
 
 def test_input_wait_tells_a_slow_loader_from_a_fast_one():

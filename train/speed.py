@@ -85,21 +85,26 @@ class InputWait(Callback):
     def __init__(self):
         self.wait_s = self.step_s = 0.0
         self.steps = 0
+        self.epochs = []  # [samples, seconds of waiting and stepping] of each epoch: the throughput
         self._ready = None  # when the loop began waiting for the next batch; None while not training
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._ready = time.perf_counter()  # the epoch's first batch: worker start-up counts as waiting
+        self.epochs.append([0, 0.0])
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         now = time.perf_counter()
         if self._ready is not None:
             self.wait_s += now - self._ready
+            self.epochs[-1][1] += now - self._ready
         self._started = now
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self._ready = time.perf_counter()
         self.step_s += self._ready - self._started
         self.steps += 1
+        self.epochs[-1][0] += batch_size(batch)
+        self.epochs[-1][1] += self._ready - self._started
 
     def on_validation_start(self, trainer, pl_module):
         self._ready = None
@@ -119,6 +124,23 @@ class InputWait(Callback):
                 "num_workers": num_workers}
 
 
+    def throughput(self, world_size: int) -> dict:
+        """Samples per second over all ranks (each trains its own batches), from the epochs after the first (worker
+        start-up, cuDNN's autotuning and compilation fall in the first); from the first where it is the only one."""
+        measured = self.epochs[1:] or self.epochs
+        samples, seconds = sum(e[0] for e in measured), sum(e[1] for e in measured)
+        per_rank = samples / seconds if seconds else 0.0
+        return {"samples_per_s": round(per_rank * world_size, 2), "samples_per_s_per_rank": round(per_rank, 2),
+                "epochs_measured": len(measured), "world_size": world_size}
+
+
+def batch_size(batch) -> int:
+    """The number of samples in a batch: the first dimension of its first tensor (tuple, list or dict batches)."""
+    while isinstance(batch, (list, tuple, dict)) and batch:
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    return int(batch.shape[0]) if hasattr(batch, "shape") and len(batch.shape) else 1
+
+
 def speed_facts(trainer, num_workers: int) -> dict:
     """For results.json: the precision, layout and compile the run trained with, and its input wait (this rank)."""
     layout = next(c for c in trainer.callbacks if isinstance(c, FastLayout))
@@ -127,4 +149,5 @@ def speed_facts(trainer, num_workers: int) -> dict:
         print(f"[cluster-train] input-bound: the training loop waited for data {wait['wait_fraction']:.0%} of the "
               f"time; raise data.num_workers ({num_workers} now) or make the data set faster to read", flush=True)
     return {"precision": str(trainer.precision), "channels_last_layers": layout.converted,
-            "compiled": layout.compile, "input": wait}
+            "compiled": layout.compile, "input": wait,
+            "throughput": next(c for c in trainer.callbacks if isinstance(c, InputWait)).throughput(trainer.world_size)}

@@ -8,6 +8,7 @@
     run-cluster resume runs/<id> [--profile P] [--set KEY=VALUE ...]
     run-cluster report runs/<id>|sweeps/<id> [--metric M]
     run-cluster compare runs/<a> runs/<b> ...
+    run-cluster scaling CLUSTER PROFILE... [EXPERIMENT] [--steps N]   scaling efficiency against 1 GPU
     run-cluster names
     run-cluster check-cluster FILE
     run-cluster images list|import FILE.sif|push IMAGE oras://...|pull oras://...|verify [DIGEST]
@@ -75,6 +76,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             from train.host.compare import main as compare_main
 
             return compare_main(argv[1:])
+        if argv and argv[0] == "scaling":
+            from train.host.scaling import main as scaling_main
+
+            return scaling_main(argv[1:])
         if argv and argv[0] == "check-cluster":
             return check_cluster_command(argv[1:])
         if argv and argv[0] == "names":
@@ -214,7 +219,7 @@ def print_status(manifest: dict, scheduler, run_dir: Path) -> None:
     if state["state"] == State.COMPLETED and (run_dir / "results.json").is_file():
         results = json.loads((run_dir / "results.json").read_text())
         runs.update_manifest(run_dir, gpu={k: results.get(k) for k in ("gpu", "cuda", "driver")},
-                             speed={k: results.get(k) for k in ("precision", "compiled", "input")})
+                             speed={k: results.get(k) for k in ("precision", "compiled", "input", "throughput")})
         print("  result: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                                        for k, v in results.items() if k.startswith(("final_", "best_", "epochs"))))
         if results.get("input"):
@@ -228,8 +233,9 @@ def print_status(manifest: dict, scheduler, run_dir: Path) -> None:
 def input_wait_line(results: dict) -> str:
     """How the run trained and whether it waited for data (train/speed.py's figures, rank 0)."""
     wait = results["input"]
-    line = (f"precision {results.get('precision')}, waited for data {wait['wait_fraction']:.0%} of "
-            f"{wait['data_wait_s'] + wait['compute_s']:.0f} s of training")
+    rate = results.get("throughput", {}).get("samples_per_s")
+    line = (f"precision {results.get('precision')},{f' {rate:.1f} samples/s,' if rate else ''} waited for data "
+            f"{wait['wait_fraction']:.0%} of {wait['data_wait_s'] + wait['compute_s']:.0f} s of training")
     if wait["input_bound"]:
         line += f": input-bound, raise data.num_workers ({wait['num_workers']} now)"
     return line
