@@ -104,3 +104,21 @@ $(addprefix lock-,$(IMAGE_FLAVORS)): lock-%:
 	  cat "$$tmp"; } > "$$tmp.new"; \
 	mv -f "$$tmp.new" "$$out"; \
 	echo "make lock: $$out: $$(grep -c '^[A-Za-z0-9]' "$$out") packages"
+
+# ---------------------------------------------------------------------------------------------------------------
+# A project's own packages, for `bin/run-cluster images derive` (README, "Your project's own packages"):
+#   make lock-derived REQS=path/requirements.in [FLAVOR=cpu]   ->  path/requirements.lock
+# Resolved as FLAVOR's own lock is (its Python, platform, exclusions, Debian's torch for cpu), constrained to the
+# versions the image already holds (containers/FLAVOR.lock), which it then leaves out: the lock lists only what the
+# derived image adds, each file hash-pinned.
+REQS ?=
+DERIVED_LOCK ?= $(basename $(REQS)).lock
+.PHONY: lock-derived
+lock-derived:
+	@test -n "$(REQS)" && test -f "$(REQS)" || \
+	  { echo "make lock-derived: REQS='$(REQS)' is not a file; give REQS=path/requirements.in (one package a line)" >&2; exit 2; }
+	@test -f containers/$(FLAVOR).lock || { echo "make lock-derived: no containers/$(FLAVOR).lock (FLAVOR=cpu|cuda12.8|cuda11.6)" >&2; exit 2; }
+	$(UV) pip compile --quiet --generate-hashes --default-index $(LOCK_INDEX) $(LOCK_OPTS_$(FLAVOR)) \
+	  -c containers/$(FLAVOR).lock $$(awk -F'==' '/^[A-Za-z0-9]/ { print "--no-emit-package", $$1 }' containers/$(FLAVOR).lock) \
+	  "$(REQS)" -o "$(DERIVED_LOCK)"
+	@echo "make lock-derived: $(DERIVED_LOCK): $$(grep -c '^[A-Za-z0-9]' "$(DERIVED_LOCK)") packages on top of the $(FLAVOR) image"

@@ -1,11 +1,12 @@
-"""`run-cluster images list|import|push|pull|verify|sign`: the image store seen from a login node, torch-free, one line
-per image.
+"""`run-cluster images list|import|push|pull|verify|sign|derive`: the image store seen from a login node, torch-free,
+one line per image.
 
 A SIF built elsewhere (a workstation, CI) and copied here by scp, rsync or Globus enters the store with `images
 import`, under its sha256, checked first: a SIF header, every byte its header promises (a truncated copy is
 refused), cluster-train's labels (its flavor), and the digest the sender gave (`--expect-sha256`). The store is
 $CT_IMAGES, else `images:` of the settings file, else images/ of this checkout (`--cluster C`: that cluster's store,
-which its file may point at a group directory).
+which its file may point at a group directory). `images derive` builds a project's packages on top of a stored image
+(train/host/derive.py).
 """
 import json
 import struct
@@ -14,13 +15,14 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from train.errors import UserError, raise_all
-from train.host import images, project, registry, settings, signing
+from train.host import derive, images, project, registry, settings, signing
 from train.host.submit import store_of
 from train.host.usage import Parser
 
 SIF_MAGIC = b"SIF_MAGIC"  # bytes 32-40 of every SIF, after its launcher line
 FLAVOR_LABEL = "org.cluster-train.flavor"
 COMMIT_LABEL = "org.cluster-train.git-commit"
+PARENT_LABEL = "org.cluster-train.parent-sha256"  # a derived image's (containers/derived.def.j2)
 
 
 def main(argv: List[str]) -> int:
@@ -41,6 +43,14 @@ def main(argv: List[str]) -> int:
     sign = sub.add_parser("sign", help="sign a stored image with your PGP key: the signed copy is a new image")
     sign.add_argument("image", help="a flavor (its current image) or a sha256")
     sign.add_argument("--keyidx", type=int, help="which of your secret keys (apptainer key list --secret)")
+    der = sub.add_parser("derive", help="your project's hash-locked packages on top of a stored image, stored as "
+                                        "the flavor BASE+NAME with its parent's digest")
+    der.add_argument("name", help="the project's name: the image's flavor becomes <base flavor>+NAME")
+    der.add_argument("--from", dest="base", required=True, help="the image to build on: a flavor or a sha256")
+    der.add_argument("--requirements", type=Path, required=True,
+                     help="a hash-locked requirements file (uv pip compile --generate-hashes)")
+    der.add_argument("--wheels", type=Path, help="install only from this directory of wheels (no index at build time)")
+    der.add_argument("--dry-run", action="store_true", help="print the definition file and build nothing")
     ver = sub.add_parser("verify", help="recompute the digests of the store's files and name any that changed")
     ver.add_argument("digest", nargs="?", help="only this image (sha256)")
     for command in sub.choices.values():
@@ -61,8 +71,19 @@ def main(argv: List[str]) -> int:
         entry, new = signing.sign(stored(args.image, root), root, args.keyidx)
         print(f"{'signed' if new else 'already in the store:'} {describe(entry)} (signed from sha256:"
               f"{entry.signed_from}, by {', '.join(entry.signers) or 'a key this keyring cannot verify'})")
+    elif args.command == "derive":
+        return derive_image(args, root)
     else:
         return verify(root, args.digest)
+    return 0
+
+
+def derive_image(args, root: Path) -> int:
+    entry, done = derive.derive(args.name, args.base, args.requirements, args.wheels, root, args.dry_run)
+    if entry is None:
+        print(done, end="")
+    else:
+        print(f"{done} {describe(entry)} (parent sha256:{entry.parent_sha256}); run with --flavor {entry.flavor}")
     return 0
 
 
@@ -76,8 +97,9 @@ def list_images(root: Path) -> int:
         where = "" if Path(entry.path).is_file() else "  (gone from the store)"
         pushed = "".join(f"  pushed {p['reference']}" for p in entry.pushed)
         signed = f"  signed by {','.join(entry.signers)} from sha256:{entry.signed_from[:12]}" if entry.signed_from else ""
+        parent = f"  parent sha256:{entry.parent_sha256}" if entry.parent_sha256 else ""
         print(f"{entry.flavor:9s} sha256:{entry.sha256}  {entry.size / 2**20:6.0f} MiB  stored {entry.built_at}  "
-              f"commit {entry.git_commit or '-'}{signed}{pushed}{where}")
+              f"commit {entry.git_commit or '-'}{parent}{signed}{pushed}{where}")
     if not found:
         print(f"no images in {root}; build one (make image) or import one (bin/run-cluster images import FILE.sif)")
     return 0
@@ -96,7 +118,8 @@ def admit(sif: Path, expect: Optional[str], root: Path, pushed: Optional[List[di
     digest = images.sha256_file(sif)
     if expect and digest != expect.removeprefix("sha256:"):
         raise UserError(f"{shown} has sha256 {digest}, not the expected {expect}; it is damaged or another image")
-    return images.add(labels[FLAVOR_LABEL], sif, digest, root, labels.get(COMMIT_LABEL), pushed, owned)
+    return images.add(labels[FLAVOR_LABEL], sif, digest, root, labels.get(COMMIT_LABEL), pushed, owned,
+                      parent_sha256=labels.get(PARENT_LABEL, ""))
 
 
 def stored(image: str, root: Path) -> images.ImageRecord:
@@ -129,14 +152,19 @@ def pull_image(reference: str, plain_http: bool, expect: Optional[str], root: Pa
 
 def run_image(manifest: dict, what: str) -> images.ImageRecord:
     """The image a recorded run used, verified, from this machine's store for its cluster; pulled first from the
-    registry the run recorded where the store lacks it (--rerun and resume on another machine)."""
+    registry the run recorded where the store lacks it (--rerun and resume on another machine). A derived image
+    comes with its parent, verified too: a rerun pins both."""
     root = store_of(manifest["cluster_file"])
     sha256 = manifest["image"]["sha256"]
     source = manifest["image"].get("registry")
     if images.find(sha256, root) is None and isinstance(source, dict) and source.get("reference"):
         print(f"{what} (sha256 {sha256}) is not in {root}: pulling {source['reference']}")
         pull_image(source["reference"], bool(source.get("plain_http")), sha256, root)
-    return images.verified(sha256, root, what)
+    record = images.verified(sha256, root, what)
+    parent = manifest["image"].get("parent_sha256") or record.parent_sha256
+    if parent:
+        images.verified(parent, root, f"the parent image of {what} ({record.flavor} was built on it)")
+    return record
 
 
 def check_complete_sif(sif: Path, shown: str) -> None:

@@ -5,7 +5,9 @@ A rebuild never removes an older image: `record` hard-links the SIF into `images
 (`bin/run-cluster --rerun`) finds them by digest with `find`.
 
 `images/index.json` is a list of records, oldest first; store paths in it are relative to the images directory,
-so the directory can move. Stdlib only, Python 3.9+, no torch: this runs on login nodes, and `make image` calls
+so the directory can move. A derived image (`images derive`: a project's packages on top of a stored image) is
+recorded under the flavor `<base flavor>+<name>` with `parent_sha256`, the image it was built on; records written
+before that field existed read as having no parent. Stdlib only, Python 3.9+, no torch: this runs on login nodes, and `make image` calls
 `python3 -m train.host.images record ...` after each build.
 
 The same module computes the content key of a build (`inputs`): the sha256 of the definition file, the lock file,
@@ -58,6 +60,15 @@ class ImageRecord:
     pushed: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # [{reference, plain_http}]
     signed_from: str = ""  # a signed copy (images sign): the sha256 of the build it was signed from
     signers: List[str] = dataclasses.field(default_factory=list)  # the key fingerprints that signed it
+    parent_sha256: str = ""  # a derived image (images derive): the sha256 of the image it was built on
+
+
+DERIVED = "+"  # a derived image's flavor: <base flavor>+<name>, e.g. cpu+myproject
+
+
+def base_flavor(flavor: str) -> str:
+    """The flavor whose CUDA, GPUs and driver a (derived) image has: `cpu` of `cpu+myproject`."""
+    return flavor.split(DERIVED, 1)[0]
 
 
 def sha256_file(path) -> str:
