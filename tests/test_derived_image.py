@@ -196,6 +196,24 @@ def test_a_rerun_of_a_derived_image_needs_its_parent(fake_store, tmp_path):
            f"not in the image store" in str(gone.value)
 
 
+def test_a_run_on_a_derived_image_takes_its_bases_checks_and_records_both_digests(fake_store, tmp_path, monkeypatch):
+    root, parent = fake_store
+    child = tmp_path / "child.sif"
+    child.write_text("stand-in derived image\n")
+    entry, _ = images.add("cpu+myproject", child, images.sha256_file(child), root, None, parent_sha256=parent.sha256)
+    done = run_cluster("local", "cpu_1proc", "demo", "--flavor", "cpu+myproject", "--dry-run",
+                       env={"CT_RUNS_DIR": str(tmp_path / "runs")})
+    assert done.returncode == 0, done.stderr
+    assert f"image: {entry.path} (cpu+myproject) sha256 {entry.sha256}" in done.stdout
+    from train.host.submit import prepare  # the manifest's image entry, as queue() writes it
+
+    monkeypatch.setenv("CT_RUNS_DIR", str(tmp_path / "runs"))
+    job = prepare("local", "cpu_1proc", "demo", [], None, "cpu+myproject", dry_run=True).job
+    assert job.image_parent_sha256 == parent.sha256
+    missing = run_cluster("local", "cpu_1proc", "demo", "--flavor", "cpu+other")
+    assert "build it with: bin/run-cluster images derive other --from cpu" in missing.stderr
+
+
 @pytest.mark.skipif(shutil.which("apptainer") is None, reason="apptainer builds the test SIF")
 def test_an_imported_derived_image_knows_its_parent_from_its_labels(fake_store, tmp_path, monkeypatch):
     """A derived SIF copied to another machine enters that store with its parent's digest (its labels carry it)."""

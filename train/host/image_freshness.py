@@ -10,6 +10,9 @@ from train.host import images
 def stale_inputs(record: images.ImageRecord, repo: Path) -> Optional[str]:
     """None when the image was built from the checkout's current inputs (or its inputs are unknown: imported,
     pulled); else what differs, named by file where the build's stamp still lists them."""
+    if record.parent_sha256:  # a derived image runs the code of the image it was built on
+        parent = images.find(record.parent_sha256, Path(record.path).parents[1])
+        return stale_inputs(parent, repo) if parent else None
     def_file, lock_file = f"containers/{record.flavor}.def", f"containers/{record.flavor}.lock"
     if not record.inputs_sha256 or not (repo / def_file).is_file():
         return None

@@ -63,6 +63,7 @@ class Job:
     module_init: str = ""
     image_registry: Optional[Dict[str, Any]] = None  # where the image was pushed: {reference, plain_http}
     image_signed_from: str = ""  # a signed image: the sha256 of the build it was signed from
+    image_parent_sha256: str = ""  # a derived image (images derive): the sha256 of the image it was built on
     signing: Policy = field(default_factory=Policy)  # require_signed and the allowed signers
     gpu_type: str = ""  # the site's name of the GPU, for typed requests
     gpu_request: str = "count"
@@ -147,7 +148,7 @@ def resolve(
         image_flavor=image_flavor,
         data_dir=run.data.root,
         nv=cluster.nv and profile.gpus_per_node > 0,
-        min_driver=min_driver(image_flavor) if profile.gpus_per_node else "",
+        min_driver=min_driver(images.base_flavor(image_flavor)) if profile.gpus_per_node else "",
         check_fabric=check_fabric,
         binds=bind_mounts(cluster, task_runs or [run], run_dir, user),  # packed: only the tasks run
         env={**env, **(fabric.nccl_env(str(run_dir), env) if check_fabric else {})},
@@ -156,6 +157,7 @@ def resolve(
         module_init=cluster.module_init,
         image_registry=image.pushed[0] if image and image.pushed else None,
         image_signed_from=image.signed_from if image else "",
+        image_parent_sha256=image.parent_sha256 if image else "",
         signing=policy(cluster.require_signed, cluster.signers, cluster.path, user, str(settings.path())),
         gpu_type=part.gpu_type,
         gpu_request=part.gpu_request,

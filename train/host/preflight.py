@@ -9,6 +9,7 @@ from train import config as cfg
 from train.errors import UserError, raise_all
 from train.host import config_check, reads, signing
 from train.host.clusters import Cluster, driver_version, flavor_table, gpu_model
+from train.host.images import base_flavor
 from train.host.job import Job
 from train.host.schedulers import SAFE_NAME, adapter
 
@@ -153,7 +154,7 @@ def names_are_safe(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
 def image_can_drive_the_gpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     part = cluster.partition(job.partition)
     table = flavor_table()
-    if job.image_flavor not in table["flavors"]:
+    if base_flavor(job.image_flavor) not in table["flavors"]:  # a derived image (cpu+myproject) has its base's CUDA
         raise UserError(f"unknown image flavor {job.image_flavor!r}; choose one of: {', '.join(table['flavors'])}")
     try:
         model, capability = gpu_model(part.gpu_type)
@@ -161,7 +162,7 @@ def image_can_drive_the_gpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> 
         raise UserError(f"partition {job.partition!r}: {error}") from None
     if capability == "none" or job.gpus_per_node == 0:
         return  # CPU partitions and fake test GPUs: nothing for CUDA to drive
-    flavor = table["flavors"][job.image_flavor]
+    flavor = table["flavors"][base_flavor(job.image_flavor)]
     if "min_capability" not in flavor or not flavor["min_capability"] <= capability <= flavor["max_capability"]:
         raise UserError(
             f"image flavor {job.image_flavor!r} cannot drive {model} GPUs (compute capability {capability}) "
@@ -173,7 +174,7 @@ def driver_runs_the_image(job: Job, cluster: Cluster, run: cfg.RunConfig) -> Non
     """A partition's stated driver runs the image's CUDA (the job checks the node's own driver again at start)."""
     driver = cluster.partition(job.partition).driver
     if driver and job.min_driver and driver_version(driver) < driver_version(job.min_driver):
-        cuda = flavor_table()["flavors"][job.image_flavor]["cuda"]
+        cuda = flavor_table()["flavors"][base_flavor(job.image_flavor)]["cuda"]
         raise UserError(f"partition {job.partition!r} runs NVIDIA driver {driver}, older than the {job.min_driver} "
                         f"that the {job.image_flavor} image (CUDA {cuda}) needs; choose a partition with a newer "
                         f"driver or an image of an older CUDA")
@@ -238,7 +239,10 @@ def directives_repeated(job: Job, script: str) -> List[UserError]:
 
 def image_missing(job: Job) -> Optional[UserError]:
     if not job.image or not Path(job.image).is_file():
-        return UserError(f"no {job.image_flavor} image has been built here; build it with: make image FLAVOR={job.image_flavor}")
+        base, _, name = job.image_flavor.partition("+")
+        build = (f"bin/run-cluster images derive {name} --from {base} --requirements requirements.lock" if name
+                 else f"make image FLAVOR={job.image_flavor}")
+        return UserError(f"no {job.image_flavor} image has been built here; build it with: {build}")
     return None
 
 

@@ -51,7 +51,8 @@ def write_manifest(job: Job, run: cfg.RunConfig, job_id: str, experiment: str, o
         "experiment": experiment,
         "overrides": list(overrides),
         "image": {"path": job.image, "sha256": job.image_sha256, "flavor": job.image_flavor,
-                  "registry": job.image_registry, "signed_from": job.image_signed_from or None},
+                  "registry": job.image_registry, "signed_from": job.image_signed_from or None,
+                  "parent_sha256": job.image_parent_sha256 or None},
         "scheduler": {"name": job.scheduler, "job_id": job_id},
         "git": project.git_state(),
         "code": code,  # the snapshot of the code that runs (a command's project, --dev's train package), else null

@@ -101,7 +101,7 @@ def sign(source: images.ImageRecord, root: Path, keyidx: Optional[int] = None) -
         _apptainer("sign", *(["--keyidx", str(keyidx)] if keyidx is not None else []), str(tmp),
                    interactive=sys.stdin.isatty(), check=True)  # a protected key asks for its passphrase
         _, signers = signers_of(tmp)
-        facts = {k: getattr(source, k) for k in ("def_sha256", "lock_sha256", "inputs_sha256")}
+        facts = {k: getattr(source, k) for k in ("def_sha256", "lock_sha256", "inputs_sha256", "parent_sha256")}
         return images.add(source.flavor, tmp, images.sha256_file(tmp), root, source.git_commit, owned=True,
                           signed_from=source.sha256, signers=signers, **facts)
     finally:

@@ -110,8 +110,10 @@ def stale_image(image: Optional[images.ImageRecord], allowed: bool) -> List[str]
     changed = stale_inputs(image, project.ROOT) if image else None
     if not changed:
         return []
+    base, _, name = image.flavor.partition("+")  # a derived image (cpu+myproject) is rebuilt on a rebuilt base
+    derive = f", then bin/run-cluster images derive {name} --from {base} --requirements YOUR.lock" if name else ""
     problem = (f"the {image.flavor} image sha256:{image.sha256[:12]} was built from other code than this checkout "
-               f"({changed} changed since); rebuild it (make image FLAVOR={image.flavor})")
+               f"({changed} changed since); rebuild it (make image FLAVOR={base}{derive})")
     if not allowed:
         raise UserError(f"{problem}, or pass --stale-image-ok to train with the image's own code")
     return [f"warning: {problem}"]
