@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 
 from train.errors import UserError
 from train.host import clusters, project, runs
+from train.host.curves import pyplot_figure
 from train.host.follow import wait
 from train.host.schedulers import State, adapter
 from train.host.submit import prepare, queue
@@ -42,6 +43,7 @@ def main(argv: List[str]) -> int:
     experiment = DEFAULT_EXPERIMENT if last in cluster.profiles else last  # the last name, if not a profile
     if last in cluster.profiles:
         profiles.append(last)
+    pyplot_figure()  # matplotlib, checked before any job: the figure comes after hours of them
     subs = submissions(cluster, ordered(cluster, profiles), experiment, args)
     if args.dry_run:
         print("\n".join(f"{s.job.profile}: {s.job.total_ranks} rank(s), checked" for s in subs))
@@ -119,30 +121,24 @@ def write(out: Path, cluster: str, experiment: str, rows: List[Dict[str, Any]]) 
 
 
 def plot(rows: List[Dict[str, Any]], device: str, path: Path) -> None:
-    try:  # here: only this command and reports draw
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise UserError("matplotlib is not installed; install it: python3 -m pip install --user matplotlib") from None
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = pyplot_figure()(figsize=(6, 4))
+    ax = fig.subplots()
     ranks = [r["ranks"] for r in rows]
     ax.plot(ranks, [100.0] * len(ranks), "k--", label="ideal")
     ax.plot(ranks, [100 * r["efficiency"] for r in rows], "o-", label="measured")
     for scope, target in TARGETS.items():
         ax.axhline(100 * target, color="grey", linestyle=":", linewidth=1)
-        ax.annotate(f"target {scope} {target:.0%}", (ranks[0], 100 * target), fontsize=7, va="bottom")
+        ax.annotate(f"target {scope} {target:.0%}", (ranks[-1], 100 * target), fontsize=7, ha="right", va="top")
     for r in rows:
-        ax.annotate(r["profile"], (r["ranks"], 100 * r["efficiency"]), fontsize=7, xytext=(4, -10),
+        ax.annotate(r["profile"], (r["ranks"], 100 * r["efficiency"]), fontsize=7, xytext=(5, 5),
                     textcoords="offset points", color="red" if r["below_target"] else "black")
-    ax.set(xlabel="GPUs (ranks)", ylabel="scaling efficiency (%)", xticks=ranks, ylim=(0, 110),
+    top = max(110, 110 * max(r["efficiency"] for r in rows))  # a CPU's super-linear points stay in the picture
+    ax.set(xlabel="GPUs (ranks)", ylabel="scaling efficiency (%)", xticks=ranks, ylim=(0, top),
            title=f"throughput_N / (N x throughput_1)\n{device}")
     ax.title.set_fontsize(8)
     ax.legend(loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def render(rows: List[Dict[str, Any]], out: Optional[Path]) -> str:
