@@ -64,6 +64,21 @@ def assert_resumed_to_the_same_result(long_dir: Path, reference: Path, found: li
     assert f"waited for data {long['input']['wait_fraction']:.0%}" in status.stdout, status.stdout
 
 
+# The Lightning example (examples/lightning_smart) with ~100 s of training under requeue_1x1's 2-minute limit.
+LIGHTNING = Path(__file__).resolve().parents[1] / "examples" / "lightning_smart" / "experiment.yaml"
+LIGHTNING_LONG = ["--", "python", "train.py", "--config", "configs/train/requeue_1x1.yaml"]
+
+
+def own_code_saved_on_the_warning_and_resumed(run_dir: Path, found: list) -> None:
+    """Your own code: the warning reached it in the container, it saved where CT_CHECKPOINT_DIR said and exited with
+    CT_REQUEUE_EXIT; the job requeued and the next segment resumed from that checkpoint to the end."""
+    log = job_logs(run_dir)
+    assert found[0].how == "REQUEUED" and found[-1].how == "COMPLETED", (found, log[-3000:])
+    assert "asking for a requeue" in log and f"resuming from {run_dir}/checkpoints/last.ckpt" in log, log[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["epochs"] == 30 and metrics["resumed_from"] == f"{run_dir}/checkpoints/last.ckpt"
+
+
 def test_runs_longer_than_their_limit_requeue_themselves_and_complete(cpu_image, slurm_cluster, demo_data,
                                                                      runs_dir, lsf_path, monkeypatch):
     """Slurm (a two-minute limit) and the LSF stand-in (a 45 s limit) side by side, after one uninterrupted run."""
@@ -73,13 +88,18 @@ def test_runs_longer_than_their_limit_requeue_themselves_and_complete(cpu_image,
     for cluster, profile in (("ci-slurm", "requeue_1x1"), ("ci-lsf", "requeue_1host")):
         done = run_cluster(cluster, profile, *config(demo_data), "--run-id", cluster)
         assert done.returncode == 0, done.stderr
-    slurm_job, lsf_job = (manifest(runs_dir / c)["scheduler"]["job_id"] for c in ("ci-slurm", "ci-lsf"))
+    own = run_cluster("ci-slurm", "requeue_1x1", LIGHTNING, "--run-id", "own-code", "--no-wait", *LIGHTNING_LONG)
+    assert own.returncode == 0, own.stderr  # your own code beside them (below: test_own_code_...)
+    slurm_job, lsf_job, own_job = (manifest(runs_dir / c)["scheduler"]["job_id"] for c in ("ci-slurm", "ci-lsf",
+                                                                                         "own-code"))
     try:
         for cluster in ("ci-slurm", "ci-lsf"):
             found = wait_until_ended(runs_dir / cluster, 900, slurm_job if cluster == "ci-slurm" else "")
             assert_resumed_to_the_same_result(runs_dir / cluster, runs_dir / "reference", found)
+        own_code_saved_on_the_warning_and_resumed(runs_dir / "own-code", wait_until_ended(runs_dir / "own-code", 900,
+                                                                                          own_job))
     finally:  # a failed test leaves no job requeueing itself behind
-        subprocess.run(["scancel", slurm_job], capture_output=True)
+        subprocess.run(["scancel", slurm_job, own_job], capture_output=True)
         subprocess.run(["bkill", lsf_job], capture_output=True)
     assert {s.job_id for s in segments.read(runs_dir / "ci-slurm")} == {slurm_job}  # a requeued job keeps its id
     log = (runs_dir / "ci-slurm" / "logs" / f"job-{slurm_job}.out").read_text()

@@ -2,6 +2,7 @@
 measured input wait in results.json. The GPU side (bf16, Tensor Core layouts) runs in `make bench` on a GPU; here the
 same code paths run on the CPU."""
 import time
+import types
 
 import pytest
 import pytorch_lightning as pl
@@ -62,6 +63,14 @@ def input_wait(dataset, throughput=None) -> dict:
     if throughput is not None:
         throughput.update(wait.throughput(world_size=3))
     return wait.summary(num_workers=0)
+
+
+def test_a_run_resumed_mid_epoch_counts_from_its_first_step():
+    """Lightning restores a mid-epoch checkpoint into the epoch: a step may come before any epoch start."""
+    wait, trainer = InputWait(), types.SimpleNamespace(current_epoch=3)
+    wait.on_train_batch_start(trainer, None, [torch.zeros(4, 2)], 0)
+    wait.on_train_batch_end(trainer, None, None, [torch.zeros(4, 2)], 0)
+    assert wait.epochs[3][0] == 4 and wait.throughput(world_size=2)["epochs_measured"] == 1
 
 
 def test_throughput_counts_the_samples_of_the_epochs_after_the_first_over_all_ranks():

@@ -1,7 +1,8 @@
 """Both example projects (examples/) run unchanged through every launch shape inside the image: local, the test Slurm
 cluster on 2 nodes x 2 tasks, the LSF stand-in on 2 hosts; each rank sees the same world size and its own rank;
---rerun reproduces the metrics from the recorded snapshot, whatever happened to the project since; the Lightning one
-saves on the time-limit warning, is requeued and resumes; --dev runs a task from this checkout's train package."""
+--rerun reproduces the metrics from the recorded snapshot, whatever happened to the project since; --dev runs a task
+from this checkout's train package. (The Lightning one saving on the time-limit warning, requeued and resumed: beside
+the other long runs, in tests/test_long_runs.py.)"""
 import json
 import re
 import shutil
@@ -83,17 +84,6 @@ def test_both_examples_on_two_slurm_nodes_and_two_lsf_hosts(cpu_image, slurm_clu
     for name, world in (("slurm-ddp", 4), ("slurm-lit", 4), ("lsf-ddp", 2), ("lsf-lit", 2)):
         metrics = completed(runs_dir / name, world, hosts={"n1", "n2"})
         assert metrics["world_size"] == world
-
-
-def test_the_lightning_example_saves_on_the_warning_is_requeued_and_resumes(cpu_image, slurm_cluster, runs_dir):
-    submit("ci-slurm", "requeue_1x1", *LIGHTNING, "--run-id", "long", "--no-wait", *lightning("requeue_1x1"))
-    run_dir = runs_dir / "long"
-    found = wait_ended(run_dir, 900, manifest(run_dir)["scheduler"]["job_id"])
-    log = job_logs(run_dir)
-    assert [s.how for s in found] [:1] == ["REQUEUED"] and found[-1].how == "COMPLETED", (found, log[-3000:])
-    assert "asking for a requeue" in log and f"resuming from {run_dir}/checkpoints/last.ckpt" in log, log[-3000:]
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["epochs"] == 30 and metrics["resumed_from"] == f"{run_dir}/checkpoints/last.ckpt"
 
 
 def test_dev_runs_the_task_from_the_checkouts_train_package(cpu_image, demo_data, runs_dir):

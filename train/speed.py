@@ -85,26 +85,29 @@ class InputWait(Callback):
     def __init__(self):
         self.wait_s = self.step_s = 0.0
         self.steps = 0
-        self.epochs = []  # [samples, seconds of waiting and stepping] of each epoch: the throughput
+        self.epochs = {}  # epoch -> [samples, seconds of waiting and stepping]: the throughput
         self._ready = None  # when the loop began waiting for the next batch; None while not training
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._ready = time.perf_counter()  # the epoch's first batch: worker start-up counts as waiting
-        self.epochs.append([0, 0.0])
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         now = time.perf_counter()
         if self._ready is not None:
             self.wait_s += now - self._ready
-            self.epochs[-1][1] += now - self._ready
+            self._tally(trainer)[1] += now - self._ready
         self._started = now
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self._ready = time.perf_counter()
         self.step_s += self._ready - self._started
         self.steps += 1
-        self.epochs[-1][0] += batch_size(batch)
-        self.epochs[-1][1] += self._ready - self._started
+        self._tally(trainer)[0] += batch_size(batch)
+        self._tally(trainer)[1] += self._ready - self._started
+
+    def _tally(self, trainer) -> list:
+        """This epoch's figures (a run resumed mid-epoch starts counting within it)."""
+        return self.epochs.setdefault(trainer.current_epoch, [0, 0.0])
 
     def on_validation_start(self, trainer, pl_module):
         self._ready = None
@@ -123,11 +126,11 @@ class InputWait(Callback):
                 "wait_fraction": round(fraction, 3), "input_bound": fraction > INPUT_BOUND,
                 "num_workers": num_workers}
 
-
     def throughput(self, world_size: int) -> dict:
         """Samples per second over all ranks (each trains its own batches), from the epochs after the first (worker
         start-up, cuDNN's autotuning and compilation fall in the first); from the first where it is the only one."""
-        measured = self.epochs[1:] or self.epochs
+        epochs = list(self.epochs.values())
+        measured = epochs[1:] or epochs
         samples, seconds = sum(e[0] for e in measured), sum(e[1] for e in measured)
         per_rank = samples / seconds if seconds else 0.0
         return {"samples_per_s": round(per_rank * world_size, 2), "samples_per_s_per_rank": round(per_rank, 2),
