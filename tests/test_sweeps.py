@@ -123,3 +123,17 @@ def test_a_sweep_is_one_slurm_array_capped_at_two(cpu_image, slurm_cluster, demo
     table = run_cluster("status", runs_dir / "sw").stdout
     assert len(re.findall(r"^e\d .* COMPLETED +1 +best_", table, re.M)) == 6, table
 
+
+
+@pytest.mark.image
+@pytest.mark.slurm
+def test_a_sweep_is_one_lsf_array_through_the_standin(cpu_image, slurm_cluster, demo_data, runs_dir, lsf_path):
+    done = run_cluster("ci-lsf", "one_gpu", "demo", "--set", f"data.root={demo_data}", *TINY, *SWEEP,
+                       "--max-parallel", "2", "--run-id", "sw", "--wait", "--timeout", "600")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    record = completed_elements(runs_dir / "sw")
+    assert len(re.findall(r"^e\d .* COMPLETED +1 +best_", done.stdout, re.M)) == 6, done.stdout
+    shown = subprocess.run(["bjobs", "-a", "-noheader", "-o", "jobid jobindex stat", record["array_job_id"]],
+                           capture_output=True, text=True).stdout
+    assert [line.split() for line in shown.splitlines()] == [[record["array_job_id"], str(i), "DONE"]
+                                                            for i in range(1, 7)], shown
