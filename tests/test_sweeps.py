@@ -94,6 +94,25 @@ def test_queued_sweep_records_every_element_and_status_is_one_table(store, capsy
     assert table[7].split() == ["e5", "8", "0.1", "PENDING", "0", "-"]
 
 
+
+def test_resume_of_a_sweep_resumes_the_elements_that_did_not_complete(store, capsys, monkeypatch):
+    slurm = SCHEDULERS["slurm"]
+    ended = {"77_0": State.COMPLETED, "77_1": State.FAILED, "77_2": State.TIMEOUT}
+    monkeypatch.setattr(type(slurm), "submit", lambda self, script, run_dir: "88" if "e" in run_dir.name else "77")
+    monkeypatch.setattr(type(slurm), "state", lambda self, job_id, run_dir=None: {
+        "state": ended.get(job_id, State.PENDING)})
+    assert cli.main(["ci-slurm", "n1_gpu1", "demo", "--sweep", "optim.lr=0.05,0.1,0.2", "--run-id", "sw",
+                     "--no-wait"]) == 0
+    sweep_dir = store / "runs" / "sw"
+    (sweep_dir / "e1" / "logs" / "job-77_1.out").write_text("element one's log\n")
+    capsys.readouterr()
+    assert cli.main(["logs", str(sweep_dir)]) == 0
+    assert "==> e1 (optim.lr=0.1) <==\nelement one's log" in capsys.readouterr().out
+    assert cli.main(["resume", str(sweep_dir)]) == 0
+    jobs = [manifest(sweep_dir / f"e{i}")["scheduler"]["job_id"] for i in range(3)]
+    assert jobs == ["77_0", "88", "88"]  # the completed element stays as it was
+    assert manifest(sweep_dir / "e1")["resumes"][0]["previous_job_id"] == "77_1"
+
 # The real arrays: a 3 x 2 sweep of the demo at a tiny size, at most 2 elements at once.
 
 def completed_elements(sweep_dir: Path):
@@ -137,3 +156,19 @@ def test_a_sweep_is_one_lsf_array_through_the_standin(cpu_image, slurm_cluster, 
                            capture_output=True, text=True).stdout
     assert [line.split() for line in shown.splitlines()] == [[record["array_job_id"], str(i), "DONE"]
                                                             for i in range(1, 7)], shown
+
+
+@pytest.mark.image
+def test_a_local_sweep_runs_at_most_k_at_once(cpu_image, demo_data, runs_dir):
+    done = run_cluster("local", "cpu_1proc", "demo", "--set", f"data.root={demo_data}", *TINY,
+                       "--sweep", "optim.lr=0.05,0.1,0.2", "--max-parallel", "2", "--run-id", "sw", "--timeout", "600")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    completed_elements(runs_dir / "sw")
+    assert len(re.findall(r"^e\d .* COMPLETED +1 +best_", done.stdout, re.M)) == 3, done.stdout
+    starts = sorted(json.loads(line)["time"] for i in range(3)
+                    for line in (runs_dir / "sw" / f"e{i}" / "logs" / "segments.jsonl").read_text().splitlines()
+                    if '"start"' in line)
+    ends = sorted(json.loads(line)["time"] for i in range(3)
+                  for line in (runs_dir / "sw" / f"e{i}" / "logs" / "segments.jsonl").read_text().splitlines()
+                  if '"end"' in line)
+    assert starts[2] >= ends[0]  # the third started only once one of the first two had ended

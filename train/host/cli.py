@@ -267,10 +267,13 @@ def run_command(argv: List[str]) -> int:
         p.add_argument("--no-wait", dest="wait", action="store_false")
         p.add_argument("--timeout", type=float, default=24 * 3600)
     args = p.parse_args(argv[1:])
-    if argv[0] == "resume":
-        return resume(args)
     from train.host import sweep
 
+    if argv[0] == "resume":
+        return sweep.resume(args) if sweep.is_sweep(args.run_dir) else resume(args)
+    if sweep.is_sweep(args.run_dir) and argv[0] == "logs" and not args.follow:
+        sweep.print_logs(args.run_dir)
+        return 0
     if sweep.is_sweep(args.run_dir) and argv[0] == "status":
         print(sweep.status_table(args.run_dir))
         return 0

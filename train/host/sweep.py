@@ -184,7 +184,8 @@ def element_rows(sweep_dir: Path) -> List[Dict]:
     rows = []
     for element in record["elements"]:
         run_dir = Path(element["run_dir"])
-        state = run_state(scheduler, element["job_id"], run_dir)["state"]
+        job_id = runs.read_manifest(run_dir)["scheduler"]["job_id"]  # a resumed element's new job
+        state = run_state(scheduler, job_id, run_dir)["state"]
         rows.append({"element": f"e{element['index']}", **element["values"], "state": state.value,
                      "segments": str(len(read_segments(run_dir))), "best": best_metric(run_dir)})
     return rows
@@ -257,3 +258,35 @@ def show_and_queue(args, specs: List[str], cap: Optional[int]) -> int:
     if args.wait if args.wait is not None else scheduler.follow_by_default:
         return wait(sweep.sweep_dir, args.timeout)
     return 0
+
+
+def resume(args) -> int:
+    """Resume every element that ended without completing, each as its own job in its own run directory; all are
+    checked before any is queued. Elements still queued or running are left alone."""
+    from train.host.resume import prepare_resume, queue_resume
+
+    record = read_sweep(args.run_dir)
+    ended = [Path(row_dir) for row_dir, row in zip((e["run_dir"] for e in record["elements"]),
+                                                   element_rows(args.run_dir))
+             if row["state"] in {s.value for s in FINISHED} - {"COMPLETED"}]
+    if not ended:
+        print(status_table(args.run_dir))
+        raise UserError(f"no element of {args.run_dir} ended without completing; nothing to resume")
+    subs = [prepare_resume(run_dir, args.profile, args.overrides, args.dry_run) for run_dir in ended]
+    for run_dir, sub in zip(ended, subs):
+        print(f"{run_dir.name}: {sub.summary.splitlines()[0]}")
+        if not args.dry_run:
+            queue_resume(sub, run_dir)
+    if args.dry_run:
+        print(f"--- dry run: would resume {', '.join(d.name for d in ended)} ---")
+    return 0
+
+
+def print_logs(sweep_dir: Path) -> None:
+    """Every element's logs, each under its name and swept values."""
+    from train.host.follow import _logs
+
+    for element in read_sweep(sweep_dir)["elements"]:
+        print(f"==> e{element['index']} ({' '.join(f'{k}={v}' for k, v in element['values'].items())}) <==")
+        for path in _logs(Path(element["run_dir"]) / "logs"):
+            print(path.read_text(errors="replace"), end="")
