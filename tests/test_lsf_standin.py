@@ -101,3 +101,28 @@ def test_bkill_of_an_array_ends_every_element(lsf_env, tmp_path):
 def test_a_bad_array_is_refused(lsf_env, name):
     done = bsub(f'#!/bin/bash\n#BSUB -q ci\n#BSUB -J "{name}"\necho ran\n', lsf_env)
     assert done.returncode == 255 and "Bad job name" in done.stderr
+
+
+def test_an_array_element_requeues_itself_alone(lsf_env, tmp_path):
+    """The batch shell's requeue (the LSF adapter's command) names JOBID[i] inside an array and JOBID outside one."""
+    from train.host.schedulers import Lsf
+
+    out = tmp_path / "out_%J_%I.txt"
+    body = (f'echo "run index=$LSB_JOBINDEX restart=${{LSB_RESTART:-N}}"\n'
+            f'case "$LSB_JOBINDEX${{LSB_RESTART:-}}" in 0|2) {Lsf.requeue_command}; exit 0 ;; esac\n')  # once
+    env = {**lsf_env, "CT_LSF_REQUEUE_DELAY": "0.2"}
+    array = bsub(f'#!/bin/bash\n#BSUB -q ci\n#BSUB -J "rq[1-3]%3"\n#BSUB -o {out}\n{body}', env)
+    single = bsub(f'#!/bin/bash\n#BSUB -q ci\n#BSUB -o {tmp_path / "single_%J.txt"}\n{body}', env)
+    array_id, single_id = (done.stdout.split("<")[1].split(">")[0] for done in (array, single))
+    for _ in range(200):
+        if array_stats(array_id, env) == ["DONE"] * 3 and array_stats(single_id, env) == ["DONE"]:
+            break
+        time.sleep(0.1)
+    assert array_stats(array_id, env) == ["DONE"] * 3
+    runs = {i: [line for line in (tmp_path / f"out_{array_id}_{i}.txt").read_text().splitlines()
+                if line.startswith("run ")] for i in (1, 2, 3)}  # not brequeue's own words
+    assert runs == {1: ["run index=1 restart=N"], 2: ["run index=2 restart=N", "run index=2 restart=Y"],
+                    3: ["run index=3 restart=N"]}
+    single_runs = (tmp_path / f"single_{single_id}.txt").read_text().splitlines()
+    assert [line for line in single_runs if line.startswith("run ")] == ["run index=0 restart=N",
+                                                                         "run index=0 restart=Y"]
