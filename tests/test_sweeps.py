@@ -113,6 +113,30 @@ def test_resume_of_a_sweep_resumes_the_elements_that_did_not_complete(store, cap
     assert jobs == ["77_0", "88", "88"]  # the completed element stays as it was
     assert manifest(sweep_dir / "e1")["resumes"][0]["previous_job_id"] == "77_1"
 
+
+def test_a_sweep_file_lists_the_runs(store, capsys, monkeypatch, tmp_path):
+    slurm = SCHEDULERS["slurm"]
+    monkeypatch.setattr(type(slurm), "submit", lambda self, script, run_dir: "77")
+    monkeypatch.setattr(type(slurm), "state", lambda self, job_id, run_dir=None: {"state": State.PENDING})
+    runs = tmp_path / "runs.yaml"
+    runs.write_text("runs:\n  - {optim.lr: 0.1, model.params.width: 4}\n  - {optim.lr: 0.05}\n")
+    assert cli.main(["ci-slurm", "n1_gpu1", "demo", "--sweep-file", str(runs), "--run-id", "sw", "--no-wait"]) == 0
+    assert "#SBATCH --array=0-1%2" in (store / "runs" / "sw" / "sweep.sh").read_text()
+    assert manifest(store / "runs" / "sw" / "e0")["config"]["model"]["params"]["width"] == 4
+    capsys.readouterr()
+    assert cli.main(["status", str(store / "runs" / "sw")]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[1].split() == ["element", "optim.lr", "model.params.width", "state", "segments", "best"]
+    assert table[3].split() == ["e1", "0.05", "-", "PENDING", "0", "-"]
+
+
+@pytest.mark.parametrize("text", ["[]", "runs: {optim.lr: 0.1}", "- optim.lr=0.1", "runs: [\n"])
+def test_a_bad_sweep_file_is_refused(store, capsys, tmp_path, text):
+    (tmp_path / "runs.yaml").write_text(text)
+    assert cli.main(["ci-slurm", "n1_gpu1", "demo", "--sweep-file", str(tmp_path / "runs.yaml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--sweep-file" in err[0], err
+
 # The real arrays: a 3 x 2 sweep of the demo at a tiny size, at most 2 elements at once.
 
 def completed_elements(sweep_dir: Path):

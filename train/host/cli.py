@@ -2,7 +2,7 @@
 
     run-cluster CLUSTER PROFILE [EXPERIMENT] [--set KEY=VALUE ...] [--dry-run] [--dev]
     run-cluster CLUSTER PROFILE [EXPERIMENT] -- COMMAND ...     your own code: COMMAND runs in the image
-    run-cluster CLUSTER PROFILE [EXPERIMENT] --sweep KEY=V1,V2 [--sweep ...] [--max-parallel K]   one job array
+    run-cluster CLUSTER PROFILE [EXPERIMENT] --sweep KEY=V1,V2 [--sweep ...]|--sweep-file F [--max-parallel K]
     run-cluster CLUSTER --first-to-start PROFILE_A PROFILE_B [EXPERIMENT]
     run-cluster --rerun runs/<id>
     run-cluster status|logs|cancel runs/<id>
@@ -46,6 +46,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="check and print the job and its script; submit nothing")
     p.add_argument("--sweep", dest="sweeps", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="one run per value (repeatable: the product of the values), queued as one job array")
+    p.add_argument("--sweep-file", metavar="FILE",
+                   help="a YAML list of runs, each a mapping of keys to values, queued as one job array")
     p.add_argument("--max-parallel", type=int, metavar="K",
                    help="a sweep's elements at once (default 4 on a cluster, this machine's CPUs / cpus_per_task on local)")
     p.add_argument("--rerun", metavar="RUN_DIR", help="submit again with the same config and image digest")
@@ -94,9 +96,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         args = parser().parse_intermixed_args(argv)
         args.command = command
-        if (args.sweeps or args.max_parallel) and (args.rerun or args.first_to_start):
+        if (args.sweeps or args.sweep_file or args.max_parallel) and (args.rerun or args.first_to_start):
             raise UserError("--sweep starts new runs; --rerun and --first-to-start take none")
-        if args.max_parallel and not args.sweeps:
+        if args.max_parallel and not (args.sweeps or args.sweep_file):
             raise UserError("--max-parallel caps a sweep; add --sweep KEY=V1,V2,...")
         if command and (args.rerun or args.first_to_start):
             raise UserError("a command after -- starts a new run; --rerun and --first-to-start take none")
@@ -106,11 +108,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             return first_to_start(args)
         if not args.cluster or not args.profile:
             raise UserError("name a cluster and a profile: run-cluster CLUSTER PROFILE [EXPERIMENT] (or --rerun runs/<id>)")
-        if args.sweeps:
+        if args.sweeps or args.sweep_file:
             from train.host import sweep
 
             args.experiment = args.experiment or (None if command else DEFAULT_EXPERIMENT)
-            return sweep.show_and_queue(args, args.sweeps, args.max_parallel)
+            return sweep.show_and_queue(args, args.sweeps, args.max_parallel, args.sweep_file)
         return submit_one(args, args.profile, args.experiment)
     except UserError as err:
         for line in err.lines:

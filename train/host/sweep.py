@@ -50,6 +50,35 @@ def parse_axes(specs: List[str]) -> List[Tuple[str, List[str]]]:
     return list(axes.items())
 
 
+def read_sweep_file(path: str) -> List[Dict[str, str]]:
+    """A YAML list of runs, each a mapping of config keys to values (or `runs:` holding that list), e.g.
+    `- {model.name: resnet_cifar, optim.lr: 0.1}`; values as --set takes them."""
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(Path(path).read_text())
+    except OSError as err:
+        raise UserError(f"--sweep-file {path}: cannot read it ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        raise UserError(f"--sweep-file {path} is not valid YAML ({str(err).splitlines()[0]})") from None
+    listed = loaded.get("runs") if isinstance(loaded, dict) else loaded
+    if not isinstance(listed, list) or not listed or not all(isinstance(r, dict) and r for r in listed):
+        raise UserError(f"--sweep-file {path} must list runs, each a mapping of keys to values: "
+                        f"- {{model.name: resnet_cifar, optim.lr: 0.1}}")
+    return [{str(k): v if isinstance(v, str) else json.dumps(v) for k, v in run.items()} for run in listed]
+
+
+def axes_of(settings: List[Dict[str, str]]) -> List[Tuple[str, List[str]]]:
+    """Each key the runs set and its distinct values, in the order they first appear."""
+    axes: Dict[str, List[str]] = {}
+    for setting in settings:
+        for key, value in setting.items():
+            axes.setdefault(key, [])
+            if value not in axes[key]:
+                axes[key].append(value)
+    return list(axes.items())
+
+
 def combinations(axes: List[Tuple[str, List[str]]]) -> List[Dict[str, str]]:
     """The product of the values, the last key varying fastest."""
     keys = [key for key, _ in axes]
@@ -63,15 +92,17 @@ def default_cap(scheduler: str, cpus_per_run: int) -> int:
     return CLUSTER_CAP
 
 
-def prepare_sweep(args, specs: List[str], cap: Optional[int]) -> Sweep:
+def prepare_sweep(args, specs: List[str], cap: Optional[int], sweep_file: Optional[str] = None) -> Sweep:
     """Prepare and check every element (nothing is written): one bad value refuses the whole sweep, every problem
     reported at once, once."""
-    axes = parse_axes(specs)
+    if specs and sweep_file:
+        raise UserError("give the runs by --sweep or by --sweep-file, not both")
+    settings = read_sweep_file(sweep_file) if sweep_file else combinations(parse_axes(specs))
+    axes = axes_of(settings)
     sweep_id = args.run_id or new_run_id(Path(args.cluster).stem, args.profile)
     sweep_dir = runs.run_dir_for(sweep_id)
     if sweep_dir.exists():
         raise UserError(f"sweep directory {sweep_dir} already exists; choose another --run-id or remove it")
-    settings = combinations(axes)
     elements, failed = [], {}  # problem line -> the settings of the elements it refused
     for i, setting in enumerate(settings):
         try:
@@ -181,12 +212,14 @@ def element_rows(sweep_dir: Path) -> List[Dict]:
     """Per element: index, swept values, state, segments, best metric."""
     record = read_sweep(sweep_dir)
     scheduler = adapter(record["scheduler"])
+    keys = [axis["key"] for axis in record["axes"]]
     rows = []
     for element in record["elements"]:
         run_dir = Path(element["run_dir"])
         job_id = runs.read_manifest(run_dir)["scheduler"]["job_id"]  # a resumed element's new job
         state = run_state(scheduler, job_id, run_dir)["state"]
-        rows.append({"element": f"e{element['index']}", **element["values"], "state": state.value,
+        swept = {key: element["values"].get(key, "-") for key in keys}  # a sweep file's run may leave a key out
+        rows.append({"element": f"e{element['index']}", **swept, "state": state.value,
                      "segments": str(len(read_segments(run_dir))), "best": best_metric(run_dir)})
     return rows
 
@@ -240,10 +273,10 @@ def wait(sweep_dir: Path, timeout_s: float, poll_s: float = 2.0) -> int:
     return 0 if all(r["state"] == "COMPLETED" for r in rows) else 1
 
 
-def show_and_queue(args, specs: List[str], cap: Optional[int]) -> int:
-    sweep = prepare_sweep(args, specs, cap)
-    print(f"sweep {sweep.sweep_id}: {len(sweep.elements)} runs ("
-          + " x ".join(f"{k}: {', '.join(v)}" for k, v in sweep.axes) + f"), at most {sweep.cap} at once")
+def show_and_queue(args, specs: List[str], cap: Optional[int], sweep_file: Optional[str] = None) -> int:
+    sweep = prepare_sweep(args, specs, cap, sweep_file)
+    listed = f"from {sweep_file}" if sweep_file else " x ".join(f"{k}: {', '.join(v)}" for k, v in sweep.axes)
+    print(f"sweep {sweep.sweep_id}: {len(sweep.elements)} runs ({listed}), at most {sweep.cap} at once")
     print(sweep.elements[0].summary)
     for warning in dict.fromkeys(w for sub in sweep.elements for w in sub.warnings):
         print(f"run-cluster: {warning}", file=sys.stderr)
