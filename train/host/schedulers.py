@@ -110,6 +110,13 @@ class Scheduler:
         """The id of the array's element `index` (0-based), as the scheduler's commands take it."""
         raise NotImplementedError
 
+    def array_cap(self, cpus_per_run: int) -> int:
+        """How many elements of a sweep run at once unless --max-parallel says: a cluster's queue takes a few."""
+        return 4
+
+    def cancel_array(self, array_id: str, sweep_dir: Path, run_dirs) -> None:
+        self.cancel(array_id, sweep_dir)  # the scheduler ends every element
+
     def log_name(self, job_name: str) -> str:
         raise NotImplementedError
 
@@ -275,6 +282,16 @@ class Local(Scheduler):
 
     def element_id(self, array_id: str, index: int) -> str:
         return array_id  # the sweep script's process group; each element's logs/exit_code tells its own end
+
+    def array_cap(self, cpus_per_run: int) -> int:
+        return max(1, (os.cpu_count() or 1) // max(1, cpus_per_run))  # as many as this machine has CPUs for
+
+    def cancel_array(self, array_id: str, sweep_dir: Path, run_dirs) -> None:
+        self.cancel(array_id, sweep_dir)
+        for run_dir in run_dirs:  # the elements that had not ended, started or not
+            status = Path(run_dir) / "logs" / "exit_code"
+            if not status.is_file():
+                status.write_text("cancelled\n")
 
     def log_name(self, job_name: str) -> str:
         return "job.out"

@@ -7,7 +7,6 @@ manifest.json, logs and segments), so requeue, status and reports work per eleme
 """
 import itertools
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -22,7 +21,6 @@ from train.host.segments import read as read_segments, run_state
 from train.host.submit import Submission, prepare, write_manifest, write_run
 
 SWEEP = "sweep.json"
-CLUSTER_CAP = 4  # elements at once on a cluster unless --max-parallel says otherwise
 
 
 @dataclass
@@ -85,13 +83,6 @@ def combinations(axes: List[Tuple[str, List[str]]]) -> List[Dict[str, str]]:
     return [dict(zip(keys, values)) for values in itertools.product(*(values for _, values in axes))]
 
 
-def default_cap(scheduler: str, cpus_per_run: int) -> int:
-    """How many elements run at once: a cluster's queue takes a few; this machine, as many as it has CPUs for."""
-    if scheduler == "local":
-        return max(1, (os.cpu_count() or 1) // max(1, cpus_per_run))
-    return CLUSTER_CAP
-
-
 def prepare_sweep(args, specs: List[str], cap: Optional[int], sweep_file: Optional[str] = None) -> Sweep:
     """Prepare and check every element (nothing is written): one bad value refuses the whole sweep, every problem
     reported at once, once."""
@@ -115,7 +106,7 @@ def prepare_sweep(args, specs: List[str], cap: Optional[int], sweep_file: Option
                 failed.setdefault(line, []).append(setting)
     raise_all([UserError(blame(line, refused, len(settings))) for line, refused in failed.items()])
     scheduler = adapter(elements[0].job.scheduler)
-    cap = cap or default_cap(scheduler.name, elements[0].job.cpus_per_task * elements[0].job.tasks_per_node)
+    cap = cap or scheduler.array_cap(elements[0].job.cpus_per_task * elements[0].job.tasks_per_node)
     if cap < 1:
         raise UserError(f"--max-parallel {cap} runs nothing; give 1 or more")
     if elements[0].job.tasks:
@@ -248,15 +239,10 @@ def status_table(sweep_dir: Path) -> str:
 
 
 def cancel(sweep_dir: Path) -> None:
-    """The whole array at once; on local, the sweep's process group, each unfinished element marked cancelled."""
+    """The whole array at once (on local: the sweep script's process group, each unended element marked)."""
     record = read_sweep(sweep_dir)
     scheduler = adapter(record["scheduler"])
-    scheduler.cancel(record["array_job_id"], Path(sweep_dir))
-    if scheduler.name == "local":
-        for element in record["elements"]:
-            status = Path(element["run_dir"]) / "logs" / "exit_code"
-            if not status.is_file():
-                status.write_text("cancelled\n")
+    scheduler.cancel_array(record["array_job_id"], Path(sweep_dir), [e["run_dir"] for e in record["elements"]])
     print(f"cancelled {record['scheduler']} array {record['array_job_id']} ({record['sweep_id']}, "
           f"{len(record['elements'])} runs)")
 
