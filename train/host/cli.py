@@ -273,7 +273,9 @@ def run_command(argv: List[str]) -> int:
 
     if argv[0] == "resume":
         return sweep.resume(args) if sweep.is_sweep(args.run_dir) else resume(args)
-    if sweep.is_sweep(args.run_dir) and argv[0] == "logs" and not args.follow:
+    if sweep.is_sweep(args.run_dir) and argv[0] == "logs":
+        if args.follow:
+            raise UserError(f"logs --follow follows one run; name an element: {args.run_dir / 'e0'}")
         sweep.print_logs(args.run_dir)
         return 0
     if sweep.is_sweep(args.run_dir) and argv[0] == "status":

@@ -144,19 +144,13 @@ def shared_directives(elements: List[Submission]) -> List[str]:
 
 
 def render_sweep(sweep_id: str, sweep_dir: Path, elements: List[Submission], cap: int) -> str:
-    import jinja2
-    import shlex
-
-    from train.host.render import TEMPLATES
+    from train.host.render import environment
 
     scheduler = adapter(elements[0].job.scheduler)
     name = elements[0].job.job_name
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True, autoescape=False)
-    env.filters["q"] = lambda value: shlex.quote(str(value))
     directives = [*scheduler.array_directives(name, len(elements), cap, str(sweep_dir / "logs")),
                   *shared_directives(elements)]
-    return env.get_template("sweep.sh.j2").render(
+    return environment().get_template("sweep.sh.j2").render(
         directives=directives, sweep_id=sweep_id, cap=cap, scheduler=scheduler,
         runs=[sub.job.run_dir for sub in elements], log=scheduler.array_log.format(name=name))
 
