@@ -51,6 +51,11 @@ SEED_RUNS = {
     "ddp_plain/ci-slurm-n2_gpu2": ["ci-slurm", "n2_gpu2", "examples/ddp_plain/experiment.yaml"],
 }
 
+# a sweep: one job array of every element's run, each element's own job.sh as for one run (tests/test_sweeps.py)
+SWEEP = ["demo", "--sweep", "model.params.width=4,6,8", "--sweep", "optim.lr=0.05,0.1", "--max-parallel", "2"]
+SWEEP_RUNS = {"ci-slurm-n1_gpu1": ["ci-slurm", "n1_gpu1", *SWEEP], "ci-lsf-one_gpu": ["ci-lsf", "one_gpu", *SWEEP],
+              "local-cpu_1proc": ["local", "cpu_1proc", *SWEEP]}
+
 
 @pytest.mark.parametrize("cluster, profile", list(every_profile()))
 def test_dry_run_script_matches_golden(env, cluster, profile, monkeypatch, capsys):
@@ -64,6 +69,11 @@ def test_dry_run_script_matches_golden(env, cluster, profile, monkeypatch, capsy
 def test_seed_experiments_on_their_profiles_match_golden(env, name, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)  # the experiment paths as a user in the checkout types them
     matches_golden(env, SEED_RUNS[name], GOLDEN / "experiments" / f"{name}.txt", monkeypatch, capsys)
+
+
+@pytest.mark.parametrize("name", list(SWEEP_RUNS))
+def test_sweep_scripts_match_golden(env, name, monkeypatch, capsys):
+    matches_golden(env, SWEEP_RUNS[name], GOLDEN / "sweeps" / f"{name}.txt", monkeypatch, capsys)
 
 
 def matches_golden(env, args, golden: Path, monkeypatch, capsys):

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from bsub_options import refuse, signal_number
-from records import STATE, event, existing_job, history, job_dir, read, write
+from records import STATE, elements, event, existing_job, history, is_array, job_dir, read, sort_key, write
 from supervisor import signal_job, start_supervisor
 
 REASONS = {
@@ -37,7 +37,8 @@ def job_ids(argv, flags_with_value=()) -> tuple:
 
 
 BJOBS_FIELDS = {
-    "jobid": lambda job, rec: str(rec["id"]),
+    "jobid": lambda job, rec: str(rec.get("array_id") or rec["id"]),  # an element shows its array's id
+    "jobindex": lambda job, rec: str(rec.get("index", 0)),
     "stat": lambda job, rec: read(job, "stat", "UNKWN"),
     "exit_code": lambda job, rec: read(job, "exit_code", "-") if read(job, "stat") in ("DONE", "EXIT") else "-",
     "exec_host": lambda job, rec: ":".join(dict.fromkeys(rec["slots"])) if read(job, "stat") != "PEND" else "-",
@@ -53,11 +54,12 @@ BJOBS_FIELDS = {
 def bjobs(argv) -> None:
     flags, ids = job_ids(argv, ("-o", "-q", "-u", "-J"))
     if not ids:
-        ids = sorted((p.name for p in STATE.glob("[0-9]*") if read(p, "stat") not in ("DONE", "EXIT")), key=int) \
-            if STATE.is_dir() else []
+        ids = sorted((p.name for p in STATE.glob("[0-9]*") if not is_array(p)
+                      and read(p, "stat") not in ("DONE", "EXIT")), key=sort_key) if STATE.is_dir() else []
         if not ids:
             print("No unfinished job found")
             return
+    ids = [key for job_id in ids for key in elements(job_id)]
     status = 0
     if "-l" in flags:
         for job_id in ids:
@@ -88,7 +90,11 @@ def bjobs(argv) -> None:
 
 def bkill(argv) -> None:
     flags, ids = job_ids(argv, ("-s",))
+    named = ids
+    ids = [key for job_id in ids for key in elements(job_id)]
     for job_id in ids:
+        if len(ids) > len(named) and read(job_dir(job_id), "stat") in ("DONE", "EXIT"):
+            continue  # bkill of an array: its unfinished elements
         job = existing_job(job_id, f"Job <{job_id}>: No matching job found")
         stat = read(job, "stat")
         if stat in ("DONE", "EXIT"):
@@ -121,7 +127,7 @@ def brequeue(argv) -> None:
             states |= stats
     states = states or {"RUN", "USUSP", "SSUSP"}
     status = 0
-    for job_id in ids:
+    for job_id in [key for job_id in ids for key in elements(job_id)]:
         job = existing_job(job_id, f"Job <{job_id}>: No matching job found")
         stat = read(job, "stat")
         if stat not in states:
@@ -218,8 +224,9 @@ def summary(events: list, stat: str) -> str:
 def bhist(argv) -> None:
     flags, ids = job_ids(argv, ("-n", "-u", "-J", "-q"))
     if not ids:
-        ids = sorted((p.name for p in STATE.glob("[0-9]*") if (p / "job.json").exists()), key=int) \
-            if STATE.is_dir() else []
+        ids = sorted((p.name for p in STATE.glob("[0-9]*") if (p / "job.json").exists() and not is_array(p)),
+                     key=sort_key) if STATE.is_dir() else []
+    ids = [key for job_id in ids for key in elements(job_id)]
     found = [job_dir(i) for i in ids if (job_dir(i) / "job.json").exists()]
     for i in ids:
         if not (job_dir(i) / "job.json").exists():

@@ -7,6 +7,7 @@ commands share it through theirs.
 """
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -42,8 +43,31 @@ def write(job: Path, name: str, text: str) -> None:
     tmp.rename(job / name)
 
 
+JOB_KEY = re.compile(r"^\d+(\[\d+\])?$")  # JOBID, or JOBID[i]: one element of a job array
+
+
 def existing_job(job_id: str, message: str) -> Path:
     job = job_dir(job_id)
-    if not job_id.isdigit() or not (job / "job.json").exists():
+    if not JOB_KEY.match(job_id) or not (job / "job.json").exists():
         refuse(message)
     return job
+
+
+def elements(job_id: str) -> list:
+    """The jobs an id names: a job array's id names every element (JOBID[i]), any other id itself."""
+    path = job_dir(job_id) / "job.json"
+    if JOB_KEY.match(job_id) and path.exists():
+        indices = json.loads(path.read_text()).get("array")
+        if indices:
+            return [f"{job_id}[{i}]" for i in indices]
+    return [job_id]
+
+
+def is_array(job: Path) -> bool:
+    return bool(json.loads((job / "job.json").read_text()).get("array")) if (job / "job.json").exists() else False
+
+
+def sort_key(key: str) -> tuple:
+    """1000 < 1000[2] < 1000[10] < 1001."""
+    found = re.match(r"^(\d+)(?:\[(\d+)\])?$", key)
+    return (int(found.group(1)), int(found.group(2) or 0)) if found else (0, 0)

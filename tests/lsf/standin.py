@@ -3,8 +3,8 @@
 
 It checks what real bsub checks before accepting a job (queue, -n, -W, -wa/-wt, -Q, -gpu and -R syntax; #BSUB lines
 read from a script given on standard input), places the job on the queue's hosts, and runs the script on the first one
-with the variables LSF sets (LSB_JOBID, LSB_DJOB_HOSTFILE with one line per slot, LSB_HOSTS, LSB_MCPU_HOSTS, %J in
--o/-e). Hosts are the test Slurm cluster's network namespaces (tests/slurm/cluster.sh): `blaunch -z HOST cmd` runs cmd
+with the variables LSF sets (LSB_JOBID, LSB_JOBINDEX, LSB_DJOB_HOSTFILE with one line per slot, LSB_HOSTS,
+LSB_MCPU_HOSTS, %J and %I in -o/-e). Hosts are the test Slurm cluster's network namespaces (tests/slurm/cluster.sh): `blaunch -z HOST cmd` runs cmd
 in HOST's namespace, as a remote task would; without them a job runs on this machine. Queues: tests/lsf/queues.json.
 
 Long runs, as IBM's LSF 10.1 documents them (bsub -W/-wa/-wt/-Q, brequeue, bkill, bhist):
@@ -17,6 +17,9 @@ Long runs, as IBM's LSF 10.1 documents them (bsub -W/-wa/-wt/-Q, brequeue, bkill
   then runs its script again from the start with LSB_RESTART=Y and LSB_RESTART_PID. `bsub -Q "75"` (exit values, `all`,
   `~N`, `EXCLUDE(N)`) requeues a run that exits with one of them. `-o`/`-e` files are appended to across runs (`-oo`/
   `-eo` overwrite them at each start).
+- job arrays: `-J "name[1-N]%K"` (indices also as lists and steps, `[1,3,5-9:2]`) submits one job whose elements
+  are JOBID[i], each run with LSB_JOBINDEX=i (0 outside an array) and LSB_JOBNAME name[i], %I in -o/-e its index; at
+  most K elements run at once; bjobs/bkill/brequeue take JOBID (every element) or JOBID[i] (one).
 - `bhist -l ID` shows every run and how it ended (requeue, run limit, DONE/EXIT); records stay in the state dir.
 Clock and intervals, for tests (seconds): CT_LSF_MINUTE_SECONDS (an LSF minute in -W/-wt; default 60),
 CT_LSF_RUNLIMIT_GRACE (SIGUSR2 at the run limit to the kill; default 10 LSF minutes), CT_LSF_TERMINATE_INTERVAL
@@ -38,6 +41,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ARRAY_MAX = 1000  # LSF's default MAX_JOB_ARRAY_SIZE
 sys.path.insert(0, str(HERE))  # the sibling modules, wherever this runs from (also with PYTHONSAFEPATH set)
 from bsub_options import check, minutes, parse_bsub, place, refuse, split_bsub  # noqa: E402
 from job_commands import bhist, bjobs, bkill, brequeue  # noqa: E402
@@ -58,23 +62,56 @@ def bsub(argv) -> None:
     opts = parse_bsub(words, directives)
     check(opts)
     slots = place(opts)
+    name, indices, cap = array_of(opts.get("-J", "job"))
     STATE.mkdir(parents=True, exist_ok=True)
     counter = STATE / "last_job_id"
     job_id = int(counter.read_text()) + 1 if counter.exists() else 1000
     counter.write_text(str(job_id))
-    job = job_dir(str(job_id))
+    if indices:  # a job array: one record per element, JOBID[i], each with its own supervisor
+        job = job_dir(str(job_id))
+        job.mkdir()
+        (job / "job.json").write_text(json.dumps({"id": job_id, "name": name, "array": indices, "cap": cap}))
+        for index in indices:
+            create_job(f"{job_id}[{index}]", job_id, index, f"{name}[{index}]", cap, opts, script, slots)
+    else:
+        create_job(str(job_id), job_id, 0, name, None, opts, script, slots)
+    print(f"Job <{job_id}> is submitted to queue <{opts.get('-q', 'normal')}>.")
+
+
+def array_of(job_name: str):
+    """-J "name[1-10]%2" (also "name[1,3,5-9:2]"): (name, indices, at most this many running), as LSF documents
+    job arrays; a plain name: (name, [], None)."""
+    found = re.fullmatch(r"(.*)\[([^\]]*)\](?:%(\d+))?", job_name)
+    if not found:
+        return job_name, [], None
+    indices = []
+    for part in found.group(2).split(","):
+        spec = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part)
+        if not spec or int(spec.group(1)) < 1:
+            refuse(f"{job_name}: Bad job name. Job not submitted.")
+        first, last, step = int(spec.group(1)), int(spec.group(2) or spec.group(1)), int(spec.group(3) or 1)
+        indices += range(first, last + 1, step)
+    if not indices or len(indices) > ARRAY_MAX or (found.group(3) and int(found.group(3)) < 1):
+        refuse(f"{job_name}: Bad job name. Job not submitted.")
+    return found.group(1), sorted(set(indices)), int(found.group(3)) if found.group(3) else None
+
+
+def create_job(key: str, job_id: int, index: int, name: str, cap, opts: dict, script: str, slots: list) -> None:
+    """One job's (or array element's) record, environment and supervisor; %J and %I in -o/-e are its ids."""
+    job = job_dir(key)
     job.mkdir()
     (job / "script.sh").write_text(script)
     (job / "hostfile").write_text("".join(f"{h}\n" for h in slots))
-    out = opts.get("-o", opts.get("-oo", str(job / "stdout"))).replace("%J", str(job_id)).replace("%I", "0")
-    err = opts.get("-e", opts.get("-eo", out)).replace("%J", str(job_id)).replace("%I", "0")
+    out = opts.get("-o", opts.get("-oo", str(job / "stdout"))).replace("%J", str(job_id)).replace("%I", str(index))
+    err = opts.get("-e", opts.get("-eo", out)).replace("%J", str(job_id)).replace("%I", str(index))
     hosts = list(dict.fromkeys(slots))
     gpus = int(re.match(r"num=(\d+)", opts["-gpu"]).group(1)) if "-gpu" in opts else 0
     minute_s = seconds("CT_LSF_MINUTE_SECONDS", 60)
     runlimit_s = minutes(opts["-W"]) * minute_s if "-W" in opts else None
     warn = "-wa" in opts and "-wt" in opts  # LSF: a warning action needs both
     record = {
-        "id": job_id, "name": opts.get("-J", "job"), "queue": opts.get("-q", "normal"), "user": getpass.getuser(),
+        "id": key, "array_id": job_id if index else None, "index": index, "array_cap": cap,
+        "name": name, "queue": opts.get("-q", "normal"), "user": getpass.getuser(),
         "submit_host": os.uname().nodename, "cwd": os.getcwd(), "command": script.splitlines()[0] if script else "",
         "slots": slots, "out": out, "err": err, "out_mode": "w" if "-oo" in opts and "-o" not in opts else "a",
         "err_mode": "w" if "-eo" in opts and "-e" not in opts else "a",
@@ -85,7 +122,8 @@ def bsub(argv) -> None:
         "terminate_interval_s": seconds("CT_LSF_TERMINATE_INTERVAL", 10),
         "requeue_delay_s": seconds("CT_LSF_REQUEUE_DELAY", 2),
     }
-    env = {**os.environ, "LSB_JOBID": str(job_id), "LSB_JOBNAME": record["name"], "LSB_QUEUE": record["queue"],
+    env = {**os.environ, "LSB_JOBID": str(job_id), "LSB_JOBINDEX": str(index), "LSB_JOBNAME": name,
+           "LSB_QUEUE": record["queue"],
            "LSB_DJOB_HOSTFILE": str(job / "hostfile"), "LSB_HOSTS": " ".join(slots),
            "LSB_MCPU_HOSTS": " ".join(f"{h} {slots.count(h)}" for h in hosts), "LSB_DJOB_NUMPROC": str(len(slots)),
            "LSB_SUB_HOST": record["submit_host"], "LSB_OUTPUTFILE": out, "LSB_ERRORFILE": err,
@@ -98,8 +136,7 @@ def bsub(argv) -> None:
     (job / "env.json").write_text(json.dumps(env))
     write(job, "stat", "PEND")
     event(job, "submit")
-    start_supervisor(str(job_id))
-    print(f"Job <{job_id}> is submitted to queue <{record['queue']}>.")
+    start_supervisor(key)
 
 
 def blaunch(argv) -> None:

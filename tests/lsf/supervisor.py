@@ -5,6 +5,7 @@ it runs the batch script on the job's first host in its own process group, sends
 run-limit signals and the kills bkill and brequeue ask for, records how each run ended, and requeues or finishes the
 job. on_host, the prefix that runs a command in a test host's namespaces, is here too: blaunch uses it as well.
 """
+import fcntl
 import json
 import os
 import shlex
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 from bsub_options import requeues_on, signal_number
-from records import STATE, event, history, job_dir, write
+from records import STATE, event, history, job_dir, read, write
 
 HERE = Path(__file__).resolve().parent
 POLL_S = 0.05
@@ -44,6 +45,8 @@ def supervise(job_id: str) -> None:
             deadline = time.time() + rec["requeue_delay_s"]
             while time.time() < deadline and not (job / "kill_request").exists():
                 time.sleep(POLL_S)
+        if rec.get("array_cap"):
+            wait_for_a_slot(job, rec)
         if (job / "kill_request").exists():  # bkill of a pending job
             (job / "kill_request").unlink()
             finish(job, "EXIT", 130, "TERM_OWNER")
@@ -53,6 +56,24 @@ def supervise(job_id: str) -> None:
             continue
         finish(job, *outcome)
         return
+
+
+def wait_for_a_slot(job: Path, rec: dict) -> None:
+    """An element of `-J "name[...]%K"` pends while K elements of its array run, or an element of a lower index
+    waits for its first dispatch (LSF dispatches an array in index order), or until a kill comes; the check and the
+    claim are one step under the array's lock, so two elements never take the last slot together."""
+    array = job_dir(str(rec["array_id"]))
+    while not (job / "kill_request").exists():
+        with (array / "lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            stats = {int(other.name.split("[")[1][:-1]): (read(other, "stat"), (other / "pid").exists())
+                     for other in STATE.glob(f"{rec['array_id']}[[]*[]]")}
+            running = sum(1 for stat, _ in stats.values() if stat == "RUN")
+            earlier = any(stat == "PEND" and not started for i, (stat, started) in stats.items() if i < rec["index"])
+            if running < rec["array_cap"] and not earlier:
+                write(job, "stat", "RUN")  # claimed: run_once starts it at once
+                return
+        time.sleep(POLL_S * 4)
 
 
 def finish(job: Path, stat: str, code: int, reason) -> None:

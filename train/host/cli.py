@@ -2,6 +2,7 @@
 
     run-cluster CLUSTER PROFILE [EXPERIMENT] [--set KEY=VALUE ...] [--dry-run] [--dev]
     run-cluster CLUSTER PROFILE [EXPERIMENT] -- COMMAND ...     your own code: COMMAND runs in the image
+    run-cluster CLUSTER PROFILE [EXPERIMENT] --sweep KEY=V1,V2 [--sweep ...]|--sweep-file F [--max-parallel K]
     run-cluster CLUSTER --first-to-start PROFILE_A PROFILE_B [EXPERIMENT]
     run-cluster --rerun runs/<id>
     run-cluster status|logs|cancel runs/<id>
@@ -43,6 +44,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set trainer.max_epochs=5 (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="check and print the job and its script; submit nothing")
+    p.add_argument("--sweep", dest="sweeps", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="one run per value (repeatable: the product of the values), queued as one job array")
+    p.add_argument("--sweep-file", metavar="FILE",
+                   help="a YAML list of runs, each a mapping of keys to values, queued as one job array")
+    p.add_argument("--max-parallel", type=int, metavar="K",
+                   help="a sweep's elements at once (default 4 on a cluster, this machine's CPUs / cpus_per_task on local)")
     p.add_argument("--rerun", metavar="RUN_DIR", help="submit again with the same config and image digest")
     p.add_argument("--first-to-start", nargs=2, metavar=("PROFILE_A", "PROFILE_B"),
                    help="submit both, keep whichever starts first, cancel the other")
@@ -89,6 +96,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         args = parser().parse_intermixed_args(argv)
         args.command = command
+        if (args.sweeps or args.sweep_file or args.max_parallel) and (args.rerun or args.first_to_start):
+            raise UserError("--sweep starts new runs; --rerun and --first-to-start take none")
+        if args.max_parallel and not (args.sweeps or args.sweep_file):
+            raise UserError("--max-parallel caps a sweep; add --sweep KEY=V1,V2,...")
         if command and (args.rerun or args.first_to_start):
             raise UserError("a command after -- starts a new run; --rerun and --first-to-start take none")
         if args.rerun:
@@ -97,6 +108,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             return first_to_start(args)
         if not args.cluster or not args.profile:
             raise UserError("name a cluster and a profile: run-cluster CLUSTER PROFILE [EXPERIMENT] (or --rerun runs/<id>)")
+        if args.sweeps or args.sweep_file:
+            from train.host import sweep
+
+            args.experiment = args.experiment or (None if command else DEFAULT_EXPERIMENT)
+            return sweep.show_and_queue(args, args.sweeps, args.max_parallel, args.sweep_file)
         return submit_one(args, args.profile, args.experiment)
     except UserError as err:
         for line in err.lines:
@@ -253,8 +269,21 @@ def run_command(argv: List[str]) -> int:
         p.add_argument("--no-wait", dest="wait", action="store_false")
         p.add_argument("--timeout", type=float, default=24 * 3600)
     args = p.parse_args(argv[1:])
+    from train.host import sweep
+
     if argv[0] == "resume":
-        return resume(args)
+        return sweep.resume(args) if sweep.is_sweep(args.run_dir) else resume(args)
+    if sweep.is_sweep(args.run_dir) and argv[0] == "logs":
+        if args.follow:
+            raise UserError(f"logs --follow follows one run; name an element: {args.run_dir / 'e0'}")
+        sweep.print_logs(args.run_dir)
+        return 0
+    if sweep.is_sweep(args.run_dir) and argv[0] == "status":
+        print(sweep.status_table(args.run_dir))
+        return 0
+    if sweep.is_sweep(args.run_dir) and argv[0] == "cancel":
+        sweep.cancel(args.run_dir)
+        return 0
     manifest = runs.read_manifest(args.run_dir)
     scheduler = adapter(manifest["scheduler"]["name"])
     job_id = manifest["scheduler"]["job_id"]

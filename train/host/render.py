@@ -18,15 +18,22 @@ FORWARDED = ["SLURM_*", "LSB_*", "LSF_*", "MASTER_ADDR", "MASTER_PORT", "CUDA_VI
 
 
 def render(job: Job) -> str:
+    for name in job.env:
+        if not ENV_NAME.match(name):
+            raise UserError(f"environment variable name {name!r} is not valid; use letters, digits and '_'")
+    env = environment()
+    template = env.get_template(f"{job.scheduler}.sh.j2")
+    return template.render(job=job, scheduler=adapter(job.scheduler), requeue_exit=exit_codes.REQUEUE,
+                           forward_patterns="|".join(FORWARDED + sorted(job.env)), fabric=fabric)
+
+
+def environment():
+    """The templates' Jinja environment: every value reaching a script goes through `| q` (or `| env_word`)."""
     try:  # here, not at the top: a refused job never pays for importing it
         import jinja2
     except ImportError:
         raise UserError("jinja2 is not installed; install the host requirements: "
                         "python3 -m pip install --user pyyaml jinja2") from None
-
-    for name in job.env:
-        if not ENV_NAME.match(name):
-            raise UserError(f"environment variable name {name!r} is not valid; use letters, digits and '_'")
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         undefined=jinja2.StrictUndefined,
@@ -38,9 +45,7 @@ def render(job: Job) -> str:
     env.filters["q"] = lambda value: shlex.quote(str(value))
     env.filters["env_word"] = env_word
     env.globals["master_port"] = master_port_shell
-    template = env.get_template(f"{job.scheduler}.sh.j2")
-    return template.render(job=job, scheduler=adapter(job.scheduler), requeue_exit=exit_codes.REQUEUE,
-                           forward_patterns="|".join(FORWARDED + sorted(job.env)), fabric=fabric)
+    return env
 
 
 def env_word(value: str) -> str:

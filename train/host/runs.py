@@ -41,7 +41,7 @@ def discard(run_dir: Path) -> None:
 
 
 def write_manifest(job: Job, run: cfg.RunConfig, job_id: str, experiment: str, overrides, rerun_of=None,
-                   code=None) -> Dict:
+                   code=None, **extra) -> Dict:
     manifest = {
         "run_id": job.run_id,
         "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -60,6 +60,7 @@ def write_manifest(job: Job, run: cfg.RunConfig, job_id: str, experiment: str, o
         "rerun_of": rerun_of,
         "job": job.as_dict(),
         "config": cfg.to_dict(run),
+        **extra,  # a sweep element: its sweep, index and swept values
     }
     (Path(job.run_dir) / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest

@@ -98,6 +98,25 @@ class Scheduler:
                 return "/".join(sorted(group))
         return name
 
+    # Job arrays (sweeps): the array's options, the element's 0-based index and its log, as the batch shell sees them
+    array_replaces: Tuple[str, ...] = ()  # options of an element's script the array script sets itself
+    array_index = ""  # shell arithmetic: the element's 0-based index
+    array_log = ""  # the element's log file name in its run dir (shell words)
+
+    def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
+        raise UserError(f"the {self.name} scheduler has no job arrays")
+
+    def element_id(self, array_id: str, index: int) -> str:
+        """The id of the array's element `index` (0-based), as the scheduler's commands take it."""
+        raise NotImplementedError
+
+    def array_cap(self, cpus_per_run: int) -> int:
+        """How many elements of a sweep run at once unless --max-parallel says: a cluster's queue takes a few."""
+        return 4
+
+    def cancel_array(self, array_id: str, sweep_dir: Path, run_dirs) -> None:
+        self.cancel(array_id, sweep_dir)  # the scheduler ends every element
+
     def log_name(self, job_name: str) -> str:
         raise NotImplementedError
 
@@ -136,6 +155,18 @@ class Slurm(Scheduler):
                    "cpus-per-task": "cpus_per_task", "hint": "hint", "time": "time", "signal": "grace_s",
                    "mem/mem-per-cpu/mem-per-gpu": "mem_gb, mem_per_gpu_gb or mem_per_cpu_gb",
                    "mail-type": "notify", "mail-user": "email (your settings file)"}
+
+    array_replaces = ("output", "job-name")
+    array_index = "SLURM_ARRAY_TASK_ID"
+    array_log = 'job-"$SLURM_ARRAY_JOB_ID"_"$SLURM_ARRAY_TASK_ID".out'
+
+    def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
+        # %cap: Slurm's ArrayTaskThrottle, at most cap elements at once
+        return (f"#SBATCH --job-name={name}", f"#SBATCH --array=0-{count - 1}%{cap}",
+                f"#SBATCH --output={logs}/array-%A_%a.out")
+
+    def element_id(self, array_id: str, index: int) -> str:
+        return f"{array_id}_{index}"
 
     def log_name(self, job_name: str) -> str:
         return "job-%j.out"
@@ -176,7 +207,8 @@ class Lsf(Scheduler):
     multi_node_launches = ("blaunch",)
     time_format = re.compile(r"^\d+(:[0-5]\d)?$")  # bsub -W [hour:]minute
     time_example = "4:00"
-    requeue_command = 'brequeue "$LSB_JOBID"'
+    # an array element is JOBID[index] (LSB_JOBINDEX is 0 or unset outside an array): brequeue JOBID would requeue all
+    requeue_command = 'brequeue "$LSB_JOBID$([ "${LSB_JOBINDEX:-0}" = 0 ] || echo "[$LSB_JOBINDEX]")"'
     job_id_var = "$LSB_JOBID"
     hosts_var = "$LSB_HOSTS"
     directive_prefix = "#BSUB"
@@ -193,6 +225,18 @@ class Lsf(Scheduler):
                    "wt": "grace_s", "u": "email (your settings file)"}
     STATES = {"PEND": "PENDING", "PSUSP": "PENDING", "RUN": "RUNNING", "USUSP": "SUSPENDED", "SSUSP": "SUSPENDED",
               "DONE": "COMPLETED", "EXIT": "FAILED"}
+
+    array_replaces = ("o", "e", "J")
+    array_index = "LSB_JOBINDEX - 1"  # LSF's indices start at 1
+    array_log = '{name}_"$LSB_JOBID"_"$LSB_JOBINDEX".out'
+
+    def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
+        # LSF's job array: -J "name[1-N]%K" runs at most K elements at once; %J and %I name each element's output
+        return (f'#BSUB -J "{name}[1-{count}]%{cap}"', f"#BSUB -o {logs}/array_%J_%I.out",
+                f"#BSUB -e {logs}/array_%J_%I.err")
+
+    def element_id(self, array_id: str, index: int) -> str:
+        return f"{array_id}[{index + 1}]"
 
     def log_name(self, job_name: str) -> str:
         return f"{job_name}_%J.out"
@@ -232,6 +276,22 @@ class Local(Scheduler):
     follow_by_default = True
     unsupported = {(key, ""): "this machine has no scheduler to ask; remove it"
                    for key in ("qos", "constraint", "reservation", "exclusive", "hint")}
+
+    def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
+        return ()  # no scheduler: the sweep's script runs the elements itself, at most cap at once
+
+    def element_id(self, array_id: str, index: int) -> str:
+        return array_id  # the sweep script's process group; each element's logs/exit_code tells its own end
+
+    def array_cap(self, cpus_per_run: int) -> int:
+        return max(1, (os.cpu_count() or 1) // max(1, cpus_per_run))  # as many as this machine has CPUs for
+
+    def cancel_array(self, array_id: str, sweep_dir: Path, run_dirs) -> None:
+        self.cancel(array_id, sweep_dir)
+        for run_dir in run_dirs:  # the elements that had not ended, started or not
+            status = Path(run_dir) / "logs" / "exit_code"
+            if not status.is_file():
+                status.write_text("cancelled\n")
 
     def log_name(self, job_name: str) -> str:
         return "job.out"

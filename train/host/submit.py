@@ -132,6 +132,20 @@ def store_of(cluster_file: str) -> Path:
 def queue(sub: Submission) -> str:
     """Write the run directory, submit, record the manifest. A failed submission leaves nothing behind."""
     job = sub.job
+    run_dir = write_run(sub)
+    try:
+        job_id = adapter(job.scheduler).submit(run_dir / "job.sh", run_dir)
+    except BaseException:
+        runs.discard(run_dir)
+        raise
+    write_manifest(sub, job_id)
+    print(f"submitted {job.scheduler} job {job_id}; run directory {run_dir}")
+    return job_id
+
+
+def write_run(sub: Submission) -> Path:
+    """The run directory with its config(s), code snapshot and job.sh; removed again if writing fails."""
+    job = sub.job
     run_dir = runs.create(Path(job.run_dir))
     try:
         if sub.code:
@@ -141,11 +155,12 @@ def queue(sub: Submission) -> str:
             Path(task.run_dir).mkdir()
             cfg.dump(task_run, task.config_path)
         (run_dir / "job.sh").write_text(sub.script)
-        job_id = adapter(job.scheduler).submit(run_dir / "job.sh", run_dir)
     except BaseException:
         runs.discard(run_dir)
         raise
-    runs.write_manifest(job, sub.run, job_id, sub.experiment, sub.overrides, sub.rerun_of,
-                        sub.code.snapshot.record() if sub.code else None)
-    print(f"submitted {job.scheduler} job {job_id}; run directory {run_dir}")
-    return job_id
+    return run_dir
+
+
+def write_manifest(sub: Submission, job_id: str, **extra) -> None:
+    runs.write_manifest(sub.job, sub.run, job_id, sub.experiment, sub.overrides, sub.rerun_of,
+                        sub.code.snapshot.record() if sub.code else None, **extra)
