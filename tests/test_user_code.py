@@ -224,10 +224,10 @@ def runner(tmp_path, script, ranks=2):
 
 def test_the_runner_starts_one_rank_per_gpu_with_what_torch_reads(tmp_path):
     proc, run_dir = runner(tmp_path, """
-        import json, os
+        import json, os, sys
         keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
                 "CT_CHECKPOINT_DIR", "CT_RESUMED", "CT_REQUEUE_EXIT")
-        print(json.dumps({k: os.environ[k] for k in keys}), flush=True)
+        sys.stdout.write(json.dumps({k: os.environ[k] for k in keys}) + "\\n")  # one write: the ranks share stdout
         """)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
@@ -242,7 +242,8 @@ def test_the_runner_forwards_the_warning_signal_and_reports_the_requeue(tmp_path
     proc, _ = runner(tmp_path, """
         import os, signal, sys, time
         signal.signal(signal.SIGUSR1, lambda *_: sys.exit(int(os.environ["CT_REQUEUE_EXIT"])))
-        print("ready", flush=True)
+        sys.stdout.write("ready\\n")
+        sys.stdout.flush()
         time.sleep(60)
         """)
     lines = [proc.stdout.readline() for _ in range(4)]  # two announcements, two ranks ready, in any order

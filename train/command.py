@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -43,8 +44,14 @@ def run_command(config: str) -> int:
 
 
 def announce(env: Dict[str, str], command: List[str]) -> None:
-    print(f"[cluster-train] rank {env['RANK']}/{env['WORLD_SIZE']} on host {socket.gethostname()} (node "
-          f"{env['NODE_RANK']}, local rank {env['LOCAL_RANK']}): {' '.join(command)}", flush=True)
+    say(f"[cluster-train] rank {env['RANK']}/{env['WORLD_SIZE']} on host {socket.gethostname()} (node "
+        f"{env['NODE_RANK']}, local rank {env['LOCAL_RANK']}): {' '.join(command)}")
+
+
+def say(line: str) -> None:
+    """One write per line: the ranks share the job's log, and unbuffered output would split text and newline."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def start_ranks(command: List[str], env: Dict[str, str]) -> int:
@@ -71,7 +78,7 @@ def wait_all(procs: List[subprocess.Popen]) -> int:
         codes = [p.returncode for p in procs if p.returncode not in (None, 0, REQUEUE)]
         if codes and not failed:
             failed, failed_at = shell_status(codes[0]), time.monotonic()
-            print(f"[cluster-train] error: a rank exited with status {failed}; ending the other ranks", flush=True)
+            say(f"[cluster-train] error: a rank exited with status {failed}; ending the other ranks")
             end(procs, signal.SIGTERM)
         if failed and time.monotonic() - failed_at > KILL_AFTER_S:
             end(procs, signal.SIGKILL)
