@@ -139,6 +139,14 @@ def test_run_report_has_curves_results_config_digest_code_segments_and_throughpu
     assert page.count("<table") == 5 and "<script" not in page.replace('<script type="application/json"', "")
 
 
+def test_the_runs_own_throughput_measure_is_shown_where_it_has_one(tmp_path):
+    run_dir = fake_run(tmp_path / "runs", "one", lr=0.02)
+    results = json.loads((run_dir / "results.json").read_text())
+    results["throughput"] = {"samples_per_s": 987.5, "epochs_measured": 2, "world_size": 1}  # train/speed.py's
+    (run_dir / "results.json").write_text(json.dumps(results))
+    assert "<td>987.5</td>" in write_report(run_dir).read_text()
+
+
 def test_report_of_a_multi_model_run_ranks_the_models_and_draws_each_log(tmp_path):
     """Seed 000's FINAL RESULTS SUMMARY: test accuracy per model, best first, and each model's own curves."""
     run_dir = fake_run(tmp_path, "suite", lr=0.02, results=False)

@@ -191,28 +191,31 @@ def run_curves(run: Run, images: Images) -> str:
 
 
 def throughput_html(run: Run) -> str:
-    rows = [throughput_row(name, wait, run) for name, wait in input_records(run.results)]
+    rows = [throughput_row(name, wait, measured, run) for name, wait, measured in input_records(run.results)]
     if not rows:
         return '<p class="note">no throughput recorded (results.json has no input figures)</p>'
     return table(["model", "steps", "compute s", "data wait s", "waited", "steps/s", "samples/s"], rows)
 
 
-def input_records(results: Dict) -> List[Tuple[str, Dict]]:
-    """train/speed.py's input figures: results["input"], or per model under results["speed"] (video_suite)."""
-    found = [("", results["input"])] if isinstance(results.get("input"), dict) else []
+def input_records(results: Dict) -> List[Tuple[str, Dict, Dict]]:
+    """train/speed.py's input and throughput figures: in results, or per model under results["speed"] (video_suite)."""
+    found = [("", results["input"], results.get("throughput") or {})] if isinstance(results.get("input"), dict) else []
     for name, speed in (results.get("speed") or {}).items():
         if isinstance(speed, dict) and isinstance(speed.get("input"), dict):
-            found.append((name, speed["input"]))
+            found.append((name, speed["input"], speed.get("throughput") or {}))
     return found
 
 
-def throughput_row(name: str, wait: Dict, run: Run) -> Tuple:
+def throughput_row(name: str, wait: Dict, measured: Dict, run: Run) -> Tuple:
+    """Steps and samples per second: the run's own measure (the epochs after the first) where it has one, else
+    worked out from its whole input figures."""
     seconds = (wait.get("compute_s") or 0) + (wait.get("data_wait_s") or 0)
     steps = wait.get("steps") or 0
     per_s = steps / seconds if seconds else None
     batch = (run.config.get("data") or {}).get("batch_size")
     ranks = run.results.get("world_size") or 1  # data.batch_size is per rank
     samples = per_s * batch * ranks if per_s and is_number(batch) else None
+    samples = measured.get("samples_per_s") or samples
     waited = f"{wait['wait_fraction']:.0%}" if is_number(wait.get("wait_fraction")) else None
     return (name or run.config.get("model", {}).get("name", ""), steps, wait.get("compute_s"), wait.get("data_wait_s"),
             waited, per_s, samples)
