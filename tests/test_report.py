@@ -144,7 +144,8 @@ def test_the_runs_own_throughput_measure_is_shown_where_it_has_one(tmp_path):
     results = json.loads((run_dir / "results.json").read_text())
     results["throughput"] = {"samples_per_s": 987.5, "epochs_measured": 2, "world_size": 1}  # train/speed.py's
     (run_dir / "results.json").write_text(json.dumps(results))
-    assert "<td>987.5</td>" in write_report(run_dir).read_text()
+    page = write_report(run_dir).read_text()
+    assert "<td>987.5</td>" in page and "throughput, best first" not in page  # one run's figures, not per model
 
 
 def test_report_of_a_multi_model_run_ranks_the_models_and_draws_each_log(tmp_path):

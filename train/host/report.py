@@ -159,6 +159,10 @@ def run_facts(run: Run) -> List[Tuple[str, object]]:
     return [(k, v) for k, v in facts if v not in (None, "")]
 
 
+# results.json's dicts of numbers that are one run's figures, not a metric per model (train/speed.py's throughput)
+NOT_PER_MODEL = ("throughput", "input")
+
+
 def results_html(run: Run) -> str:
     if not run.results:
         return '<p class="note">no results.json yet: the run is running, or ended before writing it</p>'
@@ -173,6 +177,8 @@ def ranked_tables(run: Run) -> str:
     the seeds' final summaries."""
     out = ""
     for key, value in run.results.items():
+        if key in NOT_PER_MODEL:
+            continue
         if isinstance(value, dict) and len(value) > 1 and all(is_number(v) for v in value.values()):
             ranked = sorted(value.items(), key=lambda kv: kv[1], reverse=not lower_is_better(key))
             out += f"<h3>{esc(key)}, best first</h3>" + table(["#", "name", key], [(i + 1, n, v) for i, (n, v)
