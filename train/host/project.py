@@ -1,8 +1,9 @@
 """Where the project's own folders are: the checkout that holds this package."""
 import os
-import subprocess
 from pathlib import Path
 from typing import Dict, Optional
+
+from train.host import code_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ROOT / "clusters"
@@ -22,10 +23,5 @@ def runs_dir() -> Path:
 
 def git_state() -> Dict[str, object]:
     """The commit the job was submitted from, and whether the tree had uncommitted changes."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
-
-    commit = git("rev-parse", "HEAD")
-    return {"commit": commit or None, "dirty": bool(git("status", "--porcelain")) if commit else None}
+    commit, dirty = code_snapshot.git_state(ROOT)  # the one way this package asks git
+    return {"commit": commit, "dirty": dirty if commit else None}
