@@ -42,10 +42,11 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 import yaml
 
+import forked
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CORPUS = ROOT / "tests" / "bad_inputs"
-RUN_CLUSTER = ROOT / "bin" / "run-cluster"
 FLAVORS = ("cpu", "cuda11.6", "cuda12.8")
 FAKE_SCHEDULER_COMMANDS = ("sbatch", "bsub", "scontrol", "squeue", "bkill", "scancel", "bjobs")
 DEFAULT_SETTINGS = "clusters:\n  gilbreth: {account: lusu}\n"
@@ -175,8 +176,6 @@ def run_cases(cases: List[Tuple[dict, Path]]) -> List[Result]:
     """Each case in a child forked from this process with bin/run-cluster's code already imported: a process of
     its own, as bin/run-cluster is, without paying Python's start and the imports 146 times. Forked from this
     thread only (no thread pool: forking beside other threads can copy a held lock), WORKERS at a time."""
-    import train.host.cli  # noqa: F401  imported once here, inherited by every child
-
     results: List[Optional[Result]] = [None] * len(cases)
     pending, running = list(enumerate(cases)), {}
     while pending or running:
@@ -201,38 +200,11 @@ def run_cases(cases: List[Tuple[dict, Path]]) -> List[Result]:
 def _fork(prepared: Prepared) -> int:
     out, err = (os.open(prepared.output.with_suffix(suffix), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 for suffix in (".stdout", ".stderr"))
-    pid = os.fork()
-    if pid:
+    try:
+        return forked.start(prepared.argv, out, err, prepared.env, prepared.tmp)
+    finally:
         os.close(out)
         os.close(err)
-        return pid
-    rc = 1
-    try:  # the child: bin/run-cluster's main() with the case's directory, environment and argv, then _exit
-        os.chdir(prepared.tmp)
-        os.environ.clear()
-        os.environ.update(prepared.env)
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        os.dup2(out, 1)
-        os.dup2(err, 2)
-        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # pytest's capture objects are not fd 1 and 2
-        sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
-        argv = [os.fsdecode(a) if isinstance(a, bytes) else a for a in prepared.argv]  # as sys.argv shows bytes
-        sys.argv = [str(RUN_CLUSTER), *argv]
-        from train.host.cli import main as run_cluster_main
-
-        rc = run_cluster_main(argv)
-    except SystemExit as exit:
-        rc = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-        if not isinstance(exit.code, (int, type(None))):
-            print(exit.code, file=sys.stderr)
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(rc if isinstance(rc, int) else 1)
 
 
 def judge(prepared: Prepared, case_root: Path, rc: Optional[int]) -> Result:

@@ -10,13 +10,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
+import conftest
 from conftest import ROOT
 from train.errors import UserError
 from train.host import derive, images
@@ -26,8 +26,7 @@ PROBE = "ctprobe"  # the tiny package the derived image adds
 
 
 def run_cluster(*args, env=None):
-    return subprocess.run([sys.executable, str(ROOT / "bin" / "run-cluster"), *map(str, args)],
-                          capture_output=True, text=True, env={**os.environ, **(env or {})})
+    return conftest.run_cluster(*args, env={**os.environ, **(env or {})})
 
 
 def write_wheel(directory: Path, name: str = PROBE, version: str = "0.1") -> Path:

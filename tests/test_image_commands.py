@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_cluster
 
 pytestmark = pytest.mark.skipif(shutil.which("apptainer") is None, reason="apptainer builds the test SIFs")
 FLAVOR_LABELS = "    org.cluster-train.flavor cpu\n    org.cluster-train.git-commit c0ffee\n"
@@ -27,8 +27,7 @@ def build_sif(path: Path, labels: str = FLAVOR_LABELS, content: str = "one") -> 
 
 
 def images_command(*args, env=None):
-    return subprocess.run([sys.executable, str(ROOT / "bin" / "run-cluster"), "images", *map(str, args)],
-                          capture_output=True, text=True, env=env)
+    return run_cluster("images", *args, env=env)
 
 
 def store_files(store: Path) -> dict:
@@ -133,7 +132,6 @@ def test_a_run_from_one_clone_uses_the_image_another_clone_built_into_a_shared_s
     (tmp_path / "settings.yaml").write_text(f"images: {shared}\n")
     env = {k: v for k, v in os.environ.items() if k != "CT_IMAGES"}
     env.update(CT_SETTINGS=str(tmp_path / "settings.yaml"), CT_RUNS_DIR=str(tmp_path / "runs"))
-    done = subprocess.run([sys.executable, str(ROOT / "bin" / "run-cluster"), "local", "cpu_1proc", "demo",
-                           "--dry-run"], capture_output=True, text=True, env=env)
+    done = run_cluster("local", "cpu_1proc", "demo", "--dry-run", env=env)
     assert done.returncode == 0, done.stderr
     assert f"image: {shared / 'store' / digest}.sif (cpu) sha256 {digest}" in done.stdout

@@ -1,18 +1,11 @@
 """Each failure the seeds hit is refused before anything is queued, with the cause and the fix (one line)."""
 import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import run_cluster
 
 SEED_003 = ["torch-hpc", "l40s_4x4", "cifar100_resnet", "--set", "data.worker_mem_gb=10"]
-
-
-def run_cluster(*args, env=None):
-    return subprocess.run([sys.executable, str(ROOT / "bin" / "run-cluster"), *args], capture_output=True, text=True,
-                          env=env)
 
 
 def refused(done, *fragments):

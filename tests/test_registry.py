@@ -2,8 +2,7 @@
 pull` by Apptainer's ORAS support, the digest checked before a pulled file enters the store, and a rerun on a
 machine whose store lacks the run's image pulling it by the reference its manifest recorded."""
 import json
-import subprocess
-import sys
+import os
 
 import pytest
 
@@ -29,9 +28,8 @@ def test_push_then_pull_by_digest_into_an_empty_store(oci_registry, store, tmp_p
     assert by_digest in done.stdout and ":latest" in done.stdout
     assert json.loads((store / "index.json").read_text())[0]["pushed"] == [{"reference": by_digest, "plain_http": True}]
     elsewhere = tmp_path / "elsewhere"  # another machine's store
-    pulled = subprocess.run([sys.executable, str(ROOT / "bin" / "run-cluster"), "images", "pull", by_digest,
-                             "--plain-http", "--expect-sha256", digest], capture_output=True, text=True,
-                            env={**__import__("os").environ, "CT_IMAGES": str(elsewhere)})
+    pulled = run_cluster("images", "pull", by_digest, "--plain-http", "--expect-sha256", digest,
+                         env={**os.environ, "CT_IMAGES": str(elsewhere)})
     assert pulled.returncode == 0, pulled.stderr
     assert f"pulled cpu image sha256:{digest}" in pulled.stdout
     assert (elsewhere / "store" / f"{digest}.sif").read_bytes() == (store / "store" / f"{digest}.sif").read_bytes()

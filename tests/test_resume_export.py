@@ -8,7 +8,9 @@ from test_strategies import make_data, tiny_net
 from train import config as cfg
 from train.localrun import spawn
 
-pytestmark = pytest.mark.slow  # real multi-process training: `make test`, not `make test-fast`
+# real multi-process training: `make test`, not `make test-fast`; one worker of a parallel run, which trains the
+# module's shared runs once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_resume_export")]
 
 
 def worker(rank, strategy, nprocs, out, epochs, ckpt_path, train_batches=None):

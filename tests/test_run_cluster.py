@@ -2,18 +2,11 @@
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-
-ROOT = Path(__file__).resolve().parents[1]
-RUN_CLUSTER = ROOT / "bin" / "run-cluster"
-
-
-def run_cluster(*args, env=None):
-    return subprocess.run([sys.executable, str(RUN_CLUSTER), *args], capture_output=True, text=True, env=env)
+from conftest import ROOT, run_cluster
 
 
 def test_dry_run_renders_srun_per_rank_and_submits_nothing(store):

@@ -5,13 +5,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import run_cluster
 from train.exit_codes import REQUEUE
 from train.host import causes, segments
 from train.host.schedulers import State
@@ -27,8 +26,7 @@ FAKES = {
 
 
 def rendered_slurm_script(store, tmp_path, cluster="ci-slurm", profile="n1_gpu1") -> Path:
-    done = subprocess.run([sys.executable, str(ROOT / "bin" / "run-cluster"), cluster, profile, "demo",
-                           "--dry-run", "--run-id", "long"], capture_output=True, text=True)
+    done = run_cluster(cluster, profile, "demo", "--dry-run", "--run-id", "long")
     assert done.returncode == 0, done.stderr
     script = tmp_path / "job.sh"
     script.write_text(done.stdout.split("nothing submitted) ---\n", 1)[1])

@@ -60,8 +60,7 @@ def test_signing_stores_a_signed_copy_as_a_new_image(store, keys, tmp_path):
 
 
 def submit(*extra, env=None):
-    return subprocess.run([sys.executable, str(ROOT / "bin" / "run-cluster"), "local", "cpu_1proc", "demo",
-                           "--set", "trainer.max_epochs=1", *extra], capture_output=True, text=True, env=env)
+    return run_cluster("local", "cpu_1proc", "demo", "--set", "trainer.max_epochs=1", *extra, env=env)
 
 
 def test_require_signed_refuses_what_is_not_signed_by_an_allowed_key_before_queueing(store, keys, tmp_path):

@@ -10,7 +10,9 @@ from train import config as cfg
 from train.localrun import spawn
 from train.strategies import STRATEGIES
 
-pytestmark = pytest.mark.slow  # real multi-process training: `make test`, not `make test-fast`
+# real multi-process training: `make test`, not `make test-fast`; one worker of a parallel run, which trains the
+# module's shared runs once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_strategies")]
 
 N_SAMPLES, GLOBAL_BATCH, ACCUMULATE, EPOCHS = 64, 16, 2, 2
 LOSS_RTOL = 1e-4  # fp32 on both sides: only the order of the gradient reduction differs

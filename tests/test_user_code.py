@@ -177,8 +177,7 @@ def test_a_non_number_where_reads_expects_one_names_the_users_key(store, tmp_pat
 
 def test_a_command_typed_after_the_separator_runs_the_working_directory(store, tmp_path):
     code = project(tmp_path)
-    done = subprocess.run([sys.executable, str(ROOT / "bin" / "run-cluster"), "local", "cpu_1proc", "--dry-run", "--",
-                           "python", "train.py", "--dry-run"], capture_output=True, text=True, cwd=code)
+    done = run_cluster("local", "cpu_1proc", "--dry-run", "--", "python", "train.py", "--dry-run", cwd=code)
     assert done.returncode == 0, done.stderr
     assert f"code: {code} (not a git work tree)" in done.stdout
     assert "command: python train.py --dry-run" in done.stdout  # after --, everything is the command's

@@ -43,8 +43,8 @@ def main(argv: List[str]) -> int:
     experiment = DEFAULT_EXPERIMENT if last in cluster.profiles else last  # the last name, if not a profile
     if last in cluster.profiles:
         profiles.append(last)
-    pyplot_figure()  # matplotlib, checked before any job: the figure comes after hours of them
     subs = submissions(cluster, ordered(cluster, profiles), experiment, args)
+    pyplot_figure()  # matplotlib, checked before any job: the figure comes after hours of them
     if args.dry_run:
         print("\n".join(f"{s.job.profile}: {s.job.total_ranks} rank(s), checked" for s in subs))
         return 0
