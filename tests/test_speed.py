@@ -1,6 +1,7 @@
 """GPU speed by default (train/speed.py): precision `auto`, channels-last convolution weights, torch.compile, and the
 measured input wait in results.json. The GPU side (bf16, Tensor Core layouts) runs in `make bench` on a GPU; here the
 same code paths run on the CPU."""
+import os
 import time
 import types
 
@@ -117,6 +118,9 @@ def test_results_say_how_the_run_trained_and_whether_it_waited_for_data(tiny_cif
 
 
 def compiled_rank(rank, data, out):
+    # each rank its own kernel cache, compiled in this process: CI once saw a rank die of SIGSEGV while both ranks
+    # compiled into one cache with inductor's compile workers
+    os.environ.update(TORCHINDUCTOR_CACHE_DIR=str(out / f"inductor-rank{rank}"), TORCHINDUCTOR_COMPILE_THREADS="1")
     return fit(tiny_run(data, out, devices=2, strategy="ddp", compile=True, limit_val_batches=1))
 
 
