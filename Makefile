@@ -67,14 +67,12 @@ $(MOTION_DATA)/meta.json: | image
 	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" images/cpu.sif \
 		python -m train make_data motion_tokens $(MOTION_DATA)
 
-test-fast: venv  # one process: these tests keep the CPUs busy, and workers would only add their own start-up
+test-fast: venv
 	$(PYTEST) -q -m "not image and not slurm and not slow and not registry" tests
 
-# The whole suite in parallel (pytest-xdist): most of its tests wait on Slurm, containers and time limits rather than
-# on the CPUs. loadgroup keeps a module whose tests share an expensive fixture on one worker; conftest orders the
-# longest tests first.
+# image_copy: host copies of tests that test_in_image.py runs again inside the image, by the stack jobs use
 test: deps slurm registry chromium image
-	$(PYTEST) -q -rs --durations=30 -n 3 --dist loadgroup --no-loadscope-reorder tests
+	$(PYTEST) -q -rs --durations=30 -m "not image_copy" tests
 
 # After a deliberate change to what a profile renders: rewrite the golden scripts, then review `git diff tests/golden`.
 golden: venv

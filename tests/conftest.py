@@ -14,25 +14,23 @@ sys.path.insert(0, str(ROOT))
 CLUSTER_SH = ROOT / "tests" / "slurm" / "cluster.sh"
 
 
-def start_order(item) -> int:
-    """Longest first, so that the parallel workers of `make test` end together: jobs in the image or on the test
-    cluster (a minute or more each), then other real training, then unit tests; the CUDA image's test, which waits
-    for its build, last."""
-    if item.get_closest_marker("cuda_image"):
-        return 3
-    if item.get_closest_marker("slurm") or item.get_closest_marker("image"):
-        return 0
-    return 1 if item.get_closest_marker("slow") else 2
+def pytest_configure(config):
+    # here, not in pyproject.toml: that file is an input of every image, and a marker is no reason to rebuild them
+    config.addinivalue_line("markers", "registry: needs Debian's docker-registry (make registry); not in make test-fast")
+    config.addinivalue_line("markers", "cuda_image: builds the CUDA 12.8 image beside the other tests (minutes)")
+    config.addinivalue_line("markers", "image_copy: test_in_image.py runs this module again inside the image, where "
+                                       "jobs run; make test runs only that copy, make test-fast neither")
 
 
 @pytest.hookimpl(trylast=True)  # after -m/-k deselected what the run does not select
 def pytest_collection_modifyitems(session, config, items):
-    """Where the CUDA image's test is selected, its build starts now, in the background (niced)."""
-    items.sort(key=start_order)  # stable: in file order within each kind
-    if not config.option.collectonly and any(item.get_closest_marker("cuda_image") for item in items):
+    """Where the CUDA image's test is selected, its build starts now, in the background, and the test goes last."""
+    cuda = [item for item in items if item.get_closest_marker("cuda_image")]
+    if cuda and not config.option.collectonly:
         from test_cuda_image import start_build
 
         start_build()
+        items[:] = [item for item in items if item not in cuda] + cuda
 
 
 def sha256(path) -> str:
@@ -47,43 +45,21 @@ DEFAULT_INPUTS = [ROOT / "data" / name for name in ("cifar100-synthetic", "ufc10
                                                     "navsim-synthetic", "smart-synthetic")]
 
 
-def is_worker(config) -> bool:
-    """A pytest-xdist worker: `make test` runs the suite in parallel; session-wide setup is the controller's."""
-    return hasattr(config, "workerinput")
-
-
-def pytest_configure(config):
-    # here, not in pyproject.toml: that file is an input of every image, and a marker is no reason to rebuild them
-    config.addinivalue_line("markers", "registry: needs Debian's docker-registry (make registry); not in make test-fast")
-    config.addinivalue_line("markers", "cuda_image: builds the CUDA 12.8 image beside the other tests (minutes)")
-    if is_worker(config):  # workers share the CPUs: torch's default of a thread per core would oversubscribe them
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-
-def pytest_sessionstart(session):
-    if is_worker(session.config):
-        return
-    session.config.made_inputs = []
+@pytest.fixture(scope="session", autouse=True)
+def default_input_dirs():
+    made = []
     for path in DEFAULT_INPUTS:
         try:
             path.mkdir(parents=True)
-            session.config.made_inputs.append(path)
+            made.append(path)
         except OSError:  # there already, or a read-only checkout (the tests that run inside the image)
             pass
-    os.environ["CT_TEST_SESSION"] = str(os.getpid())  # the workers started after this inherit it
-
-
-def pytest_sessionfinish(session):
-    if is_worker(session.config):
-        return
-    for path in getattr(session.config, "made_inputs", []):
+    yield
+    for path in made:
         try:
             path.rmdir()
         except OSError:  # filled meanwhile (make data): keep it
             pass
-    if SLURM_STARTED.exists():  # a worker started the test cluster for this session: the last one out stops it
-        subprocess.run(["bash", str(CLUSTER_SH), "stop"], check=True)
-        SLURM_STARTED.unlink()
 
 
 @pytest.fixture(scope="session")
@@ -105,21 +81,15 @@ def demo_data(tmp_path_factory):
     return generate_cifar100(tmp_path_factory.mktemp("cifar100"), train_per_class=10, test_per_class=3)
 
 
-SLURM_LOCK = Path("/run/cluster-train-slurm.lock")
-SLURM_STARTED = Path(f"/run/cluster-train-slurm.started-by-{os.environ.get('CT_TEST_SESSION', os.getpid())}")
-
-
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """The real test Slurm cluster (tests/slurm/cluster.sh), started here if it is not already up: one start shared
-    by every worker of a parallel run (a lock), stopped when the session that started it ends."""
-    import fcntl
-
-    with SLURM_LOCK.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if subprocess.run(["bash", str(CLUSTER_SH), "status"], capture_output=True).returncode != 0:
-            subprocess.run(["bash", str(CLUSTER_SH), "start"], check=True)
-            SLURM_STARTED.touch()  # pytest_sessionfinish stops it
+    """The real test Slurm cluster (tests/slurm/cluster.sh), started here if it is not already up."""
+    was_up = subprocess.run(["bash", str(CLUSTER_SH), "status"], capture_output=True).returncode == 0
+    if not was_up:
+        subprocess.run(["bash", str(CLUSTER_SH), "start"], check=True)
+    yield
+    if not was_up:
+        subprocess.run(["bash", str(CLUSTER_SH), "stop"], check=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
-"""Seeds 000, 001 and 002's experiments end to end inside the image, at small scale, through `bin/run-cluster local`
-and through the test Slurm cluster, each writing every file its users read; and seed 001's 4-task packing: four
+"""Seeds 000, 001 and 002's experiments end to end inside the image, at small scale, each writing every file its users
+read: seed 000 through the test Slurm cluster, 001 and 002 through `bin/run-cluster local` (a job runs the task the
+same way in the image on either; test_end_to_end.py covers both paths); and seed 001's 4-task packing: four
 (architecture, fusion) pairs side by side, one per (fake) GPU, each with its own log prefix and outputs."""
 import json
 import re
@@ -42,7 +43,11 @@ def mobilenet_weights(cpu_image, tmp_path_factory):
     return path
 
 
-@pytest.fixture(params=["local", pytest.param("slurm", marks=pytest.mark.slurm)])
+ON_SLURM = pytest.mark.parametrize("where", [pytest.param("slurm", marks=pytest.mark.slurm)], indirect=True)
+LOCAL = pytest.mark.parametrize("where", ["local"], indirect=True)
+
+
+@pytest.fixture
 def where(request, cpu_image):
     if request.param == "slurm":
         request.getfixturevalue("slurm_cluster")
@@ -66,6 +71,7 @@ def finish(run_dir):
     return log
 
 
+@ON_SLURM
 def test_seed_000_trains_the_six_video_models_in_sequence(where, video_data, runs_dir):
     run_dir = start(where, "ufc10_six_models", "--set", f"data.root={video_data}", *QUICK,
                     "--set", "task_params.model_params={width: 4, hidden: 16}", run_id="six", runs_dir=runs_dir)
@@ -82,6 +88,7 @@ def test_seed_000_trains_the_six_video_models_in_sequence(where, video_data, run
     assert all(model in table for model in SIX_MODELS) and f"Best performing model: {best}" in table, log[-3000:]
 
 
+@LOCAL
 def test_seed_001_experts_then_every_fusion_head(where, demo_data, runs_dir):
     experts = start(where, "cifar100_experts", "--set", f"data.root={demo_data}", *QUICK, *FEW_BATCHES,
                     "--set", "trainer.max_epochs=1",
@@ -108,6 +115,7 @@ def assert_fusion_outputs(run_dir, arch, fusion):
     assert {"loss", "accuracy", "experts_lr", "fusion_lr"} <= set(header), header
 
 
+@LOCAL
 def test_seed_002_trains_every_action_recognition_model(where, video_data, mobilenet_weights, runs_dir):
     runs = {}
     for name, params in ACTION_MODELS.items():

@@ -8,9 +8,8 @@ from test_strategies import make_data, tiny_net
 from train import config as cfg
 from train.localrun import spawn
 
-# real multi-process training: `make test`, not `make test-fast`; one worker of a parallel run, which trains the
-# module's shared runs once
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_resume_export")]
+# real multi-process training, which make test runs inside the image (test_in_image.py) and not here again
+pytestmark = [pytest.mark.slow, pytest.mark.image_copy]
 
 
 def worker(rank, strategy, nprocs, out, epochs, ckpt_path, train_batches=None):

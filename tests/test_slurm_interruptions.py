@@ -38,8 +38,7 @@ def epochs_done(run_dir: Path) -> int:
 
 
 def test_a_preempted_run_is_requeued_and_completes_without_retraining(cpu_image, slurm_cluster, demo_data, runs_dir):
-    # a node of its own: the ci-high job preempts whatever shares its node, and other tests run beside this one
-    done = run_cluster("ci-slurm", "n1_gpu1_whole", *common(demo_data, 8), "--run-id", "low")
+    done = run_cluster("ci-slurm", "n1_gpu1", *common(demo_data, 8), "--run-id", "low")
     assert done.returncode == 0, done.stderr
     run_dir = runs_dir / "low"
     job_id = manifest(run_dir)["scheduler"]["job_id"]

@@ -10,9 +10,8 @@ from train import config as cfg
 from train.localrun import spawn
 from train.strategies import STRATEGIES
 
-# real multi-process training: `make test`, not `make test-fast`; one worker of a parallel run, which trains the
-# module's shared runs once
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_strategies")]
+# real multi-process training, which make test runs inside the image (test_in_image.py) and not here again
+pytestmark = [pytest.mark.slow, pytest.mark.image_copy]
 
 N_SAMPLES, GLOBAL_BATCH, ACCUMULATE, EPOCHS = 64, 16, 2, 2
 LOSS_RTOL = 1e-4  # fp32 on both sides: only the order of the gradient reduction differs
