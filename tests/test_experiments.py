@@ -134,7 +134,8 @@ def test_seed_002_trains_every_action_recognition_model(where, video_data, mobil
 def test_seed_001_packing_runs_four_architecture_fusion_pairs_side_by_side(slurm_cluster, demo_data, runs_dir,
                                                                           tmp_path, monkeypatch):
     data = ["--set", f"data.root={demo_data}", "--set", "trainer.max_epochs=1", "--set", "data.batch_size=16"]
-    done = run_cluster("ci-slurm", "experts_4x1", "cifar100_experts", *data, "--run-id", "experts4", "--no-wait")
+    done = run_cluster("ci-slurm", "experts_4x1", "cifar100_experts", *data, *FEW_BATCHES, "--run-id", "experts4",
+                       "--no-wait")  # stage 1 only makes the experts stage 2 reads: a few batches each
     assert done.returncode == 0, done.stderr
     finish(runs_dir / "experts4")
     archs = {"densenet": "densenet_cifar", "resnet": "resnet_cifar", "improved_wide_resnet": "improved_wide_resnet",
