@@ -26,10 +26,11 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(session, config, items):
     """Where the CUDA image's test is selected, its build starts now, in the background, and the test goes last."""
     cuda = [item for item in items if item.get_closest_marker("cuda_image")]
-    if cuda and not config.option.collectonly:
+    if cuda:
         from test_cuda_image import start_build
 
-        start_build()
+        if not config.option.collectonly:  # listing the tests builds nothing
+            start_build()
         items[:] = [item for item in items if item not in cuda] + cuda
 
 
