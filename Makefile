@@ -70,8 +70,10 @@ $(MOTION_DATA)/meta.json: | image
 test-fast: venv
 	$(PYTEST) -q -m "not image and not slurm and not slow and not registry" tests
 
-# image_copy: host copies of tests that test_in_image.py runs again inside the image, by the stack jobs use
-test: deps slurm registry chromium image
+# image_copy: host copies of tests that test_in_image.py runs again inside the image, by the stack jobs use.
+# The host venv and the CPU image build side by side (minutes each, neither needs the other; apt is done by then).
+test: apptainer slurm registry chromium
+	$(MAKE) --no-print-directory -j2 venv image
 	$(PYTEST) -q -rs --durations=30 -m "not image_copy" tests
 
 # After a deliberate change to what a profile renders: rewrite the golden scripts, then review `git diff tests/golden`.
