@@ -1,7 +1,6 @@
 """GPU speed by default (train/speed.py): precision `auto`, channels-last convolution weights, torch.compile, and the
 measured input wait in results.json. The GPU side (bf16, Tensor Core layouts) runs in `make bench` on a GPU; here the
 same code paths run on the CPU."""
-import os
 import time
 import types
 
@@ -124,7 +123,6 @@ def compiled_rank(rank, data, out):
     import torch._inductor.config as inductor  # read at torch's import, so its environment variable would be too late
 
     inductor.layout_optimization = False
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(out / f"inductor-rank{rank}")
     return fit(tiny_run(data, out, devices=2, strategy="ddp", compile=True, limit_val_batches=1))
 
 
