@@ -12,6 +12,9 @@
 # `make image` with nothing changed runs nothing and `make -q image` answers 0; touching a file without changing
 # it rebuilds nothing; `make -n image` shows whether apptainer would run.
 # The key is computed while the Makefile is read (train.host.images, stdlib only, ~0.1 s).
+# A build runs the image's %test and fails with it. Every flavor but cpu (which make test builds anyway) then also
+# keeps its key in containers/$(FLAVOR).tested, to be committed: CI builds the CUDA image only when its inputs differ
+# from that key (tests/test_cuda_image.py), `make test-all` always.
 
 FLAVOR ?= cpu
 IMAGE_FLAVORS := $(patsubst containers/%.def,%,$(wildcard containers/*.def))  # containers/flavors.yaml describes each
@@ -35,6 +38,11 @@ IMAGE_STATUS := $(if $(wildcard $(IMAGE_DEF)),$(shell $(HOST_PYTHON) -m train.ho
 IMAGE_BUILD_BINDS ?= $(if $(wildcard /etc/ssl/certs/ca-certificates.crt),\
 	--mount type=bind$(_ct_comma)source=/etc/ssl/certs$(_ct_comma)destination=/mnt/host-certs$(_ct_comma)ro)
 _ct_comma := ,
+# The CPU image (CI, laptops, `make demo`) is squashed with zstd at a low level instead of gzip -9: every `apptainer
+# exec` mounts the SIF afresh and decompresses what it imports again (import torch: 3.0 s with gzip, 2.1 s with zstd,
+# measured here), and gzip -9 of 2 GB takes minutes on 2 cores. The cluster images keep Apptainer's default, gzip,
+# which every kernel and squashfuse of a cluster mounts.
+IMAGE_SQUASHFS_cpu := --mksquashfs-args="-comp zstd -Xcompression-level 3"
 
 .PHONY: image lock _image_rebuild
 image: $(IMAGE_SIF)
@@ -61,11 +69,12 @@ $(IMAGE_SIF): $(if $(filter fresh,$(IMAGE_STATUS)),,_image_rebuild)
 	if [ "$$(id -u)" = 0 ]; then export APPTAINER_DROP_CAPS=CAP_SYS_RESOURCE; fi; \
 	echo "make image: building $@ from $(IMAGE_DEF) (git $$commit)"; \
 	start=$$(date +%s); \
-	$(APPTAINER) build --force $(IMAGE_BUILD_BINDS) "$$@" "$$tmp" $(IMAGE_DEF); \
+	$(APPTAINER) build --force $(IMAGE_SQUASHFS_$(FLAVOR)) $(IMAGE_BUILD_BINDS) "$$@" "$$tmp" $(IMAGE_DEF); \
 	mv -f "$$tmp" $@; \
 	echo "make image: built $@ in $$(( $$(date +%s) - start )) s"; \
 	$(HOST_PYTHON) -m train.host.images record --flavor $(FLAVOR) --sif $@ --def $(IMAGE_DEF) \
-	  --lock $(IMAGE_LOCK) --root $(IMAGES_DIR) --git-commit "$$commit" --inputs "$$keys" --stamp $(IMAGE_STAMP)
+	  --lock $(IMAGE_LOCK) --root $(IMAGES_DIR) --git-commit "$$commit" --inputs "$$keys" --stamp $(IMAGE_STAMP) \
+	  $(if $(filter-out cpu,$(FLAVOR)),--tested containers/$(FLAVOR).tested)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Lock files: containers/requirements/FLAVOR.in -> containers/FLAVOR.lock, the full closure with sha256 hashes.

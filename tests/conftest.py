@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import forked
+import suite_report
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -15,6 +16,7 @@ CLUSTER_SH = ROOT / "tests" / "slurm" / "cluster.sh"
 
 
 def pytest_configure(config):
+    config.pluginmanager.register(suite_report, "suite_report")  # skips that fail the run; where the time went
     # here, not in pyproject.toml: that file is an input of every image, and a marker is no reason to rebuild them
     config.addinivalue_line("markers", "registry: needs Debian's docker-registry (make registry); not in make test-fast")
     config.addinivalue_line("markers", "cuda_image: builds the CUDA 12.8 image beside the other tests (minutes)")
@@ -24,12 +26,13 @@ def pytest_configure(config):
 
 @pytest.hookimpl(trylast=True)  # after -m/-k deselected what the run does not select
 def pytest_collection_modifyitems(session, config, items):
-    """Where the CUDA image's test is selected, its build starts now, in the background, and the test goes last."""
+    """Where the CUDA image's test is selected and its inputs changed since the last build that passed its %test,
+    the build starts now, in the background, and the test goes last."""
     cuda = [item for item in items if item.get_closest_marker("cuda_image")]
     if cuda:
-        from test_cuda_image import start_build
+        from test_cuda_image import build_needed, start_build
 
-        if not config.option.collectonly:  # listing the tests builds nothing
+        if not config.option.collectonly and build_needed():  # listing the tests builds nothing
             start_build()
         items[:] = [item for item in items if item not in cuda] + cuda
 
@@ -87,7 +90,9 @@ def slurm_cluster():
     """The real test Slurm cluster (tests/slurm/cluster.sh), started here if it is not already up."""
     was_up = subprocess.run(["bash", str(CLUSTER_SH), "status"], capture_output=True).returncode == 0
     if not was_up:
+        started = time.time()
         subprocess.run(["bash", str(CLUSTER_SH), "start"], check=True)
+        suite_report.PHASES["Slurm test cluster start"] = time.time() - started
     yield
     if not was_up:
         subprocess.run(["bash", str(CLUSTER_SH), "stop"], check=True)

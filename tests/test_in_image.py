@@ -1,6 +1,6 @@
 """Host tests again, inside the image, run by its own torch, torchvision, Lightning and DeepSpeed: the model tests
-(with the torchvision-based models vgg, mobilenet, mobilenet_finetuned and efficientnet, which the host venv must
-skip), the registry drift test (every lazy table entry against the image's own code) and the multi-process strategy,
+and the experiment size tests (with the torchvision-based models vgg, mobilenet, mobilenet_finetuned and
+efficientnet, which the host venv must skip: tests/suite_report.py allows those skips by name), the registry drift test (every lazy table entry against the image's own code) and the multi-process strategy,
 resume and export tests."""
 import subprocess
 
@@ -11,11 +11,11 @@ from conftest import ROOT
 
 @pytest.mark.image
 def test_every_registered_model_passes_the_model_tests_in_the_image(cpu_image, tmp_path):
-    done = subprocess.run(
-        ["apptainer", "exec", "--cleanenv", "--no-home", "-B", f"{ROOT / 'tests'}:/opt/ct-tests:ro", "-B", str(tmp_path),
-         "--pwd", str(tmp_path), cpu_image.path,
+    done = subprocess.run(  # conftest's ROOT is /opt there: the experiment files the size tests read go to /opt too
+        ["apptainer", "exec", "--cleanenv", "--no-home", "-B", f"{ROOT / 'tests'}:/opt/ct-tests:ro",
+         "-B", f"{ROOT / 'experiments'}:/opt/experiments:ro", "-B", str(tmp_path), "--pwd", str(tmp_path), cpu_image.path,
          "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "/opt/ct-tests/test_models.py",
-         "/opt/ct-tests/test_registry_drift.py"],
+         "/opt/ct-tests/test_experiment_sizes.py", "/opt/ct-tests/test_registry_drift.py"],
         capture_output=True, text=True, timeout=1200,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

@@ -13,6 +13,7 @@ import pytest
 from conftest import release_requeued
 
 pytestmark = pytest.mark.slurm
+LIMIT_S, LEAD_S = 120, 50  # the job's time limit and the warning lead it asks for
 
 
 def sbatch(script: str, *options: str) -> str:
@@ -53,10 +54,14 @@ def test_time_limit_signal_reaches_the_batch_shell(slurm_cluster, tmp_path):
               'echo "start $(date +%s.%N)"\n'
               'trap \'echo "usr1 $(date +%s.%N)"; echo "end 0"; exit 0\' USR1\n'
               "sleep 300 & wait\n")
-    job_id = sbatch(script, "-p", "ci", "--time=1", "--signal=B:USR1@50", "--requeue", "--open-mode=append",
-                    "-o", str(out))
-    found = wait_for(lambda: "end 0" in lines(out) and lines(out), "USR1 in the batch shell", 150, [job_id])
+    # A 2-minute limit, so that the asked-for lead (50 s) plus Slurm's early margin (up to 60 s) stays inside it: with
+    # a 1-minute limit any lead would be sent at the job's first time-limit check and no wrong @N could be told.
+    job_id = sbatch(script, "-p", "ci", f"--time={LIMIT_S // 60}", f"--signal=B:USR1@{LEAD_S}", "--requeue",
+                    "--open-mode=append", "-o", str(out))
+    found = wait_for(lambda: "end 0" in lines(out) and lines(out), "USR1 in the batch shell", LIMIT_S + 30, [job_id])
     times = dict(line.split() for line in found)
-    lead = 60 - (float(times["usr1"]) - float(times["start"]))
-    print(f"signal lead time before the 60 s limit: {lead:.1f} s (asked for 50 s)")
-    assert 0 < lead <= 111, lead  # Slurm: the signal may come up to 60 s earlier than asked, never after the limit
+    lead = LIMIT_S - (float(times["usr1"]) - float(times["start"]))
+    print(f"signal lead time before the {LIMIT_S} s limit: {lead:.1f} s (asked for {LEAD_S} s)")
+    # Slurm checks time limits every 30 s: the signal comes up to 60 s earlier than asked (its manual) and was seen
+    # up to 30 s later (tests/slurm notes); an @N outside that window, or no signal, fails
+    assert LEAD_S - 30 <= lead <= LEAD_S + 60, lead

@@ -1,0 +1,67 @@
+"""Two things `make test` reports at its end, loaded by conftest.py (pytest_plugins):
+
+- Skips. A test skipped in CI proves nothing, so under `CT_NO_SKIPS=1` (make test sets it) a skip fails the run
+  unless ALLOWED_SKIPS names it, with the reason the same check runs elsewhere. Every skip is listed (-rs).
+- Where the time went: the set-up steps `make test` timed before pytest (CT_TIMES, "name seconds" per line), the
+  Slurm cluster's start, the CUDA image's build or key check, pytest's whole run and its ten slowest tests.
+"""
+import fnmatch
+import os
+import time
+from collections import defaultdict
+
+# nodeid pattern -> why the skip is not a hole: the same test runs elsewhere in the suite
+ALLOWED_SKIPS = {
+    "tests/test_models.py::*[[]vgg]": "torchvision is only in the image: test_in_image.py runs test_models.py there",
+    "tests/test_models.py::*[[]mobilenet*]": "torchvision is only in the image: test_in_image.py runs test_models.py there",
+    "tests/test_models.py::*[[]efficientnet]": "torchvision is only in the image: test_in_image.py runs test_models.py there",
+    "tests/test_experiment_sizes.py::*": "torchvision is only in the image: test_in_image.py runs this module there",
+}
+PHASES = {}  # name -> seconds, measured by fixtures (the Slurm cluster's start)
+_durations = defaultdict(float)
+_skips = {}
+_started = time.time()
+
+
+def allowed(nodeid: str) -> str:
+    return next((why for pattern, why in ALLOWED_SKIPS.items() if fnmatch.fnmatch(nodeid, pattern)), "")
+
+
+def pytest_runtest_logreport(report):
+    _durations[report.nodeid] += report.duration
+    if report.skipped:
+        why = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _skips[report.nodeid] = why.removeprefix("Skipped: ")
+
+
+def unexpected_skips() -> dict:
+    return {nodeid: why for nodeid, why in _skips.items() if not allowed(nodeid)}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("CT_NO_SKIPS") == "1" and unexpected_skips() and session.exitstatus == 0:
+        session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    write = terminalreporter.write_line
+    if _skips:
+        terminalreporter.section("skips")
+        for nodeid, why in sorted(_skips.items()):
+            verdict = f"allowed: {allowed(nodeid)}" if allowed(nodeid) else "NOT ALLOWED (tests/suite_report.py)"
+            write(f"{nodeid}: {why} -> {verdict}")
+        if os.environ.get("CT_NO_SKIPS") == "1" and unexpected_skips():
+            write(f"{len(unexpected_skips())} skip(s) not allowed by name: the run fails")
+    terminalreporter.section("where the time went")
+    rows = [*_setup_times(), *PHASES.items(), ("pytest, whole run", time.time() - _started)]
+    rows += [(f"  {nodeid}", s) for nodeid, s in sorted(_durations.items(), key=lambda kv: -kv[1])[:10]]
+    for name, seconds in rows:
+        write(f"{seconds:8.1f} s  {name}")
+
+
+def _setup_times():
+    path = os.environ.get("CT_TIMES", "")
+    if not path or not os.path.isfile(path):
+        return []
+    with open(path) as lines:
+        return [(name, float(s)) for name, s in (line.rsplit(None, 1) for line in lines if line.strip())]
