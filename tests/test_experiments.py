@@ -1,7 +1,9 @@
 """Seeds 000, 001 and 002's experiments end to end inside the image, at small scale, each writing every file its users
-read: seed 000 through the test Slurm cluster, 001 and 002 through `bin/run-cluster local` (a job runs the task the
-same way in the image on either; test_end_to_end.py covers both paths); and seed 001's 4-task packing: four
-(architecture, fusion) pairs side by side, one per (fake) GPU, each with its own log prefix and outputs."""
+read: seed 000 through the test Slurm cluster, 002 through `bin/run-cluster local` (a job runs the task the same way
+in the image on either; test_end_to_end.py covers both paths); and seed 001 as its users pack it: stage 1's experts,
+four architectures side by side, then four (architecture, fusion) pairs, one per (fake) GPU, each with its own log
+prefix and outputs. Seed 002's model family is trained one step each by the model tests in the image
+(test_in_image.py); here one of them trains through the experiment, from a pretrained weights file of the user's."""
 import json
 import re
 import subprocess
@@ -17,13 +19,6 @@ QUICK = ["--set", "trainer.max_epochs=2", "--set", "data.num_workers=0", "--set"
 FEW_BATCHES = ["--set", "trainer.limit_train_batches=10", "--set", "trainer.limit_val_batches=5"]  # files, not accuracy
 SIX_MODELS = ["PerFrameAggregation2D", "LateFusion2D", "EarlyFusion2D", "PerFrameAggregation3D", "LateFusion3D",
               "EarlyFusion3D"]
-FUSIONS = ["multiplicative", "multiplicativeAddition", "TransformerBase", "concatenation"]
-ACTION_MODELS = {  # seed 002's family, each as small as it goes
-    "basic_cnn": {"width": 4}, "cnn_lstm": {"width": 4, "hidden": 16}, "vgg": {"layers": [8, "M", 16, "M"]},
-    "mobilenet": {}, "efficientnet": {}, "ensemble": {"member_params": {"basic_cnn": {"width": 4},
-                                                                        "cnn_lstm": {"width": 4, "hidden": 16}}},
-    "mobilenet_finetuned": None,  # weights_path: the fixture's pretrained file
-}
 
 
 @pytest.fixture(scope="session")
@@ -88,24 +83,6 @@ def test_seed_000_trains_the_six_video_models_in_sequence(where, video_data, run
     assert all(model in table for model in SIX_MODELS) and f"Best performing model: {best}" in table, log[-3000:]
 
 
-@LOCAL
-def test_seed_001_experts_then_every_fusion_head(where, demo_data, runs_dir):
-    experts = start(where, "cifar100_experts", "--set", f"data.root={demo_data}", *QUICK, *FEW_BATCHES,
-                    "--set", "trainer.max_epochs=1",
-                    "--set", "model.params={depth: 8, width: 4, stages: 3}", run_id="experts", runs_dir=runs_dir)
-    finish(experts)
-    assert (experts / "splits" / "fusion_holdout_indices.npy").is_file()
-    folder = experts / "checkpoints" / "resnet_cifar"
-    assert sorted(p.name for p in folder.glob("expert_*_best.pth")) == [f"expert_{i}_best.pth" for i in range(4)]
-    fusions = [start(where, "cifar100_fusion", "--set", f"data.root={demo_data}", *QUICK, *FEW_BATCHES, "--set",
-                     "trainer.max_epochs=1", "--set", f"task_params.experts_dir={folder}", "--set",
-                     f"task_params.fusion={fusion}", "--set", "task_params.fusion_dim=16", run_id=f"fusion-{fusion}",
-                     runs_dir=runs_dir) for fusion in FUSIONS]
-    for fusion, run_dir in zip(FUSIONS, fusions):
-        finish(run_dir)
-        assert_fusion_outputs(run_dir, "resnet_cifar", fusion)
-
-
 def assert_fusion_outputs(run_dir, arch, fusion):
     parts = run_dir / f"{arch}_fusions" / fusion
     for name in ("experts/expert_0.pth", "experts/expert_3.pth", "fusion/fusion_head.pth", "global/fusion_model.pth"):
@@ -116,18 +93,15 @@ def assert_fusion_outputs(run_dir, arch, fusion):
 
 
 @LOCAL
-def test_seed_002_trains_every_action_recognition_model(where, video_data, mobilenet_weights, runs_dir):
-    runs = {}
-    for name, params in ACTION_MODELS.items():
-        params = {"weights_path": str(mobilenet_weights)} if params is None else params
-        runs[name] = start(where, "action_recognition", "--set", f"data.root={video_data}", *QUICK,
-                           "--set", "trainer.max_epochs=1", "--set", f"model.name={name}",
-                           "--set", f"model.params={json.dumps(params)}", run_id=f"action-{name}", runs_dir=runs_dir)
-    for name, run_dir in runs.items():
-        finish(run_dir)
-        results = json.loads((run_dir / "results.json").read_text())
-        assert results["model"] == name, results
-        assert (run_dir / "models" / f"{name}_best_weights.pth").is_file(), name
+def test_seed_002_trains_an_action_recognition_model_from_its_pretrained_weights(where, video_data, mobilenet_weights,
+                                                                                 runs_dir):
+    run_dir = start(where, "action_recognition", "--set", f"data.root={video_data}", *QUICK,
+                    "--set", "trainer.max_epochs=1", "--set", "model.name=mobilenet_finetuned",
+                    "--set", f"model.params={json.dumps({'weights_path': str(mobilenet_weights)})}",
+                    run_id="action", runs_dir=runs_dir)
+    finish(run_dir)
+    assert json.loads((run_dir / "results.json").read_text())["model"] == "mobilenet_finetuned"
+    assert (run_dir / "models" / "mobilenet_finetuned_best_weights.pth").is_file()
 
 
 @pytest.mark.slurm
@@ -138,6 +112,10 @@ def test_seed_001_packing_runs_four_architecture_fusion_pairs_side_by_side(slurm
                        "--no-wait")  # stage 1 only makes the experts stage 2 reads: a few batches each
     assert done.returncode == 0, done.stderr
     finish(runs_dir / "experts4")
+    for i, task in enumerate(("densenet", "resnet", "improved_wide_resnet", "resnext")):  # what stage 2 reads
+        stage1 = runs_dir / "experts4" / f"task-{i}-{task}"
+        assert (stage1 / "splits" / "fusion_holdout_indices.npy").is_file(), stage1
+        assert len(list(stage1.glob("checkpoints/*/expert_*_best.pth"))) == 4, stage1
     archs = {"densenet": "densenet_cifar", "resnet": "resnet_cifar", "improved_wide_resnet": "improved_wide_resnet",
              "resnext": "resnext_cifar"}
     experts = tmp_path / "experts"  # the user's `experts:` folder: one sub-folder per architecture
