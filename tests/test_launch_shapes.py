@@ -9,7 +9,8 @@ import pytest
 from conftest import manifest, run_cluster, wait_for_slurm_job
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
-SMALL = ["--set", "trainer.max_epochs=2", "--set", "data.num_workers=0"]
+SMALL = ["--set", "trainer.max_epochs=2", "--set", "data.num_workers=0", "--set", "trainer.limit_train_batches=10",
+         "--set", "trainer.limit_val_batches=4"]
 
 
 def test_independent_tasks_pack_one_per_gpu(cpu_image, slurm_cluster, demo_data, runs_dir):

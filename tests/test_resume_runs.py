@@ -9,12 +9,14 @@ from conftest import manifest, run_cluster
 from train.host import segments
 
 pytestmark = pytest.mark.image
+FEW_BATCHES = ["--set", "trainer.limit_train_batches=8", "--set", "trainer.limit_val_batches=2"]  # steps, not accuracy
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_resume_with_more_epochs_on_two_ranks_continues_from_the_saved_step(cpu_image, demo_data, runs_dir,
                                                                              strategy):
-    common = ["--set", f"data.root={demo_data}", "--set", "data.num_workers=0", "--set", f"trainer.strategy={strategy}"]
+    common = ["--set", f"data.root={demo_data}", "--set", "data.num_workers=0", "--set", f"trainer.strategy={strategy}",
+              *FEW_BATCHES]
     first = run_cluster("local", "cpu_1proc", "demo", *common, "--set", "trainer.max_epochs=2", "--run-id", "r",
                         "--wait")
     assert first.returncode == 0, first.stdout[-3000:]
@@ -35,7 +37,8 @@ def test_resume_with_more_epochs_on_two_ranks_continues_from_the_saved_step(cpu_
 
 @pytest.mark.parametrize("strategy", ["zero2"])
 def test_resume_refuses_a_checkpoint_that_cannot_reshard(cpu_image, demo_data, runs_dir, strategy):
-    common = ["--set", f"data.root={demo_data}", "--set", "data.num_workers=0", "--set", "trainer.max_epochs=1"]
+    common = ["--set", f"data.root={demo_data}", "--set", "data.num_workers=0", "--set", "trainer.max_epochs=1",
+              *FEW_BATCHES]
     first = run_cluster("local", "cpu_1proc", "demo", *common, "--set", f"trainer.strategy={strategy}", "--run-id",
                         "z", "--wait")
     assert first.returncode == 0, first.stdout[-3000:]
