@@ -123,6 +123,7 @@ def compiled_rank(rank, data, out):
     import torch._inductor.config as inductor  # read at torch's import, so its environment variable would be too late
 
     inductor.layout_optimization = False
+    inductor.compile_threads = 1  # the two ranks fill both cores: a pool of compile workers each only adds interpreters
     return fit(tiny_run(data, out, devices=2, strategy="ddp", compile=True, limit_val_batches=1))
 
 
