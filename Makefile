@@ -25,7 +25,7 @@ help:
 	@echo "make image      build images/\$$FLAVOR.sif (FLAVOR=cpu|cuda12.8|cuda11.6) and record its sha256"
 	@echo "make golden     rewrite tests/golden/ from every profile's dry run, after a deliberate change (review the diff)"
 
-demo: deps image data
+demo: deps image $(DEMO_DATA)/cifar-100-python/meta  # the demo's own data set, not every experiment's
 	bin/run-cluster local cpu_2proc demo
 
 deps: apptainer venv
@@ -56,16 +56,16 @@ $(VENV)/.installed: pyproject.toml tests/requirements.txt
 # the generated sets the experiments read by default (experiments/*.yaml): CIFAR-100, UFC-10, seeds 003 and 004
 data: $(DEMO_DATA)/cifar-100-python/meta $(VIDEO_DATA)/metadata/test.csv $(PLANNER_DATA)/meta.json $(MOTION_DATA)/meta.json
 $(DEMO_DATA)/cifar-100-python/meta: | image
-	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" images/cpu.sif \
+	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" $(IMAGES_DIR)/cpu.sif \
 		python -m train make_data cifar100 $(DEMO_DATA)
 $(VIDEO_DATA)/metadata/test.csv: | image
-	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" images/cpu.sif \
+	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" $(IMAGES_DIR)/cpu.sif \
 		python -m train make_data ufc10 $(VIDEO_DATA)
 $(PLANNER_DATA)/meta.json: | image
-	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" images/cpu.sif \
+	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" $(IMAGES_DIR)/cpu.sif \
 		python -m train make_data planner_scenes $(PLANNER_DATA)
 $(MOTION_DATA)/meta.json: | image
-	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" images/cpu.sif \
+	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" $(IMAGES_DIR)/cpu.sif \
 		python -m train make_data motion_tokens $(MOTION_DATA)
 
 test-fast: venv

@@ -232,9 +232,10 @@ def test_an_imported_derived_image_knows_its_parent_from_its_labels(fake_store, 
 
 
 @pytest.mark.image
-def test_derive_builds_on_the_real_cpu_image_and_records_its_parent(cpu_image, tmp_path, monkeypatch):
+def test_derive_builds_on_the_real_cpu_image_and_records_its_parent(cpu_image, demo_data, tmp_path, monkeypatch):
     """A real derived image: the wheel imports inside it, the base's code still runs, the index and the labels
-    name the parent; the same inputs build nothing again; a rerun needs the parent."""
+    name the parent; the same inputs build nothing again; a run trains on it (--flavor cpu+myproject) and records
+    its digest and its parent's; a rerun needs the parent."""
     root = tmp_path / "images"
     base = images.record("cpu", cpu_image.path, ROOT / "containers" / "cpu.def", ROOT / "containers" / "cpu.lock",
                          root=root, git_commit=cpu_image.git_commit)  # a hard link of the real store file
@@ -269,6 +270,18 @@ def test_derive_builds_on_the_real_cpu_image_and_records_its_parent(cpu_image, t
     again = run_cluster(*args, env=env)
     assert again.returncode == 0 and f"up to date: cpu+myproject image sha256:{derived.sha256}" in again.stdout
     assert len(images.records(root)) == 2
+
+    tiny = ["trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
+            "data.num_workers=0", f"data.root={demo_data}"]
+    trained = run_cluster("local", "cpu_1proc", "demo", "--flavor", "cpu+myproject", "--run-id", "derived",
+                          *[a for kv in tiny for a in ("--set", kv)],
+                          env={**env, "CT_RUNS_DIR": str(tmp_path / "runs")})
+    run_dir = tmp_path / "runs" / "derived"
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    ran = json.loads((run_dir / "manifest.json").read_text())["image"]
+    assert (ran["flavor"], ran["sha256"], ran["parent_sha256"]) == ("cpu+myproject", derived.sha256, base.sha256)
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["image_sha256"] == derived.sha256 and results["epochs"] == 1  # the job saw its digest inside
 
     manifest = {"cluster_file": "local", "image": {"sha256": derived.sha256, "flavor": derived.flavor}}
     monkeypatch.setenv("CT_IMAGES", str(root))

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import manifest, only_run, run_cluster, sha256, wait_for_slurm_job
 
-SMALL = ["--set", "trainer.max_epochs=3", "--set", "data.num_workers=0"]
+SMALL = ["--set", "trainer.max_epochs=2", "--set", "data.num_workers=0", "--set", "trainer.limit_train_batches=10"]
 
 
 def data_args(demo_data):
@@ -29,17 +29,6 @@ def assert_manifest_names_the_image_that_ran(run_dir, results):
     recorded = manifest(run_dir)["image"]
     assert recorded["sha256"] == sha256(recorded["path"])  # equal to sha256sum of the SIF that ran
     assert results["image_sha256"] == recorded["sha256"]  # ... and the job saw the same digest inside
-
-
-@pytest.mark.image
-def test_local_profile_trains_in_the_image(cpu_image, demo_data, runs_dir):
-    done = run_cluster("local", "cpu_2proc", "demo", *data_args(demo_data), *SMALL)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
-    run_dir = only_run(runs_dir)
-    results = assert_trained(run_dir, world_size=2)
-    assert_manifest_names_the_image_that_ran(run_dir, results)
-    m = manifest(run_dir)
-    assert m["config"]["trainer"]["devices"] == 2 and m["cluster"] == "local" and m["git"]["commit"]
 
 
 @pytest.mark.image
@@ -87,8 +76,8 @@ def test_dry_run_submits_nothing_and_renders_the_real_script(cpu_image, slurm_cl
     assert real.returncode == 0, real.stderr
     job_id = manifest(runs_dir / "same")["scheduler"]["job_id"]
     assert dry.stdout.split("nothing submitted) ---\n", 1)[1] == (runs_dir / "same" / "job.sh").read_text()
-    assert wait_for_slurm_job(job_id) == "COMPLETED"
-    assert_trained(runs_dir / "same", world_size=2)
+    assert job_id in queue().split()  # the script it showed is the one queued (this shape trains in test_scaling.py)
+    subprocess.run(["scancel", job_id], check=True)
 
 
 @pytest.mark.image

@@ -15,7 +15,6 @@ import pytest
 import yaml
 from PIL import Image
 
-from conftest import only_run, run_cluster
 from train.errors import UserError
 from train.host import cli
 from train.host.report import choose_metric, group_members, sort_by, write_report
@@ -264,21 +263,3 @@ def check_in_browser(report: Path, tmp_path: Path, expect_images: int, expect_ta
 def test_run_and_group_reports_render_in_headless_chromium(sweep, tmp_path):
     check_in_browser(write_report(sweep / "lr-0.02"), tmp_path, expect_images=1, expect_tables=5)
     check_in_browser(write_report(sweep), tmp_path, expect_images=4, expect_tables=2)
-
-
-@pytest.mark.image
-def test_report_of_a_real_finished_run(cpu_image, demo_data, runs_dir, tmp_path):
-    few = ["trainer.max_epochs=2", "trainer.limit_train_batches=8", "trainer.limit_val_batches=2",
-           "trainer.log_every_n_steps=2", "data.num_workers=0", f"data.root={demo_data}"]
-    done = run_cluster("local", "cpu_1proc", "demo", *[a for kv in few for a in ("--set", kv)])
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
-    run_dir = only_run(runs_dir)
-    made = run_cluster("report", run_dir, timeout=120)
-    assert made.returncode == 0 and made.stdout.strip() == f"wrote {run_dir / 'report.html'}", made.stderr
-    page = (run_dir / "report.html").read_text()
-    points = check_curves(page, run_dir, expect_images=1)
-    assert {"train/loss", "val/loss", "val/acc"} <= {p["column"] for p in points}
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    for text in (manifest["image"]["sha256"], manifest["git"]["commit"], "COMPLETED", "final_val_loss", "samples/s"):
-        assert text in page, text
-    check_in_browser(run_dir / "report.html", tmp_path, expect_images=1, expect_tables=5)

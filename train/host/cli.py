@@ -290,7 +290,10 @@ def run_command(argv: List[str]) -> int:
     if argv[0] == "status":
         print_status(manifest, scheduler, args.run_dir)
     elif argv[0] == "cancel":
+        ended = run_state(scheduler, job_id, args.run_dir)["state"] in FINISHED
         scheduler.cancel(job_id, args.run_dir)
+        if not ended:  # a job that had ended keeps how it ended
+            segments.record_cancel(args.run_dir, job_id)
         print(f"cancelled {manifest['scheduler']['name']} job {job_id} ({manifest['run_id']})")
     else:
         follow_log(scheduler, job_id, args.run_dir, forever=args.follow)

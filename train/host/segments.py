@@ -3,13 +3,15 @@ line per segment (first start, each requeue), the training appends `train_start`
 from). The record outlives the scheduler's memory of the job, so `status`, `logs --follow` and `--wait` never go
 blind, and the manifest keeps the run's history."""
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from train.host.schedulers import State
+from train.host.schedulers import FINISHED, State
 
 FILE = Path("logs") / "segments.jsonl"
+CANCELLED = Path("logs") / "cancelled.json"  # written by `run-cluster cancel` once the scheduler took the cancel
 # how the batch shell says a segment ended -> the run's state when the scheduler no longer knows the job
 ENDED = {"COMPLETED": State.COMPLETED, "FAILED": State.FAILED, "TIMEOUT": State.TIMEOUT,
          "REQUEUED": State.PENDING, "PREEMPTED": State.PENDING, "TERMINATED": State.CANCELLED}
@@ -67,13 +69,33 @@ def as_records(run_dir: Path) -> List[Dict]:
 
 
 def run_state(scheduler, job_id: str, run_dir: Path) -> Dict:
-    """The scheduler's state of the job; where it has forgotten the job (or cannot see it), the run's own record."""
+    """The scheduler's state of the job; where it has forgotten the job (or cannot see it), the run's own record;
+    CANCELLED for a job `cancel` ended, once it no longer runs."""
     state = scheduler.state(job_id, run_dir)
-    if state["state"] != State.UNKNOWN:
-        return state
-    found = read(run_dir)
-    if found and found[-1].how:
-        last = found[-1]
-        return {"state": ENDED.get(last.how, State.UNKNOWN), "exit_code": str(last.exit_code), "nodes": last.hosts,
-                "source": "the run's record"}
+    if state["state"] == State.UNKNOWN:
+        found = read(run_dir)
+        if found and found[-1].how:
+            last = found[-1]
+            state = {"state": ENDED.get(last.how, State.UNKNOWN), "exit_code": str(last.exit_code),
+                     "nodes": last.hosts, "source": "the run's record"}
+    # A job `cancel` ended is CANCELLED once the scheduler no longer runs it, unless it completed first: LSF shows a
+    # killed job as EXIT (FAILED), and a batch shell killed after Slurm's KillWait never records its end, which
+    # leaves the run UNKNOWN (or PENDING, if it was waiting to be requeued) once Slurm forgets the job.
+    live = state["state"] not in FINISHED and state["state"] != State.UNKNOWN and "source" not in state
+    if not live and state["state"] != State.COMPLETED and was_cancelled(run_dir, job_id):
+        return {**state, "state": State.CANCELLED, "source": "run-cluster cancel"}
     return state
+
+
+def record_cancel(run_dir: Path, job_id: str) -> None:
+    """The run's own word that `cancel` ended this job (the scheduler accepted the cancel)."""
+    record = {"job_id": job_id, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    (Path(run_dir) / CANCELLED).write_text(json.dumps(record) + "\n")
+
+
+def was_cancelled(run_dir: Path, job_id: str) -> bool:
+    """Whether `cancel` ended this job of the run (a resumed run's later job is not the cancelled one)."""
+    try:
+        return json.loads((Path(run_dir) / CANCELLED).read_text()).get("job_id") == job_id
+    except (OSError, ValueError, AttributeError):
+        return False

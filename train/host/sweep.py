@@ -17,7 +17,7 @@ from train.errors import UserError, raise_all
 from train.host import code_snapshot, runs
 from train.host.job import new_run_id
 from train.host.schedulers import FINISHED, adapter
-from train.host.segments import read as read_segments, run_state
+from train.host.segments import read as read_segments, record_cancel, run_state
 from train.host.submit import Submission, prepare, write_manifest, write_run
 
 SWEEP = "sweep.json"
@@ -236,7 +236,12 @@ def cancel(sweep_dir: Path) -> None:
     """The whole array at once (on local: the sweep script's process group, each unended element marked)."""
     record = read_sweep(sweep_dir)
     scheduler = adapter(record["scheduler"])
+    unended = [(Path(e["run_dir"]), e["job_id"]) for e in record["elements"]  # elements still the array's job
+               if runs.read_manifest(Path(e["run_dir"]))["scheduler"]["job_id"] == e["job_id"]
+               and run_state(scheduler, e["job_id"], Path(e["run_dir"]))["state"] not in FINISHED]
     scheduler.cancel_array(record["array_job_id"], Path(sweep_dir), [e["run_dir"] for e in record["elements"]])
+    for run_dir, job_id in unended:
+        record_cancel(run_dir, job_id)
     print(f"cancelled {record['scheduler']} array {record['array_job_id']} ({record['sweep_id']}, "
           f"{len(record['elements'])} runs)")
 
