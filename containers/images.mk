@@ -73,8 +73,8 @@ $(IMAGE_SIF): $(if $(filter fresh,$(IMAGE_STATUS)),,_image_rebuild)
 	mv -f "$$tmp" $@; \
 	echo "make image: built $@ in $$(( $$(date +%s) - start )) s"; \
 	$(HOST_PYTHON) -m train.host.images record --flavor $(FLAVOR) --sif $@ --def $(IMAGE_DEF) \
-	  --lock $(IMAGE_LOCK) --root $(IMAGES_DIR) --git-commit "$$commit" --inputs "$$keys" --stamp $(IMAGE_STAMP) \
-	  $(if $(filter-out cpu,$(FLAVOR)),--tested containers/$(FLAVOR).tested)
+	  --lock $(IMAGE_LOCK) --root $(IMAGES_DIR) --git-commit "$$commit" --inputs "$$keys" --stamp $(IMAGE_STAMP); \
+	$(if $(filter-out cpu,$(FLAVOR)),cmp -s "$$keys" containers/$(FLAVOR).tested || cp "$$keys" containers/$(FLAVOR).tested)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Lock files: containers/requirements/FLAVOR.in -> containers/FLAVOR.lock, the full closure with sha256 hashes.

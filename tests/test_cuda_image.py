@@ -17,7 +17,7 @@ import pytest
 
 import suite_report
 from conftest import ROOT
-from train.host import images
+from train.host import image_freshness, images
 
 FLAVOR = "cuda12.8"
 LOG = ROOT / "images" / f"{FLAVOR}.build.log"
@@ -29,7 +29,7 @@ PROOFS = ["imagecheck: CUDA 12.8, kernels for", "imagecheck: NCCL 2.", "imageche
 
 def changed_inputs() -> list:
     """What differs from the last build that passed its %test (containers/cuda12.8.tested)."""
-    return images.untested_inputs(FLAVOR, f"containers/{FLAVOR}.def", f"containers/{FLAVOR}.lock", ROOT)
+    return image_freshness.untested_inputs(FLAVOR, ROOT)
 
 
 def build_needed() -> bool:
@@ -51,7 +51,7 @@ def start_build() -> None:
 @pytest.mark.cuda_image
 def test_the_cuda_image_passed_its_test_with_exactly_these_inputs():
     if not build_needed():  # a build of exactly these inputs passed %test; nothing here could have broken it
-        key = images.tested_key(FLAVOR, ROOT).read_text()
+        key = image_freshness.tested_key(FLAVOR, ROOT).read_text()
         assert images.inputs_text(f"containers/{FLAVOR}.def", f"containers/{FLAVOR}.lock", ROOT) == key
         suite_report.PHASES["CUDA 12.8 image: inputs as containers/cuda12.8.tested, no build"] = 0.0
         return
@@ -66,7 +66,7 @@ def test_the_cuda_image_passed_its_test_with_exactly_these_inputs():
         done = subprocess.run(["apptainer", "test", record.path], capture_output=True, text=True)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         log = done.stdout + done.stderr
-        images.write_stamp(images.tested_key(FLAVOR, ROOT), (ROOT / "images" / f"{FLAVOR}.inputs").read_text())
+        images.write_stamp(image_freshness.tested_key(FLAVOR, ROOT), (ROOT / "images" / f"{FLAVOR}.inputs").read_text())
     for proof in PROOFS:
         assert proof in log, f"{proof!r} not in the %test output:\n{log[-3000:]}"
     labels = subprocess.run(["apptainer", "inspect", "--labels", record.path], capture_output=True, text=True).stdout

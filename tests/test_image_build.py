@@ -131,15 +131,14 @@ def test_successful_build_is_renamed_into_place_recorded_and_then_fresh(repo, tm
 
 def test_a_cuda_build_that_passed_keeps_its_key_for_ci_and_a_cpu_build_does_not(repo, tmp_path):
     """containers/FLAVOR.tested: what CI compares to build the CUDA image only when its inputs changed."""
-    from train.host import images
+    from train.host.image_freshness import untested_inputs
 
     fake = tmp_path / "apptainer"  # a build that passes (apptainer build fails with a failing %test)
     fake.write_text('#!/bin/sh\neval out=\\${$(($# - 1))}\necho "a new image" > "$out"\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     lock = repo / "containers" / "cuda12.8.lock"
     lock.write_bytes(lock.read_bytes() + b"# new\n")
-    untested = lambda: images.untested_inputs("cuda12.8", "containers/cuda12.8.def", "containers/cuda12.8.lock",  # noqa: E731
-                                              repo)
+    untested = lambda: untested_inputs("cuda12.8", repo)  # noqa: E731
     assert "containers/cuda12.8.lock" in untested()
     done = make("image", "FLAVOR=cuda12.8", f"APPTAINER={fake}", cwd=repo)
     assert done.returncode == 0, done.stdout + done.stderr

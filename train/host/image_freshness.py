@@ -1,6 +1,7 @@
 """Does the image a new run would use hold this checkout's code? A job runs the code inside its image, not the
 checkout's: an image built before the train package or the definition files changed would train with the old code
-while the manifest says only `dirty: true`. The content key `make image` records with each build says which."""
+while the manifest says only `dirty: true`. The content key `make image` records with each build says which.
+The same key, kept in git as containers/<flavor>.tested, says whether CI must build an image it cannot run (CUDA)."""
 from pathlib import Path
 from typing import List, Optional
 
@@ -34,3 +35,16 @@ def _changed(built: str, now: str) -> List[str]:
         return {line.split("  ", 1)[1]: line.split("  ", 1)[0] for line in text.splitlines() if "  " in line}
     old, new = table(built), table(now)
     return sorted(path for path in old.keys() | new.keys() if old.get(path) != new.get(path))
+
+
+def tested_key(flavor: str, repo=Path(".")) -> Path:
+    """containers/<flavor>.tested, kept in git: the content key of the last build of FLAVOR whose %test passed
+    (`make image` writes it), so that CI builds an image it cannot run (CUDA) only when that image's inputs changed."""
+    return Path(repo) / "containers" / f"{flavor}.tested"
+
+
+def untested_inputs(flavor: str, repo=Path(".")) -> List[str]:
+    """The inputs whose content differs from that tested build (every input when none was kept); [] when none."""
+    key = tested_key(flavor, repo)
+    now = images.inputs_text(f"containers/{flavor}.def", f"containers/{flavor}.lock", repo)
+    return _changed(key.read_text() if key.is_file() else "", now)

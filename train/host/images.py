@@ -330,25 +330,6 @@ def inputs_status(stamp, def_file, lock_file, repo=Path("."), flavor: Optional[s
     return ("fresh" if old == text and stored else "stale"), text
 
 
-def tested_key(flavor: str, repo=Path(".")) -> Path:
-    """containers/<flavor>.tested, kept in git: the content key of the last build of FLAVOR whose %test passed, so
-    that CI builds an image it cannot run (CUDA) only when that image's inputs changed."""
-    return Path(repo) / "containers" / f"{flavor}.tested"
-
-
-def untested_inputs(flavor: str, def_file, lock_file, repo=Path(".")) -> List[str]:
-    """The inputs whose content differs from that tested build (every input when none was kept); [] when none."""
-    repo = Path(repo)
-    key = tested_key(flavor, repo)
-    kept = _key_lines(key.read_text()) if key.is_file() else {}
-    now = _key_lines(inputs_text(def_file, lock_file, repo))
-    return sorted(p for p in kept.keys() | now.keys() if kept.get(p) != now.get(p))
-
-
-def _key_lines(text: str) -> Dict[str, str]:
-    return {path: digest for digest, path in (line.split("  ", 1) for line in text.splitlines() if line)}
-
-
 def write_stamp(stamp, text: str) -> bool:
     """Write the stamp only when its content changes (its mtime then means "the inputs changed")."""
     stamp = Path(stamp)
@@ -377,9 +358,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      help="the content key taken just before the build (`inputs --snapshot`); default: computed now")
     rec.add_argument("--stamp", type=Path, default=None,
                      help="also write the build's content key here (only if it changed): images/FLAVOR.inputs")
-    rec.add_argument("--tested", type=Path, default=None,
-                     help="the build ran the image's %%test and passed: keep its content key here too "
-                          "(containers/FLAVOR.tested, committed)")
 
     inp = sub.add_parser("inputs", help="print 'fresh' if STAMP holds the current content key, else 'stale'")
     inp.add_argument("--def", dest="def_file", type=Path, required=True)
@@ -400,9 +378,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         text = args.inputs.read_text() if args.inputs else inputs_text(args.def_file, args.lock)
         entry = record(args.flavor, args.sif, args.def_file, args.lock, args.root,
                        inputs_sha256=sha256_text(text), git_commit=args.git_commit)
-        for kept in (args.stamp, args.tested):
-            if kept is not None:
-                write_stamp(kept, text)
+        if args.stamp is not None:
+            write_stamp(args.stamp, text)
         print(f"recorded {entry.flavor} image sha256:{entry.sha256} ({entry.size / 2**20:.0f} MiB) -> {entry.path}")
     elif args.command == "inputs":
         status, text = inputs_status(args.stamp, args.def_file, args.lock, flavor=args.flavor, root=args.root)
