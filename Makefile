@@ -77,7 +77,7 @@ test-fast: venv
 # tests/suite_report.py does not allow by name fails the run (CT_NO_SKIPS).
 TEST_TIMES := $(CURDIR)/.test-times
 test test-all:
-	@start=$$(date +%s); $(MAKE) --no-print-directory apptainer slurm registry chromium; \
+	@set -e; start=$$(date +%s); $(MAKE) --no-print-directory apptainer slurm registry chromium; \
 	  mid=$$(date +%s); $(MAKE) --no-print-directory -j2 venv image; end=$$(date +%s); \
 	  printf 'installs: Apptainer, Slurm, registry, Chromium %s\nhost venv and CPU image, side by side %s\n' \
 	    $$((mid - start)) $$((end - mid)) > $(TEST_TIMES)
