@@ -1,4 +1,4 @@
-"""Two things `make test` reports at its end, loaded by conftest.py (pytest_plugins):
+"""Two things `make test` reports at its end (a plugin conftest.py registers):
 
 - Skips. A test skipped in CI proves nothing, so under `CT_NO_SKIPS=1` (make test sets it) a skip fails the run
   unless ALLOWED_SKIPS names it, with the reason the same check runs elsewhere. Every skip is listed (-rs).
@@ -11,12 +11,9 @@ import time
 from collections import defaultdict
 
 # nodeid pattern -> why the skip is not a hole: the same test runs elsewhere in the suite
-ALLOWED_SKIPS = {
-    "tests/test_models.py::*[[]vgg]": "torchvision is only in the image: test_in_image.py runs test_models.py there",
-    "tests/test_models.py::*[[]mobilenet*]": "torchvision is only in the image: test_in_image.py runs test_models.py there",
-    "tests/test_models.py::*[[]efficientnet]": "torchvision is only in the image: test_in_image.py runs test_models.py there",
-    "tests/test_experiment_sizes.py::*": "torchvision is only in the image: test_in_image.py runs this module there",
-}
+IN_IMAGE = "torchvision is only in the image: test_in_image.py runs this module there"
+ALLOWED_SKIPS = {"tests/test_models.py::*[[]vgg]": IN_IMAGE, "tests/test_models.py::*[[]mobilenet*]": IN_IMAGE,
+                 "tests/test_models.py::*[[]efficientnet]": IN_IMAGE, "tests/test_experiment_sizes.py::*": IN_IMAGE}
 PHASES = {}  # name -> seconds, measured by fixtures (the Slurm cluster's start)
 _durations = defaultdict(float)
 _skips = {}
