@@ -63,27 +63,33 @@ def classify_config(tmp_path, name, data, **trainer):
                         trainer=dict({"max_epochs": 3, "accelerator": "cpu", "strategy": "single"}, **trainer))
 
 
-def test_classify_resumed_after_epoch_1_ends_bit_identical(tmp_path, cifar):
-    # one training batch per epoch: the stop lands on an epoch's last batch, so it saves after that epoch
-    whole = classify_config(tmp_path, "whole", cifar, limit_train_batches=1)
-    cut = classify_config(tmp_path, "cut", cifar, limit_train_batches=1)
+def test_classify_stopped_twice_mid_epoch_ends_bit_identical(tmp_path, cifar):
+    """Stopped at its first step, and at the first step after that resume: both mid-epoch (7 batches an epoch). The
+    loader's position, the RNG streams and each sample's augmentation seed travel with the checkpoint, so the run
+    ends with the same metrics.csv and the same weights as without the stops (issue 24)."""
+    whole, cut = (classify_config(tmp_path, name, cifar) for name in ("whole", "cut"))
     codes, out = fit(whole)
     assert codes == [0], out[-3000:]
-    codes, out = fit(cut, signal_on="[cluster-train] rank 0/1", env={"CT_SEGMENT": "1"})  # before training starts
-    assert codes == [exit_codes.REQUEUE], out[-3000:]
-    assert "[cluster-train] stop requested (SIGUSR1): saved" in out and "at step 1 (epoch 1)" in out
-    assert (tmp_path / "cut" / "checkpoints" / "last.ckpt").is_file()
-    codes, out = fit(cut, env={"CT_SEGMENT": "2"})
-    assert codes == [0], out[-3000:]
-    assert "[cluster-train] epoch 3/3 step 3 train/loss" in out
+    for segment, step in ((1, 1), (2, 2)):
+        codes, out = fit(cut, signal_on="[cluster-train] rank 0/1 on host", env={"CT_SEGMENT": str(segment)})
+        assert codes == [exit_codes.REQUEUE] and f"at step {step} (epoch 1)" in out, out[-3000:]
+    codes, out = fit(cut, env={"CT_SEGMENT": "3"})
+    assert codes == [0] and "[cluster-train] epoch 3/3 step 21 train/loss" in out, out[-3000:]
     a, b = (json.loads((tmp_path / n / "results.json").read_text()) for n in ("whole", "cut"))
     for key in ("initial_val_loss", "final_val_loss", "final_val_acc", "best_val_loss", "epochs"):
-        assert a[key] == b[key], key  # bit-identical on CPU
+        assert a[key] == b[key], key
+    assert (tmp_path / "whole" / "metrics.csv").read_text() == (tmp_path / "cut" / "metrics.csv").read_text()
+    assert_same_weights(tmp_path / "whole" / "checkpoints" / "last.ckpt", tmp_path / "cut" / "checkpoints" / "last.ckpt")
     starts = segments(tmp_path / "cut")
-    assert [(s["segment"], s["resumed_epoch"], s["resumed_step"]) for s in starts] == [(1, None, None), (2, 1, 1)]
-    rows = (tmp_path / "cut" / "metrics.csv").read_text().splitlines()
-    # header; segment 1: initial validation, epoch 1; segment 2: initial validation, epochs 2 and 3, final validation
-    assert len(rows) == 1 + 2 + 4
+    assert [(s["segment"], s["resumed_epoch"], s["resumed_step"]) for s in starts] == [
+        (1, None, None), (2, 0, 1), (3, 0, 2)]
+
+
+def assert_same_weights(a, b):
+    import torch
+
+    wa, wb = (torch.load(p, weights_only=True)["state_dict"] for p in (a, b))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), [k for k in wa if not torch.equal(wa[k], wb[k])]
 
 
 def test_every_interruption_resumes_from_the_newest_checkpoint(tmp_path, cifar):
@@ -98,7 +104,8 @@ def test_every_interruption_resumes_from_the_newest_checkpoint(tmp_path, cifar):
     codes, out = fit(cut, env={"CT_SEGMENT": "3"})
     assert codes == [0] and "epoch 5/5 step 15" in out, out[-3000:]
     assert [(s["segment"], s["resumed_step"]) for s in segments(tmp_path / "twice")] == [(1, None), (2, 4), (3, 10)]
-    assert sorted(p.name for p in (tmp_path / "twice" / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
+    assert sorted(p.name for p in (tmp_path / "twice" / "checkpoints").iterdir()) == ["best.ckpt", "initial_validation.json",
+                                                                                 "last.ckpt"]
 
 
 def test_video_suite_interrupted_in_model_4_does_not_retrain_1_to_3(tmp_path):

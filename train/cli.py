@@ -15,9 +15,10 @@ def fit(config: str, **overrides):
     Resumes from the run's own checkpoints/last.ckpt when an earlier segment left one. Exit statuses: 0 done,
     2 bad input, and train/exit_codes.py (75 saved after SIGUSR1/SIGTERM, requeue me; 3 NaN loss; 4 disk full).
     """
-    from train import stop
+    from train import stop, threads
 
     stop.install()  # before the heavy imports: a SIGUSR1 from here on asks for a save, it no longer kills
+    threads.default_threads()  # before torch is imported: it sizes its thread pool once
     print(f"[cluster-train] train package: {Path(__file__).parent}", flush=True)  # the image's, or --dev's snapshot
     from train.fit import fit as run_fit
 
@@ -34,8 +35,10 @@ def fit(config: str, **overrides):
 def command(config: str):
     """Run the run's own command from its code snapshot: `command --config runs/<id>/config.yaml` (train/command.py).
     Its exit status is the command's (75: it saved on the job's warning signal and asks to be requeued)."""
+    from train import threads
     from train.command import run_command
 
+    threads.default_threads()  # inherited by the command's ranks
     sys.exit(run_command(config))
 
 

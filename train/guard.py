@@ -7,7 +7,8 @@
 - NaN/inf loss: the same all-reduce carries the loss; a non-finite one prints one line and exits NAN_LOSS without
   saving, so the last good checkpoint stays.
 - progress: rank 0 prints one line per epoch.
-- RNG state (torch, numpy, python, CUDA) travels in the checkpoint, so a resumed run draws the same batches.
+- RNG state (torch, numpy, python, CUDA) travels in the checkpoint, and the training loader's position with it
+  (train/data/loading.py), so a run resumed mid-epoch draws the same batches and ends as if it had not stopped.
 - `$CT_RUN_DIR/logs/segments.jsonl`: rank 0 appends a `train_start` line when a process first starts training.
 """
 import json
@@ -24,6 +25,7 @@ from lightning_fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from pytorch_lightning.callbacks import Callback
 
 from train import exit_codes, stop
+from train.data.loading import ResumableLoader
 
 _segment_recorded = []  # one train_start line per process, however many models it trains
 
@@ -65,6 +67,9 @@ class RunGuard(Callback):
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._losses, self._started = [], time.time()
+        for loader in _loaders(trainer.train_dataloader):  # where its epoch ends, for its saved position
+            if isinstance(loader, ResumableLoader):
+                loader.epoch_length = trainer.num_training_batches
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
@@ -121,6 +126,13 @@ class RunGuard(Callback):
             name, keys, *rest = rng["numpy"]
             rng["numpy"] = (name, np.asarray(keys, dtype=np.uint32), *rest)
             _set_rng_states(rng)
+
+
+def _loaders(loaders):
+    """The DataLoaders in what a data module's train_dataloader returned (one, or a list or dict of them)."""
+    if isinstance(loaders, dict):
+        return list(loaders.values())
+    return list(loaders) if isinstance(loaders, (list, tuple)) else [loaders]
 
 
 def keep_our_signal_handlers(trainer) -> None:

@@ -56,20 +56,25 @@ def trainer_options(run: cfg.RunConfig) -> dict:
 
 
 def build_trainer(run: cfg.RunConfig, out: Path) -> pl.Trainer:
-    # no version counter: a resumed run overwrites its own best.ckpt / last.ckpt (Lightning would start last-v1.ckpt
-    # when the restored state does not name the file, and the next segment would resume from the stale last.ckpt)
-    checkpoints = ModelCheckpoint(
-        dirpath=out / "checkpoints", filename="best", monitor="val/loss", mode="min", save_top_k=1, save_last=True,
-        enable_version_counter=False,
-    )
+    best = ModelCheckpoint(dirpath=out / "checkpoints", filename="best", monitor="val/loss", mode="min", save_top_k=1,
+                           enable_version_counter=False)
     options = trainer_options(run)
     ours = options.pop("callbacks")
     return resilient(pl.Trainer(
         **options,
         default_root_dir=out,
         logger=[AppendingCSVLogger(out, name="", version=""), TensorBoardLogger(out, name="tensorboard", version="")],
-        callbacks=[*ours, RunGuard(last_checkpoint(out)), checkpoints, AnnounceRanks()],
+        callbacks=[*ours, RunGuard(last_checkpoint(out)), best, keep_last(last_checkpoint(out)), AnnounceRanks()],
     ))
+
+
+def keep_last(path: Path) -> ModelCheckpoint:
+    """Writes `path` (last.ckpt) at every epoch end. Lightning 2.6's save_last=True writes it only in a step that also
+    wrote a top-k checkpoint, so a run whose val loss stopped improving would resume from its best epoch, not its
+    last; monitor=None with save_top_k=1 keeps the newest. No version counter: a resumed run overwrites its own file
+    (Lightning would start last-v1.ckpt and the next segment would resume from the stale one)."""
+    return ModelCheckpoint(dirpath=Path(path).parent, filename=Path(path).stem, monitor=None, save_top_k=1,
+                           save_on_train_epoch_end=True, enable_version_counter=False)
 
 
 def last_checkpoint(out: Path) -> Path:

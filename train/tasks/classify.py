@@ -16,7 +16,7 @@ from train.data import build as build_data
 from train.lit import Classifier
 from train.models import MODELS
 from train.speed import speed_facts
-from train.tasks.common import gpu_facts, write_results
+from train.tasks.common import gpu_facts, initial_validation, write_results
 from train.trainer import build_trainer, last_checkpoint, resume_from
 
 PARAMS = {}  # the task_params keys it reads: none
@@ -30,8 +30,9 @@ def classify(run: cfg.RunConfig) -> dict:
     module = Classifier(net, run.optim)
     trainer = build_trainer(run, out)
     started = time.time()
-    initial = trainer.validate(module, datamodule=data, verbose=False)[0]
-    trainer.fit(module, datamodule=data, ckpt_path=resume_from(last_checkpoint(out)))  # an earlier segment's
+    last = resume_from(last_checkpoint(out))  # an earlier segment's
+    initial = initial_validation(trainer, module, data, last_checkpoint(out), resuming=last is not None)
+    trainer.fit(module, datamodule=data, ckpt_path=last)
     final = trainer.validate(module, datamodule=data, verbose=False)[0]
     hosts = _all_hostnames(trainer)
     weights = out / "models" / f"{run.model.name}_best_weights.pth"

@@ -21,22 +21,19 @@ from train.data import build as build_data
 from train.errors import UserError
 from train.guard import RunGuard
 from train.speed import speed_facts
-from train.trainer import AnnounceRanks, resilient, resume_from, trainer_options
+from train.trainer import AnnounceRanks, keep_last, resilient, resume_from, trainer_options
 
 
 def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=None, extra_loggers=()) -> pl.Trainer:
     options = trainer_options(run)
     options["max_epochs"] = max_epochs or options["max_epochs"]
     ours = options.pop("callbacks")
-    last = model_checkpoint(out, log_name)
-    # the seeds' own files come from the tasks' callbacks; this one only keeps the model's last.ckpt for resume
-    resume = ModelCheckpoint(dirpath=last.parent, save_last=True, save_top_k=0, save_on_train_epoch_end=True,
-                             enable_version_counter=False)  # always overwrite last.ckpt (see train/trainer.py)
+    last = model_checkpoint(out, log_name)  # the seeds' own files come from the tasks' callbacks
     return resilient(pl.Trainer(
         **options,
         default_root_dir=out,
         logger=[AppendingCSVLogger(out / "logs", name=log_name, version=""), *extra_loggers],
-        callbacks=[*ours, *callbacks, RunGuard(last), resume, AnnounceRanks()],  # AnnounceRanks: where each rank ran
+        callbacks=[*ours, *callbacks, RunGuard(last), keep_last(last), AnnounceRanks()],  # AnnounceRanks: where each rank ran
     ))
 
 
@@ -54,14 +51,28 @@ def fit_validated(run: RunConfig, module, data, log_name: str):
     out = Path(run.output_dir)
     fitter = trainer(run, out, log_name)
     started = time.time()
-    initial = fitter.validate(module, datamodule=data, verbose=False)[0]
-    fit_resuming(fitter, module, data, out, log_name)
+    last = resume_from(model_checkpoint(out, log_name))
+    initial = initial_validation(fitter, module, data, model_checkpoint(out, log_name), resuming=last is not None)
+    fitter.fit(module, datamodule=data, ckpt_path=last)
     final = fitter.validate(module, datamodule=data, verbose=False)[0]
     facts = {"initial_val_loss": initial["val/loss"], "final_val_loss": final["val/loss"],
              "epochs": fitter.current_epoch, "world_size": fitter.world_size,
              "duration_s": round(time.time() - started, 1), "torch": torch.__version__, **gpu_facts(),
              **speed_facts(fitter, run.data.num_workers)}
     return fitter, final, facts
+
+
+def initial_validation(fitter: pl.Trainer, module, data, last: Path, resuming: bool) -> dict:
+    """The metrics before training: measured in a run's first segment and kept beside its last.ckpt, read back by the
+    later ones (validating again would add a metrics.csv row that the same run without a stop does not have)."""
+    record = Path(last).parent / "initial_validation.json"
+    if resuming and record.is_file():
+        return json.loads(record.read_text())
+    metrics = fitter.validate(module, datamodule=data, verbose=False)[0]
+    if fitter.is_global_zero:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(record, json.dumps(metrics).encode())
+    return metrics
 
 
 def gpu_facts() -> dict:
