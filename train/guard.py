@@ -2,8 +2,8 @@
 
 - stop on request: SIGUSR1/SIGTERM (train/stop.py) set a flag; at every batch end the ranks agree on it (one small
   all-reduce when world size > 1), save `last_path` at that same step, and exit train.exit_codes.REQUEUE (75). When
-  the request lands on an epoch's last batch the save waits for the epoch end (after validation), so the run resumes
-  at a clean epoch boundary, exactly as if it had not stopped.
+  the request lands on an epoch's last batch the save waits for the epoch end (after validation); on a step whose
+  metrics row Lightning writes after this hook, it waits one step: the resumed run's metrics.csv has every row.
 - NaN/inf loss: the same all-reduce carries the loss; a non-finite one prints one line and exits NAN_LOSS without
   saving, so the last good checkpoint stays.
 - progress: rank 0 prints one line per epoch.
@@ -55,7 +55,7 @@ def record_train_start(trainer) -> None:
 class RunGuard(Callback):
     def __init__(self, last_path):
         self.last_path = Path(last_path)
-        self._save_at_epoch_end = False
+        self._save_at_epoch_end = self._deferred = False
         self._losses, self._started = [], time.time()
 
     def setup(self, trainer, pl_module, stage):
@@ -85,8 +85,10 @@ class RunGuard(Callback):
         if stopping and not self._save_at_epoch_end:
             if batch_idx + 1 >= trainer.num_training_batches:
                 self._save_at_epoch_end = True  # the epoch's validation first: resume at a clean boundary
-            else:
+            elif self._deferred or not trainer._logger_connector.should_update_logs:
                 self._save_and_exit(trainer)
+            else:  # this step's metrics row is written after this hook: stop one step later, so no row is lost
+                self._deferred = True
 
     def on_train_epoch_end(self, trainer, pl_module):
         if trainer.is_global_zero and self._losses:
@@ -100,6 +102,8 @@ class RunGuard(Callback):
 
     def _save_and_exit(self, trainer):
         started = time.time()
+        for logger in trainer.loggers:  # rows the CSV logger still buffers would die with the process
+            logger.save()
         trainer.save_checkpoint(self.last_path)
         if trainer.is_global_zero:
             tell(f"stop requested ({stop.requested() or 'another rank'}): saved {self.last_path} at step "
