@@ -1,7 +1,10 @@
-# Included from the Makefile (`-include bench/bench.mk`): `make bench` measures every strategy on this machine.
-.PHONY: bench
-bench: venv
+# Included from the Makefile (`-include bench/bench.mk`): `make bench` measures every strategy on this machine, and
+# the demo's epoch time with four 1-CPU ranks against one alone, before and after per-rank threads (bench-threads).
+.PHONY: bench bench-threads
+bench: venv bench-threads
 	USE_LIBUV=0 $(PY) -m train bench
+bench-threads: venv $(DEMO_DATA)/cifar-100-python/meta
+	$(PY) bench/rank_threads.py --data $(DEMO_DATA)
 
 # Container overhead: start time and CPU throughput of the same torch build inside the CUDA 12.8 image and outside
 # it (a venv with the image's torch release from PyPI, ~4 GB) -> bench/results/<host>-<date>-container.json.
