@@ -56,8 +56,8 @@ def trainer_options(run: cfg.RunConfig) -> dict:
 
 
 def build_trainer(run: cfg.RunConfig, out: Path) -> pl.Trainer:
-    best = ModelCheckpoint(dirpath=out / "checkpoints", filename="best", monitor="val/loss", mode="min", save_top_k=1,
-                           enable_version_counter=False)
+    best = ModelCheckpoint(dirpath=out / "checkpoints", filename="best", monitor="val/loss", mode="min",
+                           save_top_k=1, enable_version_counter=False)
     options = trainer_options(run)
     ours = options.pop("callbacks")
     return resilient(pl.Trainer(

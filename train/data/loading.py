@@ -55,8 +55,8 @@ class SeededSamples(Dataset):
 
 class ResumableSampler(DistributedSampler):
     """DistributedSampler's order (a permutation seeded by seed + epoch, this rank's share of it) on one rank too, as
-    (epoch, index) pairs for SeededSamples, starting `start` samples into the epoch after a resume. A DistributedSampler,
-    so Lightning keeps it instead of putting its own in under DDP."""
+    (epoch, index) pairs for SeededSamples, starting `start` samples into the epoch after a resume. Being a
+    DistributedSampler, Lightning keeps it instead of putting its own in under DDP."""
 
     def __init__(self, dataset: Dataset, seed: int):
         distributed = dist.is_available() and dist.is_initialized()

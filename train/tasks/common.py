@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import Callback, ModelCheckpoint
+from pytorch_lightning.callbacks import Callback
 
 from train.checkpoint_io import atomic_write_bytes
 from train.config import RunConfig
@@ -28,12 +28,12 @@ def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=N
     options = trainer_options(run)
     options["max_epochs"] = max_epochs or options["max_epochs"]
     ours = options.pop("callbacks")
-    last = model_checkpoint(out, log_name)  # the seeds' own files come from the tasks' callbacks
+    last = model_checkpoint(out, log_name)  # the seeds' own files come from the tasks' callbacks, this one is resume's
     return resilient(pl.Trainer(
         **options,
         default_root_dir=out,
         logger=[AppendingCSVLogger(out / "logs", name=log_name, version=""), *extra_loggers],
-        callbacks=[*ours, *callbacks, RunGuard(last), keep_last(last), AnnounceRanks()],  # AnnounceRanks: where each rank ran
+        callbacks=[*ours, *callbacks, RunGuard(last), keep_last(last), AnnounceRanks()],  # Announce: where ranks ran
     ))
 
 
