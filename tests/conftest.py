@@ -22,19 +22,23 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "cuda_image: builds the CUDA 12.8 image beside the other tests (minutes)")
     config.addinivalue_line("markers", "image_copy: test_in_image.py runs this module again inside the image, where "
                                        "jobs run; make test runs only that copy, make test-fast neither")
+    config.addinivalue_line("markers", "after_min_job_age: checks jobs after the test cluster has forgotten them: "
+                                       "runs at the session's end, waiting only for what of MinJobAge is left")
 
 
 @pytest.hookimpl(trylast=True)  # after -m/-k deselected what the run does not select
 def pytest_collection_modifyitems(session, config, items):
     """Where the CUDA image's test is selected and its inputs changed since the last build that passed its %test,
-    the build starts now, in the background, and the test goes last."""
+    the build starts now, in the background, and the test goes last; before it, the tests that check jobs once the
+    test cluster has forgotten them (their jobs start with the session: early_jobs)."""
     cuda = [item for item in items if item.get_closest_marker("cuda_image")]
+    late = [item for item in items if item.get_closest_marker("after_min_job_age")]
     if cuda:
         from test_cuda_image import build_needed, start_build
 
         if not config.option.collectonly and build_needed():  # listing the tests builds nothing
             start_build()
-        items[:] = [item for item in items if item not in cuda] + cuda
+    items[:] = [item for item in items if item not in cuda and item not in late] + late + cuda
 
 
 def sha256(path) -> str:
@@ -96,6 +100,29 @@ def slurm_cluster():
     yield
     if not was_up:
         subprocess.run(["bash", str(CLUSTER_SH), "stop"], check=True)
+
+
+@pytest.fixture(scope="session")
+def cancelled_runs(slurm_cluster, cpu_image, tmp_path_factory):
+    """The runs of tests/cancel_scenarios.py, cancelled by a process of their own started with the session: their
+    directory (runs/, driver.log, cancelled.json once all are cancelled) and that process."""
+    base = tmp_path_factory.mktemp("cancelled")
+    with (base / "driver.log").open("w") as log:
+        driver = subprocess.Popen([sys.executable, str(ROOT / "tests" / "cancel_scenarios.py"), str(base)],
+                                  stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    yield base, driver
+    driver.kill()
+    driver.wait()
+    jobs = [json.loads(p.read_text())["scheduler"]["job_id"] for p in base.glob("runs/**/manifest.json")]
+    subprocess.run(["scancel", *jobs], capture_output=True)  # whatever a failed test left queued
+
+
+@pytest.fixture(scope="session", autouse=True)
+def early_jobs(request):
+    """Jobs whose last checks wait for the scheduler to forget them start with the session, when a test that
+    checks them is selected: the session's other tests pass that time."""
+    if any("cancelled_runs" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        request.getfixturevalue("cancelled_runs")
 
 
 @pytest.fixture(scope="session")

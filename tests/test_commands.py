@@ -235,7 +235,8 @@ def in_queue(kind: str, job: dict) -> str:
 @pytest.mark.slurm
 @pytest.mark.parametrize("kind", ["slurm", "lsf", "sweep"])
 def test_cancel_ends_the_job_everywhere_and_status_says_cancelled(long_jobs, kind):
-    """Nothing of it left in the queue nor on any node; status (each element's, for a sweep) says CANCELLED."""
+    """Nothing of it left in the queue nor on any node; status (each element's, for a sweep) says CANCELLED and
+    names the cancel as the cause, not the ranks that saved and stopped on it."""
     job = long_jobs[kind]
     deadline = time.time() + 300
     while not all(STARTED in job_logs(d) for d in job["training"]):
@@ -259,6 +260,9 @@ def test_cancel_ends_the_job_everywhere_and_status_says_cancelled(long_jobs, kin
         assert len(re.findall(r"^e[01] .* CANCELLED ", status.stdout, re.M)) == 2, status.stdout
     else:
         assert f"job {job['job_id']} CANCELLED" in status.stdout, status.stdout
+    for run_dir in job["training"]:  # every rank saved and exited 75 as asked: the cause is the cancel, not a rank
+        status = run_cluster("status", run_dir, env=job["env"]).stdout
+        assert "cause: cancelled by bin/run-cluster cancel at " in status and "died" not in status, status
 
 
 # ---- make demo from a clean clone ----------------------------------------------------------------------------------

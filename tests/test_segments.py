@@ -1,6 +1,6 @@
 """The batch shell's side of long runs, run for real in bash with stand-ins for srun, scontrol and apptainer: the
 warning signal reaches the training step, the step's "saved, requeue me" exit requeues the job, every segment is
-recorded; and the host reads that record when the scheduler has forgotten the job."""
+recorded. (How the host weighs that record against the scheduler and its accounting: tests/test_end_states.py.)"""
 import json
 import os
 import signal
@@ -13,7 +13,6 @@ import pytest
 from conftest import run_cluster
 from train.exit_codes import REQUEUE
 from train.host import causes, segments
-from train.host.schedulers import State
 
 # srun: drop its options, run the task; scontrol: the node list, and record a requeue; apptainer: a "training" that
 # saves and exits REQUEUE on SIGUSR1 or SIGTERM, or completes after $CT_FAKE_SECONDS
@@ -128,33 +127,3 @@ def test_a_failing_step_is_recorded_failed_and_requeues_are_capped(store, tmp_pa
     assert job.returncode == REQUEUE and "all 10 requeue(s) used" in out, out
     assert not (tmp_path / "requeued").exists()
     assert segments.read(run_dir)[-1].how == "TIMEOUT"
-
-
-class Forgetful:
-    """A scheduler that no longer knows the job (Slurm after MinJobAge)."""
-
-    def state(self, job_id, run_dir=None):
-        return {"state": State.UNKNOWN}
-
-
-def test_status_reads_the_runs_own_record_when_the_scheduler_forgot(tmp_path):
-    (tmp_path / "logs").mkdir()
-    record = tmp_path / "logs" / "segments.jsonl"
-    for how, expected in (("COMPLETED", State.COMPLETED), ("FAILED", State.FAILED), ("TIMEOUT", State.TIMEOUT)):
-        record.write_text(json.dumps({"event": "start", "segment": 1, "job_id": "7", "hosts": "n1"}) + "\n"
-                          + json.dumps({"event": "end", "segment": 1, "how": how, "exit_code": 0}) + "\n"
-                          + '{"event": "end", "segm')  # a torn last line: the job died mid-write
-        assert segments.run_state(Forgetful(), "7", tmp_path)["state"] == expected
-    record.unlink()
-    assert segments.run_state(Forgetful(), "7", tmp_path)["state"] == State.UNKNOWN
-
-
-def test_the_cause_of_a_failure_is_named_from_the_logs(tmp_path):
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "job-1.out").write_text("epoch 1\nsrun: error: n2: task 1: Killed\n")
-    assert causes.diagnose(tmp_path) == "rank 1 died on host n2; its log lines above say why"
-    (logs / "job-1.err").write_text("[cluster-train] error: loss became nan at step 12 (epoch 1); last good ...\n")
-    assert causes.diagnose(tmp_path).startswith("[cluster-train] error: loss became nan at step 12")
-    (logs / "job-1.err").write_text("slurmstepd: error: Detected 1 oom-kill event(s)\n")
-    assert "data.num_workers" in causes.diagnose(tmp_path)

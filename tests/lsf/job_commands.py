@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from bsub_options import refuse, signal_number
-from records import STATE, elements, event, existing_job, history, is_array, job_dir, read, sort_key, write
+from records import (STATE, elements, event, existing_job, forgotten, history, is_array, job_dir, read, sort_key,
+                     write)
 from supervisor import signal_job, start_supervisor
 
 REASONS = {
@@ -53,18 +54,19 @@ BJOBS_FIELDS = {
 
 def bjobs(argv) -> None:
     flags, ids = job_ids(argv, ("-o", "-q", "-u", "-J"))
-    if not ids:
-        ids = sorted((p.name for p in STATE.glob("[0-9]*") if not is_array(p)
-                      and read(p, "stat") not in ("DONE", "EXIT")), key=sort_key) if STATE.is_dir() else []
+    if not ids:  # unfinished jobs; with -a also those finished within CLEAN_PERIOD
+        ids = sorted((p.name for p in STATE.glob("[0-9]*") if not is_array(p) and not forgotten(p)
+                      and ("-a" in flags or read(p, "stat") not in ("DONE", "EXIT"))), key=sort_key) \
+            if STATE.is_dir() else []
         if not ids:
-            print("No unfinished job found")
+            print("No job found" if "-a" in flags else "No unfinished job found")
             return
     ids = [key for job_id in ids for key in elements(job_id)]
     status = 0
     if "-l" in flags:
         for job_id in ids:
             job = job_dir(job_id)
-            if not (job / "job.json").exists():
+            if not (job / "job.json").exists() or forgotten(job):
                 print(f"Job <{job_id}> is not found", file=sys.stderr)
                 status = 255
                 continue
@@ -79,7 +81,7 @@ def bjobs(argv) -> None:
         print(" ".join(f.upper() for f in fields))
     for job_id in ids:
         job = job_dir(job_id)
-        if not (job / "job.json").exists():
+        if not (job / "job.json").exists() or forgotten(job):
             print(f"Job <{job_id}> is not found", file=sys.stderr)
             status = 255
             continue

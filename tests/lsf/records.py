@@ -46,9 +46,19 @@ def write(job: Path, name: str, text: str) -> None:
 JOB_KEY = re.compile(r"^\d+(\[\d+\])?$")  # JOBID, or JOBID[i]: one element of a job array
 
 
+def forgotten(job: Path) -> bool:
+    """Whether mbatchd has let go of a finished job: LSF keeps one CLEAN_PERIOD seconds after it finished (lsb.params,
+    default 3600), then bjobs, bkill and brequeue no longer find it; bhist, which reads the event log, still does."""
+    if read(job, "stat") not in ("DONE", "EXIT"):
+        return False
+    finished = [e["t"] for e in history(job) if e["event"] == "finish"]
+    period = json.loads((job / "job.json").read_text()).get("clean_period_s", 3600)
+    return bool(finished) and time.time() - finished[-1] > period
+
+
 def existing_job(job_id: str, message: str) -> Path:
     job = job_dir(job_id)
-    if not JOB_KEY.match(job_id) or not (job / "job.json").exists():
+    if not JOB_KEY.match(job_id) or not (job / "job.json").exists() or forgotten(job):
         refuse(message)
     return job
 

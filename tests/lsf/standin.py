@@ -21,10 +21,14 @@ Long runs, as IBM's LSF 10.1 documents them (bsub -W/-wa/-wt/-Q, brequeue, bkill
   are JOBID[i], each run with LSB_JOBINDEX=i (0 outside an array) and LSB_JOBNAME name[i], %I in -o/-e its index; at
   most K elements run at once; bjobs/bkill/brequeue take JOBID (every element) or JOBID[i] (one).
 - `bhist -l ID` shows every run and how it ended (requeue, run limit, DONE/EXIT); records stay in the state dir.
+- mbatchd's memory: a finished job stays in bjobs (`bjobs ID`, `bjobs -a`) for CLEAN_PERIOD seconds after it
+  finished (lsb.params; LSF's default 3600); then bjobs says `Job <ID> is not found`, bkill and brequeue find no
+  matching job, and only bhist, which reads the event log, still knows it.
 Clock and intervals, for tests (seconds): CT_LSF_MINUTE_SECONDS (an LSF minute in -W/-wt; default 60),
 CT_LSF_RUNLIMIT_GRACE (SIGUSR2 at the run limit to the kill; default 10 LSF minutes), CT_LSF_TERMINATE_INTERVAL
 (SIGINT/SIGTERM to SIGKILL; default 10, LSF's JOB_TERMINATE_INTERVAL), CT_LSF_REQUEUE_DELAY (PEND time of a requeued
-job before it is dispatched again; default 2). They are read at bsub time and kept with the job.
+job before it is dispatched again; default 2), CT_LSF_CLEAN_PERIOD (CLEAN_PERIOD; default 3600). They are read at
+bsub time and kept with the job.
 State: $CT_LSF_STATE (default /tmp/ct-lsf), one directory per job: job.json, env.json, script.sh, hostfile, stat,
 exit_code, exit_reason, pid, history.jsonl (every event with its time).
 Modules, siblings of this file: bsub_options.py (what bsub accepts and refuses, requeue values, placement on hosts),
@@ -121,6 +125,7 @@ def create_job(key: str, job_id: int, index: int, name: str, cap, opts: dict, sc
         "minute_s": minute_s, "runlimit_grace_s": seconds("CT_LSF_RUNLIMIT_GRACE", 10 * minute_s),
         "terminate_interval_s": seconds("CT_LSF_TERMINATE_INTERVAL", 10),
         "requeue_delay_s": seconds("CT_LSF_REQUEUE_DELAY", 2),
+        "clean_period_s": seconds("CT_LSF_CLEAN_PERIOD", 3600),
     }
     env = {**os.environ, "LSB_JOBID": str(job_id), "LSB_JOBINDEX": str(index), "LSB_JOBNAME": name,
            "LSB_QUEUE": record["queue"],

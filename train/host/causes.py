@@ -1,7 +1,11 @@
-"""Why a run failed, read from its logs: one line each, with the fix (data, not code paths)."""
+"""Why a run failed, read from its logs: one line each, with the fix (data, not code paths). Only evidence of a
+failure counts: a rank that saved and stopped as asked exits REQUEUE (a cancel, a time-limit or preemption save),
+and a run that was cancelled is named by its cancel (train/host/ending.py), never by its log."""
 import re
 from pathlib import Path
 from typing import List, Optional, Tuple
+
+from train.exit_codes import REQUEUE
 
 # (pattern in a job log, what it means and what to do); the first match wins, so the specific ones come first
 CAUSES: List[Tuple[str, str]] = [
@@ -19,7 +23,8 @@ CAUSES: List[Tuple[str, str]] = [
                                                              "or raise mem_gb (see data.worker_mem_gb)"),
     (r"\[cluster-train\] error: rank (\d+) on host (\S+) exited with status (\d+)",
      "rank {1} died on host {2} (exit status {3}); its log lines above say why"),
-    (r"srun: error: (\S+): task (\d+): (Exited|Killed)[^\n]*", "rank {2} died on host {1}; its log lines above say why"),
+    (rf"srun: error: (\S+): task (\d+): (Exited with exit code (?!{REQUEUE}\b)|Killed)[^\n]*",
+     "rank {2} died on host {1}; its log lines above say why"),
     (r"No space left on device", "disk full: free space where the run writes, or move the run directory"),
 ]
 

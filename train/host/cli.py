@@ -18,19 +18,21 @@ argparse rather than fire: `--set` repeats, and fire cannot take a repeated flag
 """
 import argparse
 import json
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable, List, Optional
 
 from train.errors import UserError, raise_all
-from train.host import causes, code_snapshot, fabric, runs, segments
+from train.host import causes, code_snapshot, ending, fabric, runs, segments
+from train.host.ending import has_ended, run_state
 from train.host.follow import follow, follow_log
 from train.host.resume import prepare_resume, queue_resume
-from train.host.segments import run_state
 from train.host.image_commands import run_image
 from train.host.submit import Submission, prepare, queue
 from train.host.usage import Parser
-from train.host.schedulers import FINISHED, State, adapter, race
+from train.host.schedulers import NOT_STARTED, State, adapter
 
 DEFAULT_EXPERIMENT = "cifar100_resnet"
 RUN_COMMANDS = ("status", "logs", "cancel", "resume")
@@ -66,7 +68,23 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """bin/run-cluster: every command, its errors as one line each (exit status 2); a reader that went away
+    (`status ... | head -1`) or Ctrl-C ends it quietly, as it ends `cat`."""
+    try:
+        status = dispatch(sys.argv[1:] if argv is None else argv)
+        sys.stdout.flush()  # inside the try: a closed pipe shows here, not in Python's shutdown
+        return status
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):  # what Python flushes at exit goes nowhere, quietly
+            os.dup2(devnull, stream.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a command ended by a closed pipe
+    except KeyboardInterrupt:  # Ctrl-C, the usual end of `logs --follow`
+        print("run-cluster: interrupted", file=sys.stderr)
+        return 130
+
+
+def dispatch(argv: List[str]) -> int:
     try:
         argv, command = split_command(argv)
         if argv and argv[0] in RUN_COMMANDS:
@@ -198,6 +216,22 @@ def first_to_start(args) -> int:
     return 0
 
 
+def race(scheduler, job_ids, run_dirs, timeout_s: float, poll_s: float = 1.0) -> int:
+    """Index of the job that starts first; the other is cancelled (and its run says by whom). On a tie the first one
+    listed wins."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        states = [scheduler.state(j, d)["state"] for j, d in zip(job_ids, run_dirs)]
+        started = [s not in NOT_STARTED for s in states]
+        if any(started):
+            winner = started.index(True)
+            loser = 1 - winner
+            ending.cancel([(run_dirs[loser], job_ids[loser])], lambda: scheduler.cancel(job_ids[loser], run_dirs[loser]))
+            return winner
+        time.sleep(poll_s)
+    raise UserError(f"neither job {job_ids[0]} nor {job_ids[1]} started within {timeout_s:.0f} s; both are still queued")
+
+
 def rerun(args) -> int:
     """The run's own cluster, profile, config and image digest; extra --set values apply on top and are recorded."""
     extra = [name for name, value in (("CLUSTER", args.cluster), ("--flavor", args.flavor),
@@ -221,11 +255,12 @@ def resume(args) -> int:
 
 
 def print_status(manifest: dict, scheduler, run_dir: Path) -> None:
-    """The state (the scheduler's, else the run's own record), every segment, and why it failed where known."""
+    """The state (train/host/ending.py: whose word it is), every segment, and what ended the run: the event that
+    ended it (a cancel, the scheduler), or a failure its logs name."""
     job_id = manifest["scheduler"]["job_id"]
     state = run_state(scheduler, job_id, run_dir)
     print(f"{manifest['run_id']}: {scheduler.name} job {job_id} {state['state'].value}"
-          + "".join(f" {k}={v}" for k, v in state.items() if k != "state" and v))
+          + "".join(f" {k}={v}" for k, v in state.items() if k not in ("state", "ended_by", "gone") and v))
     for segment in segments.read(run_dir):
         print(f"  {segment.line()}")
     runs.update_manifest(run_dir, segments=segments.as_records(run_dir))
@@ -240,10 +275,20 @@ def print_status(manifest: dict, scheduler, run_dir: Path) -> None:
                                        for k, v in results.items() if k.startswith(("final_", "best_", "epochs"))))
         if results.get("input"):
             print(f"  speed: {input_wait_line(results)}")
-    elif state["state"] in FINISHED:
-        cause = causes.diagnose(run_dir)
+    elif has_ended(state):
+        cause = state.get("ended_by") or causes.diagnose(run_dir)
         if cause:
             print(f"  cause: {cause}")
+
+
+def cancel(scheduler, job_id: str, run_dir: Path, run_id: str) -> None:
+    """A job that has ended keeps how it ended; any other is cancelled, the run recording it first."""
+    state = run_state(scheduler, job_id, run_dir)
+    if has_ended(state):
+        print(f"{scheduler.name} job {job_id} ({run_id}) has ended: {ending.describe(state)}; nothing to cancel")
+        return
+    ending.cancel([(run_dir, job_id)], lambda: scheduler.cancel(job_id, run_dir))
+    print(f"cancelled {scheduler.name} job {job_id} ({run_id})")
 
 
 def input_wait_line(results: dict) -> str:
@@ -290,11 +335,7 @@ def run_command(argv: List[str]) -> int:
     if argv[0] == "status":
         print_status(manifest, scheduler, args.run_dir)
     elif argv[0] == "cancel":
-        ended = run_state(scheduler, job_id, args.run_dir)["state"] in FINISHED
-        scheduler.cancel(job_id, args.run_dir)
-        if not ended:  # a job that had ended keeps how it ended
-            segments.record_cancel(args.run_dir, job_id)
-        print(f"cancelled {manifest['scheduler']['name']} job {job_id} ({manifest['run_id']})")
+        cancel(scheduler, job_id, args.run_dir, manifest["run_id"])
     else:
         follow_log(scheduler, job_id, args.run_dir, forever=args.follow)
     return 0

@@ -232,8 +232,7 @@ def segments_html(run: Run) -> str:
     if not records:
         return '<p class="note">no segment recorded (logs/segments.jsonl)</p>'
     rows = [(r["segment"], r.get("job_id"), r.get("hosts"), r.get("start"), r.get("end"), r.get("how"),
-             r.get("exit_code"), "; ".join(f"epoch {f.get('resumed_epoch')} step {f.get('resumed_step')}"
-                                           for f in r.get("resumed_from") or [] if f.get("resumed_step") is not None))
+             r.get("exit_code"), segments.resumed_text([f for f in r.get("resumed_from") or [] if "epoch" in f]))
             for r in records]
     return table(["segment", "job", "hosts", "start", "end", "how", "exit", "resumed from"], rows)
 

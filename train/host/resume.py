@@ -8,8 +8,8 @@ from typing import List, Optional
 from train import config as cfg
 from train.errors import UserError
 from train.host import runs
-from train.host.schedulers import FINISHED, adapter
-from train.host.segments import run_state
+from train.host.ending import describe, has_ended, run_state
+from train.host.schedulers import State, adapter
 from train.host.image_commands import run_image
 from train.host.submit import Submission, prepare
 
@@ -22,9 +22,9 @@ RESHARDABLE = ("single", "ddp", "fsdp")
 def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], dry_run: bool) -> Submission:
     manifest = runs.read_manifest(run_dir)
     scheduler = adapter(manifest["scheduler"]["name"])
-    state = run_state(scheduler, manifest["scheduler"]["job_id"], run_dir)["state"]
-    if state not in FINISHED:
-        raise UserError(f"{run_dir} is {state.value}, not ended; wait for it or cancel it "
+    state = run_state(scheduler, manifest["scheduler"]["job_id"], run_dir)
+    if not has_ended(state):
+        raise UserError(f"{run_dir} is {state['state'].value}, not ended; wait for it or cancel it "
                         f"(bin/run-cluster cancel {run_dir}) before resuming")
     record = run_image(manifest, f"the image of {run_dir}")
     before = cfg.load(run_dir / "config.yaml")
@@ -37,6 +37,8 @@ def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], 
         raise UserError(f"strategy {sub.run.trainer.strategy} saved its state over {old_ranks} rank(s) and cannot "
                         f"re-shard it to {new_ranks}; resume on a {old_ranks}-rank profile, or use one of "
                         f"{', '.join(RESHARDABLE)}")
+    if state["state"] == State.UNKNOWN:  # ended, but no one recorded how: say so rather than guess
+        sub.warnings.append(f"warning: {run_dir.name} ended {describe(state)}; resuming it")
     return sub
 
 

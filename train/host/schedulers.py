@@ -1,138 +1,27 @@
 """Scheduler adapters: each owns its scheduler's facts (launch shapes it supports, time-limit format, log file
-names, state names mapped onto one `State`, how a job is requeued) and its commands (submit, state, cancel).
+names, state names mapped onto one `State`, how a job is requeued) and its commands (submit, state, accounting,
+cancel); the interface and the `State` vocabulary are in train/host/scheduler_base.py.
 
 Nothing else in `train/host/` branches on a scheduler's name: it asks the adapter (`adapter(job.scheduler)`).
 """
-import enum
 import os
+import pwd
 import re
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
-from typing import Dict, Optional, Pattern, Tuple
+from typing import Dict, Optional, Tuple
 
 from train.errors import UserError
+# the vocabulary, re-exported: the rest of train/host asks this module for everything about schedulers
+from train.host.scheduler_base import (FINISHED, MODULE_NAME, NOT_STARTED, SAFE_NAME, Scheduler, State,  # noqa: F401
+                                       run_or_refuse)
 from train.registry import unknown_name
 
 
-class State(str, enum.Enum):
-    """One state vocabulary over every scheduler (Slurm's names; LSF's and the local runner's map onto them)."""
-
-    PENDING = "PENDING"
-    CONFIGURING = "CONFIGURING"
-    RUNNING = "RUNNING"
-    SUSPENDED = "SUSPENDED"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    TIMEOUT = "TIMEOUT"
-    NODE_FAIL = "NODE_FAIL"
-    OUT_OF_MEMORY = "OUT_OF_MEMORY"
-    BOOT_FAIL = "BOOT_FAIL"
-    DEADLINE = "DEADLINE"
-    PREEMPTED = "PREEMPTED"
-    UNKNOWN = "UNKNOWN"
-
-    @classmethod
-    def of(cls, name: str, aliases: Optional[Dict[str, str]] = None) -> "State":
-        name = (aliases or {}).get(name, name)
-        return cls.__members__.get(name, cls.UNKNOWN)
-
-
-FINISHED = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.NODE_FAIL,
-                      State.OUT_OF_MEMORY, State.BOOT_FAIL, State.DEADLINE, State.PREEMPTED})
 # sbatch's words when it is installed but no controller answers (this machine is no cluster's login node)
 SLURM_UNREACHABLE = ("Could not establish a configuration source", "Unable to contact slurm controller")
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # what may appear unquoted in a scheduler directive
-MODULE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/@-]*$")  # `module load NAME` (e.g. cuda/12.8)
-NOT_STARTED = frozenset({State.PENDING, State.CONFIGURING, State.UNKNOWN})
-
-
-def _run(cmd, what: str) -> str:
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True)
-    except FileNotFoundError:
-        raise UserError(f"{cmd[0]} is not on PATH: run this on the cluster's login node") from None
-    if done.returncode != 0:
-        message = (done.stderr or done.stdout).strip().splitlines()
-        raise UserError(f"{what} failed: {message[-1] if message else 'exit status ' + str(done.returncode)}")
-    return done.stdout
-
-
-class Scheduler:
-    """The facts every adapter states; the commands each implements."""
-
-    name: str
-    partition_word = "partition"  # what the cluster file's `partitions:` are called in this scheduler's manuals
-    default_launch: str
-    launches: Tuple[str, ...]  # launch shapes this scheduler can start
-    multi_node_launches: Tuple[str, ...] = ()  # of those, the ones that start ranks on several nodes
-    # sbatch --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
-    time_format: Pattern = re.compile(r"^\d+(:[0-5]\d){0,2}$|^\d+-(1?\d|2[0-3])(:[0-5]\d){0,2}$")
-    time_example = "04:00:00 or 1-12:00:00"
-    follow_by_default = False  # --wait unless --no-wait
-    requeue_command = ""  # how the batch shell puts its own job back in the queue ("": it cannot)
-    job_id_var = "$$"  # the job's id, as the batch shell reads it
-    hosts_var = "$(hostname)"  # the job's hosts, as the batch shell reads them
-    directive_prefix = ""  # how a script line hands an option to the scheduler ("": no directives)
-    constraint_join = "&"  # how two node-feature expressions are both required
-    # Profile and partition settings this scheduler has no way to express: key -> the fix.
-    unsupported: Dict[Tuple[str, str], str] = {}
-    short_options: Dict[str, str] = {}  # -p -> partition
-    # Options that set the same thing in different words (--mem vs --mem-per-gpu): one of a group per script.
-    option_groups: Tuple[frozenset, ...] = ()
-    repeatable: Tuple[str, ...] = ()  # options a script may give more than once
-    option_keys: Dict[str, str] = {}  # a rendered option -> the cluster-file key that sets it
-
-    def option(self, directive: str) -> str:
-        """The option a directive sets, in one spelling: '-p gpu', '--partition=gpu' -> 'partition'."""
-        word = directive.split()[0].split("=")[0] if directive.split() else ""
-        if word.startswith("--"):
-            name = word[2:]
-        else:
-            name = self.short_options.get(word[:2], word.lstrip("-"))
-        for group in self.option_groups:
-            if name in group:
-                return "/".join(sorted(group))
-        return name
-
-    # Job arrays (sweeps): the array's options, the element's 0-based index and its log, as the batch shell sees them
-    array_replaces: Tuple[str, ...] = ()  # options of an element's script the array script sets itself
-    array_index = ""  # shell arithmetic: the element's 0-based index
-    array_log = ""  # the element's log file name in its run dir (shell words)
-
-    def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
-        raise UserError(f"the {self.name} scheduler has no job arrays")
-
-    def element_id(self, array_id: str, index: int) -> str:
-        """The id of the array's element `index` (0-based), as the scheduler's commands take it."""
-        raise NotImplementedError
-
-    def array_cap(self, cpus_per_run: int) -> int:
-        """How many elements of a sweep run at once unless --max-parallel says: a cluster's queue takes a few."""
-        return 4
-
-    def cancel_array(self, array_id: str, sweep_dir: Path, run_dirs) -> None:
-        self.cancel(array_id, sweep_dir)  # the scheduler ends every element
-
-    def log_name(self, job_name: str) -> str:
-        raise NotImplementedError
-
-    def test_script(self, script: Path) -> Optional[Tuple[bool, str]]:
-        """The scheduler's own verdict on a script's directives without queuing it; None where it has no such
-        check or its commands are not on this machine."""
-        return None
-
-    def submit(self, script: Path, run_dir: Path) -> str:
-        raise NotImplementedError
-
-    def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict[str, str]:
-        raise NotImplementedError
-
-    def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
-        raise NotImplementedError
 
 
 class Slurm(Scheduler):
@@ -155,6 +44,13 @@ class Slurm(Scheduler):
                    "cpus-per-task": "cpus_per_task", "hint": "hint", "time": "time", "signal": "grace_s",
                    "mem/mem-per-cpu/mem-per-gpu": "mem_gb, mem_per_gpu_gb or mem_per_cpu_gb",
                    "mail-type": "notify", "mail-user": "email (your settings file)"}
+
+    # scontrol and sacct show a job's flags in place of its base state (slurm's job_state_string)
+    STATES = {"COMPLETING": "RUNNING", "SIGNALING": "RUNNING", "STAGE_OUT": "RUNNING", "RESIZING": "RUNNING",
+              "REQUEUED": "PENDING", "REQUEUE_HOLD": "PENDING", "REQUEUE_FED": "PENDING", "SPECIAL_EXIT": "PENDING",
+              "RESV_DEL_HOLD": "PENDING", "STOPPED": "SUSPENDED", "REVOKED": "CANCELLED"}
+    FORGOTTEN = ("Invalid job id specified", "not found")  # scontrol on a job past MinJobAge, an array's element
+    accounting_name = "sacct"
 
     array_replaces = ("output", "job-name")
     array_index = "SLURM_ARRAY_TASK_ID"
@@ -181,22 +77,57 @@ class Slurm(Scheduler):
         return done.returncode == 0, said[-1] if said else f"exit status {done.returncode}"
 
     def submit(self, script: Path, run_dir: Path) -> str:
-        out = _run(["sbatch", "--parsable", str(script)], "sbatch")
+        out = run_or_refuse(["sbatch", "--parsable", str(script)], "sbatch")
         return out.strip().split(";")[0]
 
     def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict[str, str]:
         """{'state': State.RUNNING, 'exit_code': '0:0', 'nodes': 'n[1-2]'}; scontrol, since sacct needs accounting."""
         done = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True)
         if done.returncode != 0:
-            return {"state": State.UNKNOWN}
+            return {"state": State.UNKNOWN, "gone": any(word in done.stderr + done.stdout for word in self.FORGOTTEN)}
         fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
-        state = State.of(fields.get("JobState", ""))
+        state = State.of(fields.get("JobState", ""), self.STATES)
         return {"state": state, "exit_code": fields.get("ExitCode", ""), "nodes": fields.get("NodeList", ""),
                 "reason": fields.get("Reason", "") if state == State.PENDING else "",
                 "restarts": fields.get("Restarts", "0") if fields.get("Restarts", "0") != "0" else ""}
 
+    def accounting(self, job_id: str) -> Optional[Dict[str, str]]:
+        """sacct's line for the job; an array element that never started is only in its array's line (2_[1-3%2])."""
+        array, _, index = job_id.partition("_")
+        try:
+            done = subprocess.run(["sacct", "-X", "-n", "-P", "-j", array, "-o", "JobID,State,ExitCode,NodeList"],
+                                  capture_output=True, text=True)
+        except FileNotFoundError:
+            return None
+        for line in done.stdout.splitlines() if done.returncode == 0 else []:
+            listed, said, exit_code, nodes = (line.split("|") + ["", "", ""])[:4]
+            if listed == job_id or (index and index_in(listed, array, int(index))):
+                word, _, uid = said.partition(" by ")  # CANCELLED by 1234
+                return {"state": State.of(word, self.STATES), "exit_code": exit_code, "nodes": nodes,
+                        "said": f"sacct: {word}" + (f" by {user_of(uid)}" if uid else "")}
+        return None
+
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
-        _run(["scancel", job_id], "scancel")
+        run_or_refuse(["scancel", job_id], "scancel")
+
+
+def index_in(listed: str, array: str, index: int) -> bool:
+    """Whether sacct's `ARRAY_[1-3,5%2]` (the elements not started yet, as one line) holds `index`."""
+    found = re.fullmatch(re.escape(array) + r"_\[([\d,:-]+)(%\d+)?\]", listed)
+    for part in found.group(1).split(",") if found else []:
+        first, _, rest = part.partition("-")
+        last, _, step = rest.partition(":")
+        if int(first) <= index <= int(last or first) and (index - int(first)) % int(step or 1) == 0:
+            return True
+    return False
+
+
+def user_of(uid: str) -> str:
+    """sacct's `by 1234` as `uid 1234 (alice)`."""
+    try:
+        return f"uid {uid} ({pwd.getpwuid(int(uid)).pw_name})"
+    except (KeyError, ValueError):
+        return f"uid {uid}"
 
 
 class Lsf(Scheduler):
@@ -258,13 +189,38 @@ class Lsf(Scheduler):
         done = subprocess.run(["bjobs", "-noheader", "-o", "stat exit_code exec_host", job_id],
                               capture_output=True, text=True)
         fields = done.stdout.split()
-        if done.returncode != 0 or not fields:
-            return {"state": State.UNKNOWN}
+        if done.returncode != 0 or not fields:  # mbatchd forgets a finished job after CLEAN_PERIOD (lsb.params)
+            return {"state": State.UNKNOWN, "gone": "is not found" in done.stderr}
         return {"state": State.of(fields[0], self.STATES), "exit_code": fields[1] if len(fields) > 1 else "",
                 "nodes": fields[2] if len(fields) > 2 else ""}
 
+    accounting_name = "bhist"
+    # bhist -l's events (IBM's wording), in the order they happen to a job: the last one found is its state
+    EVENTS = ((r"Submitted from host", State.PENDING), (r"Starting \(Pid", State.RUNNING),
+              (r"Pending: Job has been requeued", State.PENDING), (r"Done successfully", State.COMPLETED),
+              (r"Exited with exit code|Exited;", State.FAILED), (r"\bTERM_OWNER\b", State.CANCELLED),
+              (r"\bTERM_RUNLIMIT\b", State.TIMEOUT))
+
+    def accounting(self, job_id: str) -> Optional[Dict[str, str]]:
+        """bhist -l, which reads LSF's event log: it still answers after bjobs has forgotten the job."""
+        try:
+            done = subprocess.run(["bhist", "-l", job_id], capture_output=True, text=True)
+        except FileNotFoundError:
+            return None
+        text = re.sub(r"\n +", "", done.stdout)  # bhist wraps long lines, indenting the rest
+        found = [(m.start(), state, m.group(0)) for pattern, state in self.EVENTS
+                 for m in re.finditer(pattern + r"[^;.]*", text)]
+        if done.returncode != 0 or not found:
+            return None
+        _, state, said = max(found, key=lambda f: f[0])
+        by = re.findall(r"Signal <KILL> requested by user or administrator <([^>]+)>", text)
+        code = re.findall(r"Exited with exit code (\d+)", text)
+        return {"state": state, "exit_code": code[-1] if code else "", "nodes": "",
+                "said": f"bhist: {said.strip()}" + (f", KILL requested by {by[-1]}" if by and state == State.CANCELLED
+                                                     else "")}
+
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
-        _run(["bkill", job_id], "bkill")
+        run_or_refuse(["bkill", job_id], "bkill")
 
 
 class Local(Scheduler):
@@ -316,20 +272,25 @@ class Local(Scheduler):
                 return {"state": State.CANCELLED}
             return {"state": State.COMPLETED if code == "0" else State.FAILED, "exit_code": code}
         try:
-            os.kill(int(job_id), 0)
+            os.kill(pid(job_id), 0)
             return {"state": State.RUNNING}
-        except (ProcessLookupError, ValueError):
-            return {"state": State.UNKNOWN}
+        except ProcessLookupError:  # no such process: it ended without its exit status
+            return {"state": State.UNKNOWN, "gone": True}
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
-        if not job_id.isdigit() or int(job_id) <= 1:  # killpg(0) would signal our own process group
-            raise UserError(f"local job id {job_id!r} is not a process id; the run's manifest is damaged")
         try:
-            os.killpg(int(job_id), signal.SIGTERM)
+            os.killpg(pid(job_id, lowest=2), signal.SIGTERM)
         except ProcessLookupError:
             return  # already ended: its exit code stands
         if run_dir is not None:
             (run_dir / "logs" / "exit_code").write_text("cancelled\n")
+
+
+def pid(job_id: str, lowest: int = 1) -> int:
+    """A local job's id, the process (group) it is; 0 would be our own process group, 1 init's."""
+    if not job_id.isdigit() or int(job_id) < lowest:
+        raise UserError(f"local job id {job_id!r} is not a process id; the run's manifest is damaged")
+    return int(job_id)
 
 
 SCHEDULERS: Dict[str, Scheduler] = {s.name: s for s in (Slurm(), Lsf(), Local())}
@@ -339,17 +300,3 @@ def adapter(name: str) -> Scheduler:
     if name not in SCHEDULERS:
         raise UserError(unknown_name("scheduler", name, sorted(SCHEDULERS)))
     return SCHEDULERS[name]
-
-
-def race(scheduler: Scheduler, job_ids, run_dirs, timeout_s: float, poll_s: float = 1.0) -> int:
-    """Index of the job that starts first; the other is cancelled. On a tie the first one listed wins."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        states = [scheduler.state(j, d)["state"] for j, d in zip(job_ids, run_dirs)]
-        started = [s not in NOT_STARTED for s in states]
-        if any(started):
-            winner = started.index(True)
-            scheduler.cancel(job_ids[1 - winner], run_dirs[1 - winner])
-            return winner
-        time.sleep(poll_s)
-    raise UserError(f"neither job {job_ids[0]} nor {job_ids[1]} started within {timeout_s:.0f} s; both are still queued")

@@ -1,20 +1,16 @@
 """A run's own record of its allocations (`logs/segments.jsonl`): the batch shell appends a `start` and an `end`
 line per segment (first start, each requeue), the training appends `train_start` (the epoch and step it resumed
-from). The record outlives the scheduler's memory of the job, so `status`, `logs --follow` and `--wait` never go
-blind, and the manifest keeps the run's history."""
+from); and `cancel`'s word that it asked the scheduler to end the run's job (`logs/cancelled.json`). The record
+outlives the scheduler's memory of the job (train/host/ending.py weighs it against the scheduler's accounting), and
+the manifest keeps the run's history."""
 import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from train.host.schedulers import FINISHED, State
-
 FILE = Path("logs") / "segments.jsonl"
-CANCELLED = Path("logs") / "cancelled.json"  # written by `run-cluster cancel` once the scheduler took the cancel
-# how the batch shell says a segment ended -> the run's state when the scheduler no longer knows the job
-ENDED = {"COMPLETED": State.COMPLETED, "FAILED": State.FAILED, "TIMEOUT": State.TIMEOUT,
-         "REQUEUED": State.PENDING, "PREEMPTED": State.PENDING, "TERMINATED": State.CANCELLED}
+CANCELLED = Path("logs") / "cancelled.json"  # written by `run-cluster cancel` before it asks the scheduler
 
 
 @dataclass
@@ -28,13 +24,24 @@ class Segment:
     exit_code: Optional[int] = None
     resumed: List[Dict] = field(default_factory=list)  # per training process: output_dir, epoch, step
 
+    def resumed_from(self) -> List[Dict]:
+        """Where each training process went on from: its epoch counted from 1, as the job log counts it (the
+        training records Lightning's current_epoch, which counts from 0), and its step."""
+        return [{"output_dir": r.get("output_dir"), "epoch": r["resumed_epoch"] + 1, "step": r["resumed_step"]}
+                for r in self.resumed
+                if isinstance(r.get("resumed_epoch"), int) and isinstance(r.get("resumed_step"), int)]
+
     def line(self) -> str:
-        resumed = [f"epoch {r.get('resumed_epoch')} step {r.get('resumed_step')}" for r in self.resumed
-                   if r.get("resumed_step") is not None]
+        resumed = resumed_text(self.resumed_from()[:1])  # a job that trains several models: the first one's
         return (f"segment {self.number}: job {self.job_id or '-'} on {self.hosts or '-'}, {self.start or '?'} -> "
                 f"{self.end or 'running'} {self.how or 'RUNNING'}"
                 + (f" (exit {self.exit_code})" if self.exit_code not in (None, 0) else "")
-                + (f", resumed from {resumed[0]}" if resumed else ""))
+                + (f", resumed from {resumed}" if resumed else ""))
+
+
+def resumed_text(resumed_from: List[Dict]) -> str:
+    """'epoch 3 step 133', one per training process, `; `-joined."""
+    return "; ".join(f"epoch {r['epoch']} step {r['step']}" for r in resumed_from)
 
 
 def read(run_dir: Path) -> List[Segment]:
@@ -63,39 +70,30 @@ def read(run_dir: Path) -> List[Segment]:
 def as_records(run_dir: Path) -> List[Dict]:
     """The segments as the manifest keeps them."""
     return [{"segment": s.number, "job_id": s.job_id, "hosts": s.hosts, "start": s.start, "end": s.end,
-             "how": s.how or "RUNNING", "exit_code": s.exit_code,
-             "resumed_from": [{k: r.get(k) for k in ("output_dir", "resumed_epoch", "resumed_step")}
-                              for r in s.resumed]} for s in read(run_dir)]
-
-
-def run_state(scheduler, job_id: str, run_dir: Path) -> Dict:
-    """The scheduler's state of the job; where it has forgotten the job (or cannot see it), the run's own record;
-    CANCELLED for a job `cancel` ended, once it no longer runs."""
-    state = scheduler.state(job_id, run_dir)
-    if state["state"] == State.UNKNOWN:
-        found = read(run_dir)
-        if found and found[-1].how:
-            last = found[-1]
-            state = {"state": ENDED.get(last.how, State.UNKNOWN), "exit_code": str(last.exit_code),
-                     "nodes": last.hosts, "source": "the run's record"}
-    # A job `cancel` ended is CANCELLED once the scheduler no longer runs it, unless it completed first: LSF shows a
-    # killed job as EXIT (FAILED), and a batch shell killed after Slurm's KillWait never records its end, which
-    # leaves the run UNKNOWN (or PENDING, if it was waiting to be requeued) once Slurm forgets the job.
-    live = state["state"] not in FINISHED and state["state"] != State.UNKNOWN and "source" not in state
-    if not live and state["state"] != State.COMPLETED and was_cancelled(run_dir, job_id):
-        return {**state, "state": State.CANCELLED, "source": "run-cluster cancel"}
-    return state
+             "how": s.how or "RUNNING", "exit_code": s.exit_code, "resumed_from": s.resumed_from()}
+            for s in read(run_dir)]
 
 
 def record_cancel(run_dir: Path, job_id: str) -> None:
-    """The run's own word that `cancel` ended this job (the scheduler accepted the cancel)."""
+    """The run's word that `cancel` asks the scheduler to end this job: written first, so that it is there however
+    the job ends (a batch shell killed after the scheduler's grace time records nothing)."""
     record = {"job_id": job_id, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     (Path(run_dir) / CANCELLED).write_text(json.dumps(record) + "\n")
 
 
-def was_cancelled(run_dir: Path, job_id: str) -> bool:
-    """Whether `cancel` ended this job of the run (a resumed run's later job is not the cancelled one)."""
+def cancel_refused(run_dir: Path, job_id: str, why: str) -> None:
+    """The scheduler did not take the cancel (or it was interrupted before asking): the record says so, and no
+    longer counts as the job's end."""
+    record = cancel_of(run_dir, job_id)
+    if record is not None:
+        (Path(run_dir) / CANCELLED).write_text(json.dumps({**record, "refused": why}) + "\n")
+
+
+def cancel_of(run_dir: Path, job_id: str) -> Optional[Dict]:
+    """`cancel`'s record for this job of the run (a resumed run's later job is not the cancelled one), if the
+    scheduler took it."""
     try:
-        return json.loads((Path(run_dir) / CANCELLED).read_text()).get("job_id") == job_id
-    except (OSError, ValueError, AttributeError):
-        return False
+        record = json.loads((Path(run_dir) / CANCELLED).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("job_id") == job_id and "refused" not in record else None

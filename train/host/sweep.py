@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from train.errors import UserError, raise_all
-from train.host import code_snapshot, runs
+from train.host import code_snapshot, ending, runs
+from train.host.ending import EndWatch, has_ended, run_state
 from train.host.job import new_run_id
-from train.host.schedulers import FINISHED, adapter
-from train.host.segments import read as read_segments, record_cancel, run_state
+from train.host.schedulers import State, adapter
+from train.host.segments import read as read_segments
 from train.host.submit import Submission, prepare, write_manifest, write_run
 
 SWEEP = "sweep.json"
@@ -233,27 +234,34 @@ def status_table(sweep_dir: Path) -> str:
 
 
 def cancel(sweep_dir: Path) -> None:
-    """The whole array at once (on local: the sweep script's process group, each unended element marked)."""
+    """The whole array at once (on local: the sweep script's process group, each unended element marked); each
+    element still running or queued records the cancel first (train/host/ending.py)."""
     record = read_sweep(sweep_dir)
     scheduler = adapter(record["scheduler"])
     unended = [(Path(e["run_dir"]), e["job_id"]) for e in record["elements"]  # elements still the array's job
                if runs.read_manifest(Path(e["run_dir"]))["scheduler"]["job_id"] == e["job_id"]
-               and run_state(scheduler, e["job_id"], Path(e["run_dir"]))["state"] not in FINISHED]
-    scheduler.cancel_array(record["array_job_id"], Path(sweep_dir), [e["run_dir"] for e in record["elements"]])
-    for run_dir, job_id in unended:
-        record_cancel(run_dir, job_id)
+               and not has_ended(run_state(scheduler, e["job_id"], Path(e["run_dir"])))]
+    if not unended:
+        print(f"every element of {record['sweep_id']} has ended or been resumed; nothing to cancel")
+        return
+    ending.cancel(unended, lambda: scheduler.cancel_array(record["array_job_id"], Path(sweep_dir),
+                                                          [e["run_dir"] for e in record["elements"]]))
     print(f"cancelled {record['scheduler']} array {record['array_job_id']} ({record['sweep_id']}, "
-          f"{len(record['elements'])} runs)")
+          f"{len(unended)} of its {len(record['elements'])} runs had not ended)")
 
 
 def wait(sweep_dir: Path, timeout_s: float, poll_s: float = 2.0) -> int:
     """Until every element has ended; the table, and 0 when all completed."""
+    record = read_sweep(sweep_dir)
+    scheduler = adapter(record["scheduler"])
+    watching = [EndWatch(scheduler, e["job_id"], Path(e["run_dir"])) for e in record["elements"]]
     deadline = time.time() + timeout_s
-    while True:
-        rows = element_rows(sweep_dir)
-        if all(r["state"] in {s.value for s in FINISHED} for r in rows) or time.time() > deadline:
+    while time.time() < deadline:
+        watching = [watch for watch in watching if watch.poll() is None]
+        if not watching:
             break
         time.sleep(poll_s)
+    rows = element_rows(sweep_dir)
     print(status_table(sweep_dir))
     return 0 if all(r["state"] == "COMPLETED" for r in rows) else 1
 
@@ -284,9 +292,8 @@ def resume(args) -> int:
     from train.host.resume import prepare_resume, queue_resume
 
     record = read_sweep(args.run_dir)
-    ended = [Path(row_dir) for row_dir, row in zip((e["run_dir"] for e in record["elements"]),
-                                                   element_rows(args.run_dir))
-             if row["state"] in {s.value for s in FINISHED} - {"COMPLETED"}]
+    scheduler = adapter(record["scheduler"])
+    ended = [Path(e["run_dir"]) for e in record["elements"] if ended_uncompleted(scheduler, Path(e["run_dir"]))]
     if not ended:
         print(status_table(args.run_dir))
         raise UserError(f"no element of {args.run_dir} ended without completing; nothing to resume")
@@ -298,6 +305,12 @@ def resume(args) -> int:
     if args.dry_run:
         print(f"--- dry run: would resume {', '.join(d.name for d in ended)} ---")
     return 0
+
+
+def ended_uncompleted(scheduler, run_dir: Path) -> bool:
+    """Whether the element's current job (a resumed element's own) ended without completing."""
+    state = run_state(scheduler, runs.read_manifest(run_dir)["scheduler"]["job_id"], run_dir)
+    return has_ended(state) and state["state"] != State.COMPLETED
 
 
 def print_logs(sweep_dir: Path) -> None:

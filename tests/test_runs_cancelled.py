@@ -1,0 +1,171 @@
+"""No cancelled run stuck (issue 24), on the real test Slurm cluster and the LSF stand-in: a run cancelled between two
+requeues, before it started, or (a sweep) just after its elements started, ends CANCELLED in `status`, which names
+the cancel and not a rank; `logs --follow` returns; `resume` continues it. Checked while Slurm remembers the jobs,
+and again after MinJobAge, when only the runs' own records and sacct do: the jobs (tests/cancel_scenarios.py) start
+with the session and that check runs at its end. On LSF, the stand-in's CLEAN_PERIOD is a few seconds.
+(The decisions themselves, case by case: tests/test_end_states.py.)"""
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from cancel_scenarios import ELEMENTS, SINGLE_RUNS
+from conftest import ROOT, job_logs, run_cluster
+from train.host import segments
+
+pytestmark = [pytest.mark.image, pytest.mark.slurm]
+BY_RUN_CLUSTER = "cause: cancelled by bin/run-cluster cancel at 20"
+CAUSES = {"requeued": BY_RUN_CLUSTER, "unstarted": BY_RUN_CLUSTER, "sweep/e0": BY_RUN_CLUSTER,
+          "sweep/e1": BY_RUN_CLUSTER, "scancelled": "cause: cancelled outside run-cluster (sacct: CANCELLED by uid 0"}
+
+
+def cancelled(base: Path, driver: subprocess.Popen) -> dict:
+    """What the driver cancelled, once it has, and once nothing of the jobs is left running."""
+    try:
+        driver.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the cancel scenarios did not finish in 300 s: {(base / 'driver.log').read_text()[-3000:]}")
+    assert driver.returncode == 0, (base / "driver.log").read_text()[-4000:]
+    jobs = json.loads((base / "cancelled.json").read_text())["jobs"]
+    deadline = time.time() + 60  # the sweep's elements: KillWait, then the node's clean-up
+    while subprocess.run(["squeue", "-h", "-j", ",".join(jobs.values())], capture_output=True, text=True).stdout:
+        assert time.time() < deadline, "cancelled jobs still in the queue after 60 s"
+        time.sleep(1)
+    return jobs
+
+
+def assert_cancelled(run_dir: Path, job_id: str, cause: str, env: dict) -> None:
+    """status says CANCELLED and names the cancel; logs --follow returns and says so; a second cancel changes
+    nothing."""
+    status = run_cluster("status", run_dir, env=env)
+    assert status.returncode == 0 and f"job {job_id} CANCELLED" in status.stdout, status.stdout + status.stderr
+    assert cause in status.stdout and "died" not in status.stdout, status.stdout
+    follow = run_cluster("logs", "--follow", run_dir, env=env, timeout=120)
+    assert follow.returncode == 0 and f"job {job_id} CANCELLED (" in follow.stderr, follow.stderr
+    again = run_cluster("cancel", run_dir, env=env)
+    assert again.returncode == 0 and "has ended: CANCELLED" in again.stdout, again.stdout + again.stderr
+
+
+def assert_as_cancelled(runs: Path, jobs: dict) -> None:
+    """Each scenario as it was meant: the requeued run saved before it was cancelled, the unstarted ones never ran,
+    the sweep's batch shells were killed before they recorded their end."""
+    assert [s.how for s in segments.read(runs / "requeued")] == ["REQUEUED"]
+    assert segments.read(runs / "unstarted") == segments.read(runs / "scancelled") == []
+    for element in ELEMENTS:
+        found = segments.read(runs / element)
+        assert len(found) == 1 and not found[0].how, (element, found, job_logs(runs / element)[-2000:])
+
+
+def test_each_way_to_cancel_a_run_ends_it_cancelled(cancelled_runs):
+    base, driver = cancelled_runs
+    jobs = cancelled(base, driver)
+    runs, env = base / "runs", {**os.environ, "CT_RUNS_DIR": str(base / "runs")}
+    assert_as_cancelled(runs, jobs)
+    for name, job_id in jobs.items():
+        assert_cancelled(runs / name, job_id, CAUSES[name], env)
+    table = run_cluster("status", runs / "sweep", env=env).stdout
+    assert len(re.findall(r"^e[01] .* CANCELLED ", table, re.M)) == 2, table
+    for name in (*SINGLE_RUNS, "sweep/e0"):  # the issue's `resume runs/<sweep>/e0`, refused as PENDING or UNKNOWN
+        resumed = run_cluster("resume", runs / name, "--dry-run", env=env)
+        assert resumed.returncode == 0, resumed.stderr
+
+
+def min_job_age_s() -> float:
+    out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
+    return float(re.search(r"^MinJobAge\s*=\s*(\d+)", out, re.M).group(1))
+
+
+def forgotten(job_id: str) -> bool:
+    return subprocess.run(["scontrol", "show", "job", job_id], capture_output=True).returncode != 0
+
+
+def wait_completed(run_dirs, timeout_s: float) -> None:
+    deadline = time.time() + timeout_s
+    for run_dir in run_dirs:
+        while (segments.read(run_dir) or [segments.Segment(0)])[-1].how != "COMPLETED":
+            assert time.time() < deadline, (run_dir.name, job_logs(run_dir)[-2000:])
+            time.sleep(1)
+
+
+@pytest.mark.after_min_job_age
+def test_cancelled_runs_stay_cancelled_once_slurm_has_forgotten_them_and_resume(cancelled_runs):
+    """The session's last test: Slurm has purged the jobs (MinJobAge after they ended, at its next purge); status,
+    logs --follow and resume read the runs' records and sacct."""
+    base, driver = cancelled_runs
+    jobs = cancelled(base, driver)
+    runs, env = base / "runs", {**os.environ, "CT_RUNS_DIR": str(base / "runs")}
+    purged_by = json.loads((base / "cancelled.json").read_text())["at"] + min_job_age_s() + 120
+    print(f"waiting {max(0, purged_by - time.time()):.0f} s at most for Slurm to forget the cancelled jobs")
+    while not all(forgotten(job_id) for job_id in jobs.values()) and time.time() < purged_by:
+        time.sleep(5)
+    assert all(forgotten(job_id) for job_id in jobs.values()), "Slurm still knows the jobs after MinJobAge + 120 s"
+    checked = time.time()
+    for name, job_id in jobs.items():
+        assert_cancelled(runs / name, job_id, CAUSES[name], env)
+    for name in (*SINGLE_RUNS, *ELEMENTS):
+        (runs / name / "finish").touch()  # the resumed job completes at once
+    for name, profile in (("requeued", []), ("unstarted", ["--profile", "n1_gpu1"]),
+                          ("scancelled", ["--profile", "n1_gpu1"]), ("sweep", [])):  # the whole sweep: e0 and e1
+        resumed = run_cluster("resume", runs / name, *profile, env=env)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    wait_completed([runs / name for name in (*SINGLE_RUNS, *ELEMENTS)], 240)
+    status = run_cluster("status", runs / "requeued", env=env).stdout
+    assert " COMPLETED" in status.splitlines()[0] and "segment 2:" in status, status
+    print(f"checked and resumed {len(jobs)} forgotten runs in {time.time() - checked:.0f} s")
+
+
+LSF_STOP = ["--", "bash", "stop.sh"]
+
+
+def test_on_lsf_runs_cancelled_stay_cancelled_once_bjobs_forgets_them_and_resume(cpu_image, slurm_cluster,
+                                                                                  tmp_path):
+    """The LSF stand-in with a CLEAN_PERIOD of 3 s: a run requeued and then killed with plain bkill (bhist names
+    it), and a sweep cancelled while its first element runs (its rank saves for longer than the 3 s from SIGTERM to
+    SIGKILL) and its second waits to start."""
+    from cancel_scenarios import STOP_SH, is_running, job_id, last_end
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "stop.sh").write_text(STOP_SH)
+    runs = tmp_path / "runs"
+    env = {**os.environ, "CT_RUNS_DIR": str(runs), "PATH": f"{ROOT / 'tests' / 'lsf'}:{os.environ['PATH']}",
+           "CT_LSF_STATE": str(tmp_path / "lsf"), "CT_LSF_CLEAN_PERIOD": "3", "CT_LSF_REQUEUE_DELAY": "600",
+           "CT_LSF_TERMINATE_INTERVAL": "3"}
+    for run_id, more in (("requeued", LSF_STOP), ("sweep", ["--sweep", "trainer.max_epochs=1,2", "--max-parallel", "1",
+                                                            *LSF_STOP, "slow"])):
+        done = run_cluster("ci-lsf", "one_gpu", "--run-id", run_id, "--no-wait", "--stale-image-ok", *more, env=env,
+                           cwd=tmp_path / "code")
+        assert done.returncode == 0, done.stdout + done.stderr
+    requeued, elements = runs / "requeued", [runs / element for element in ELEMENTS]
+    wait_until(lambda: is_running(requeued) and is_running(elements[0]), "the run and the sweep's e0 run")
+    subprocess.run(["bkill", "-s", "USR1", job_id(requeued)], env=env, check=True, capture_output=True)
+    wait_until(lambda: last_end(requeued) == "REQUEUED", "the run saved and was requeued")
+    subprocess.run(["bkill", job_id(requeued)], env=env, check=True, capture_output=True)  # outside run-cluster
+    assert run_cluster("cancel", runs / "sweep", env=env).returncode == 0
+    jobs = {name: job_id(runs / name) for name in ("requeued", *ELEMENTS)}
+    wait_until(lambda: all("is not found" in subprocess.run(["bjobs", job], env=env, capture_output=True,
+                                                             text=True).stderr for job in jobs.values()),
+               "bjobs has forgotten every job")
+    assert [s.how for s in segments.read(requeued)] == ["REQUEUED"] and not segments.read(elements[1])
+    # e0's batch shell, killed mid-save, records nothing, or FAILED 130 when bkill's SIGINT ends it before its
+    # SIGTERM does: either way the run was cancelled
+    assert [s.how for s in segments.read(elements[0])] in ([""], ["FAILED"], ["TERMINATED"])
+    for name, cause in (("requeued", "cause: cancelled outside run-cluster (bhist: TERM_OWNER: job killed by owner, "
+                                     "KILL requested by "), ("sweep/e0", BY_RUN_CLUSTER), ("sweep/e1", BY_RUN_CLUSTER)):
+        assert_cancelled(runs / name, jobs[name], cause, env)
+    for run_dir in (requeued, *elements):
+        (run_dir / "finish").touch()
+    for name in ("requeued", "sweep"):
+        resumed = run_cluster("resume", runs / name, env=env, cwd=tmp_path / "code")
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    wait_completed([requeued, *elements], 120)
+
+
+def wait_until(predicate, what: str, timeout_s: float = 120) -> None:
+    deadline = time.time() + timeout_s
+    while not predicate():
+        assert time.time() < deadline, f"{what}: not within {timeout_s} s"
+        time.sleep(0.5)

@@ -1,0 +1,135 @@
+"""What every scheduler adapter (train/host/schedulers.py) states and does: one vocabulary of job states, and the
+interface each adapter fills in with its scheduler's facts and commands."""
+import enum
+import re
+import subprocess
+from pathlib import Path
+from typing import Dict, Optional, Pattern, Tuple
+
+from train.errors import UserError
+
+
+class State(str, enum.Enum):
+    """One state vocabulary over every scheduler (Slurm's names; LSF's and the local runner's map onto them)."""
+
+    PENDING = "PENDING"
+    CONFIGURING = "CONFIGURING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    PREEMPTED = "PREEMPTED"
+    UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def of(cls, name: str, aliases: Optional[Dict[str, str]] = None) -> "State":
+        name = (aliases or {}).get(name, name)
+        return cls.__members__.get(name, cls.UNKNOWN)
+
+
+FINISHED = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.NODE_FAIL,
+                      State.OUT_OF_MEMORY, State.BOOT_FAIL, State.DEADLINE, State.PREEMPTED})
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # what may appear unquoted in a scheduler directive
+MODULE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/@-]*$")  # `module load NAME` (e.g. cuda/12.8)
+NOT_STARTED = frozenset({State.PENDING, State.CONFIGURING, State.UNKNOWN})
+
+
+def run_or_refuse(cmd, what: str) -> str:
+    """The command's output; its last line of complaint, as a UserError, when it fails."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise UserError(f"{cmd[0]} is not on PATH: run this on the cluster's login node") from None
+    if done.returncode != 0:
+        message = (done.stderr or done.stdout).strip().splitlines()
+        raise UserError(f"{what} failed: {message[-1] if message else 'exit status ' + str(done.returncode)}")
+    return done.stdout
+
+
+class Scheduler:
+    """The facts every adapter states; the commands each implements."""
+
+    name: str
+    partition_word = "partition"  # what the cluster file's `partitions:` are called in this scheduler's manuals
+    default_launch: str
+    launches: Tuple[str, ...]  # launch shapes this scheduler can start
+    multi_node_launches: Tuple[str, ...] = ()  # of those, the ones that start ranks on several nodes
+    # sbatch --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
+    time_format: Pattern = re.compile(r"^\d+(:[0-5]\d){0,2}$|^\d+-(1?\d|2[0-3])(:[0-5]\d){0,2}$")
+    time_example = "04:00:00 or 1-12:00:00"
+    follow_by_default = False  # --wait unless --no-wait
+    requeue_command = ""  # how the batch shell puts its own job back in the queue ("": it cannot)
+    job_id_var = "$$"  # the job's id, as the batch shell reads it
+    hosts_var = "$(hostname)"  # the job's hosts, as the batch shell reads them
+    directive_prefix = ""  # how a script line hands an option to the scheduler ("": no directives)
+    constraint_join = "&"  # how two node-feature expressions are both required
+    # Profile and partition settings this scheduler has no way to express: key -> the fix.
+    unsupported: Dict[Tuple[str, str], str] = {}
+    short_options: Dict[str, str] = {}  # -p -> partition
+    # Options that set the same thing in different words (--mem vs --mem-per-gpu): one of a group per script.
+    option_groups: Tuple[frozenset, ...] = ()
+    repeatable: Tuple[str, ...] = ()  # options a script may give more than once
+    option_keys: Dict[str, str] = {}  # a rendered option -> the cluster-file key that sets it
+
+    def option(self, directive: str) -> str:
+        """The option a directive sets, in one spelling: '-p gpu', '--partition=gpu' -> 'partition'."""
+        word = directive.split()[0].split("=")[0] if directive.split() else ""
+        if word.startswith("--"):
+            name = word[2:]
+        else:
+            name = self.short_options.get(word[:2], word.lstrip("-"))
+        for group in self.option_groups:
+            if name in group:
+                return "/".join(sorted(group))
+        return name
+
+    # Job arrays (sweeps): the array's options, the element's 0-based index and its log, as the batch shell sees them
+    array_replaces: Tuple[str, ...] = ()  # options of an element's script the array script sets itself
+    array_index = ""  # shell arithmetic: the element's 0-based index
+    array_log = ""  # the element's log file name in its run dir (shell words)
+
+    def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
+        raise UserError(f"the {self.name} scheduler has no job arrays")
+
+    def element_id(self, array_id: str, index: int) -> str:
+        """The id of the array's element `index` (0-based), as the scheduler's commands take it."""
+        raise NotImplementedError
+
+    def array_cap(self, cpus_per_run: int) -> int:
+        """How many elements of a sweep run at once unless --max-parallel says: a cluster's queue takes a few."""
+        return 4
+
+    def cancel_array(self, array_id: str, sweep_dir: Path, run_dirs) -> None:
+        self.cancel(array_id, sweep_dir)  # the scheduler ends every element
+
+    def log_name(self, job_name: str) -> str:
+        raise NotImplementedError
+
+    def test_script(self, script: Path) -> Optional[Tuple[bool, str]]:
+        """The scheduler's own verdict on a script's directives without queuing it; None where it has no such
+        check or its commands are not on this machine."""
+        return None
+
+    def submit(self, script: Path, run_dir: Path) -> str:
+        raise NotImplementedError
+
+    def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict[str, str]:
+        """What the scheduler says of the job while it still knows it: {'state': State, ...}; UNKNOWN with
+        'gone' when it answers that it has no such job (it forgets ended jobs, never queued or running ones)."""
+        raise NotImplementedError
+
+    accounting_name = ""  # the command that remembers ended jobs ("": this scheduler keeps no accounting)
+
+    def accounting(self, job_id: str) -> Optional[Dict[str, str]]:
+        """The accounting's record of the job, which outlives the scheduler's memory: {'state': State,
+        'exit_code', 'nodes', 'said' (its own words, with who ended the job where it says)}; None if it has none."""
+        return None
+
+    def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
+        raise NotImplementedError
