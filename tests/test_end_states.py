@@ -1,11 +1,10 @@
 """How a run ended, and whose word that is (train/host/ending.py), against schedulers that remember the job, that
 have forgotten it and keep accounting, and that keep none; the cause line that names the event, never a rank that
 stopped as asked; the adapters' readings of sacct, scontrol and bhist; a closed pipe. No cluster needed: the real
-clusters' cases are in tests/test_cancel_ends.py."""
+clusters' cases are in tests/test_runs_cancelled.py."""
 import getpass
 import json
 import os
-import re
 import subprocess
 import sys
 import time
