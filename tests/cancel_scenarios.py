@@ -10,10 +10,13 @@ The three ways issue 24 found a cancelled run stuck PENDING or UNKNOWN, and a ca
 Each job is `bash stop.sh` through the user-code path (no training): it runs until signalled and then stops as a
 training rank does (saves, exits 75), or at once once the test has created `finish` in its run directory.
 
+Once the jobs have left the queue it observes each run as a user would (`observe`: status, logs --follow, a second
+cancel, resume --dry-run) while Slurm still remembers the jobs, whenever in the session the test that reads it runs.
+
 It runs as a process of its own (`python tests/cancel_scenarios.py DIR`, started by conftest's `cancelled_runs`):
 pytest forks run-cluster children (tests/forked.py), which must not be forked beside a thread. DIR/runs holds the
-runs, DIR/code the job's code, DIR/driver.log what it did, DIR/cancelled.json the jobs and when the last was
-cancelled, once all are.
+runs, DIR/code the job's code, DIR/driver.log what it did, and DIR/cancelled.json, once it is done, the jobs, when
+the last was cancelled, what scontrol said of each and what each command printed.
 """
 import json
 import os
@@ -35,6 +38,23 @@ trap 'kill $s 2>/dev/null; echo "[test] saving"; [ "${1:-}" != slow ] || sleep 6
 sleep 600 & s=$!
 wait $s
 """
+
+
+def run_cluster(*args, env=None, cwd=None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """bin/run-cluster ARGS in a process of its own, as tests/conftest.py's run_cluster returns it."""
+    return subprocess.run([*RUN_CLUSTER, *map(str, args)], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def observe(run, run_dir: Path, env: dict) -> dict:
+    """What a user sees of a cancelled run, by `run` (a run_cluster): status, logs --follow (which must return), a
+    second cancel, resume --dry-run; each command's exit status and output."""
+    seen = {}
+    for name, args, timeout in (("status", ["status"], 60), ("follow", ["logs", "--follow"], 120),
+                                ("again", ["cancel"], 60), ("resume", ["resume", "--dry-run"], 120)):
+        done = run(*args, run_dir, env=env, timeout=timeout)
+        seen[name] = {"rc": done.returncode, "out": done.stdout[-3000:], "err": done.stderr[-3000:]}
+    return seen
 
 
 def job_id(run_dir: Path) -> str:
@@ -67,8 +87,7 @@ class Driver:
         print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
 
     def run_cluster(self, *args: str) -> str:
-        done = subprocess.run([*RUN_CLUSTER, *args], cwd=self.base / "code", env=self.env, capture_output=True,
-                              text=True, timeout=300)
+        done = run_cluster(*args, env=self.env, cwd=self.base / "code")
         self.say(f"run-cluster {' '.join(args)}: exit {done.returncode}\n{done.stdout[-1500:]}{done.stderr[-1500:]}")
         if done.returncode != 0:
             raise RuntimeError(f"run-cluster {' '.join(args)} failed: {done.stderr[-1500:]}")
@@ -105,8 +124,16 @@ class Driver:
         elements = [self.runs / element for element in ELEMENTS]
         self.wait_for("both sweep elements run", lambda: all(is_running(e) for e in elements))
         self.run_cluster("cancel", str(self.runs / "sweep"))
+        cancelled_at = time.time()
         jobs = {name: job_id(self.runs / name) for name in (*SINGLE_RUNS, *ELEMENTS)}
-        (self.base / "cancelled.json").write_text(json.dumps({"at": time.time(), "jobs": jobs}))
+        self.wait_for("the jobs left the queue", lambda: not subprocess.run(
+            ["squeue", "-h", "-j", ",".join(jobs.values())], capture_output=True, text=True).stdout, 120)
+        scontrol = {name: slurm_state(job) for name, job in jobs.items()}  # before the observations: Slurm knew
+        seen = {name: observe(run_cluster, self.runs / name, self.env) for name in jobs}
+        seen["sweep"] = {"status": run_cluster("status", self.runs / "sweep", env=self.env).stdout}
+        self.say(f"observed every run; scontrol said {scontrol}")
+        (self.base / "cancelled.json").write_text(json.dumps({"at": cancelled_at, "jobs": jobs, "scontrol": scontrol,
+                                                              "seen": seen}))
 
 
 if __name__ == "__main__":

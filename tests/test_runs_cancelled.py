@@ -1,8 +1,8 @@
 """No cancelled run stuck (issue 24), on the real test Slurm cluster and the LSF stand-in: a run cancelled between two
 requeues, before it started, or (a sweep) just after its elements started, ends CANCELLED in `status`, which names
-the cancel and not a rank; `logs --follow` returns; `resume` continues it. Checked while Slurm remembers the jobs,
-and again after MinJobAge, when only the runs' own records and sacct do: the jobs (tests/cancel_scenarios.py) start
-with the session and that check runs at its end. On LSF, the stand-in's CLEAN_PERIOD is a few seconds.
+the cancel and not a rank; `logs --follow` returns; `resume` continues it. Seen while Slurm remembers the jobs (by
+tests/cancel_scenarios.py, which cancels them as the session starts), and checked again after MinJobAge, when only
+the runs' own records and sacct do, at the session's end. On LSF, the stand-in's CLEAN_PERIOD is a few seconds.
 (The decisions themselves, case by case: tests/test_end_states.py.)"""
 import json
 import os
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cancel_scenarios import ELEMENTS, SINGLE_RUNS
+from cancel_scenarios import ELEMENTS, SINGLE_RUNS, observe
 from conftest import ROOT, job_logs, run_cluster
 from train.host import segments
 
@@ -24,33 +24,27 @@ CAUSES = {"requeued": BY_RUN_CLUSTER, "unstarted": BY_RUN_CLUSTER, "sweep/e0": B
 
 
 def cancelled(base: Path, driver: subprocess.Popen) -> dict:
-    """What the driver cancelled, once it has, and once nothing of the jobs is left running."""
+    """cancelled.json of the driver (tests/cancel_scenarios.py), once it has cancelled and observed every run."""
     try:
         driver.wait(timeout=300)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the cancel scenarios did not finish in 300 s: {(base / 'driver.log').read_text()[-3000:]}")
     assert driver.returncode == 0, (base / "driver.log").read_text()[-4000:]
-    jobs = json.loads((base / "cancelled.json").read_text())["jobs"]
-    deadline = time.time() + 60  # the sweep's elements: KillWait, then the node's clean-up
-    while subprocess.run(["squeue", "-h", "-j", ",".join(jobs.values())], capture_output=True, text=True).stdout:
-        assert time.time() < deadline, "cancelled jobs still in the queue after 60 s"
-        time.sleep(1)
-    return jobs
+    return json.loads((base / "cancelled.json").read_text())
 
 
-def assert_cancelled(run_dir: Path, job_id: str, cause: str, env: dict) -> None:
-    """status says CANCELLED and names the cancel; logs --follow returns and says so; a second cancel changes
-    nothing."""
-    status = run_cluster("status", run_dir, env=env)
-    assert status.returncode == 0 and f"job {job_id} CANCELLED" in status.stdout, status.stdout + status.stderr
-    assert cause in status.stdout and "died" not in status.stdout, status.stdout
-    follow = run_cluster("logs", "--follow", run_dir, env=env, timeout=120)
-    assert follow.returncode == 0 and f"job {job_id} CANCELLED (" in follow.stderr, follow.stderr
-    again = run_cluster("cancel", run_dir, env=env)
-    assert again.returncode == 0 and "has ended: CANCELLED" in again.stdout, again.stdout + again.stderr
+def assert_cancelled(seen: dict, job_id: str, cause: str) -> None:
+    """status said CANCELLED and named the cancel; logs --follow returned and said so; a second cancel changed
+    nothing; resume would continue the run."""
+    status, follow, again, resume = (seen[name] for name in ("status", "follow", "again", "resume"))
+    assert status["rc"] == 0 and f"job {job_id} CANCELLED" in status["out"], status
+    assert cause in status["out"] and "died" not in status["out"], status["out"]
+    assert follow["rc"] == 0 and f"job {job_id} CANCELLED (" in follow["err"], follow
+    assert again["rc"] == 0 and "has ended: CANCELLED" in again["out"], again
+    assert resume["rc"] == 0, resume  # the issue's `resume runs/<sweep>/e0` was refused as PENDING or UNKNOWN
 
 
-def assert_as_cancelled(runs: Path, jobs: dict) -> None:
+def assert_as_cancelled(runs: Path) -> None:
     """Each scenario as it was meant: the requeued run saved before it was cancelled, the unstarted ones never ran,
     the sweep's batch shells were killed before they recorded their end."""
     assert [s.how for s in segments.read(runs / "requeued")] == ["REQUEUED"]
@@ -61,17 +55,15 @@ def assert_as_cancelled(runs: Path, jobs: dict) -> None:
 
 
 def test_each_way_to_cancel_a_run_ends_it_cancelled(cancelled_runs):
+    """As the driver saw each run once its job had left the queue, while Slurm still knew it."""
     base, driver = cancelled_runs
-    jobs = cancelled(base, driver)
-    runs, env = base / "runs", {**os.environ, "CT_RUNS_DIR": str(base / "runs")}
-    assert_as_cancelled(runs, jobs)
-    for name, job_id in jobs.items():
-        assert_cancelled(runs / name, job_id, CAUSES[name], env)
-    table = run_cluster("status", runs / "sweep", env=env).stdout
+    record = cancelled(base, driver)
+    assert_as_cancelled(base / "runs")
+    assert set(record["scontrol"].values()) == {"CANCELLED"}, record["scontrol"]  # remembered when observed
+    for name, job_id in record["jobs"].items():
+        assert_cancelled(record["seen"][name], job_id, CAUSES[name])
+    table = record["seen"]["sweep"]["status"]
     assert len(re.findall(r"^e[01] .* CANCELLED ", table, re.M)) == 2, table
-    for name in (*SINGLE_RUNS, "sweep/e0"):  # the issue's `resume runs/<sweep>/e0`, refused as PENDING or UNKNOWN
-        resumed = run_cluster("resume", runs / name, "--dry-run", env=env)
-        assert resumed.returncode == 0, resumed.stderr
 
 
 def min_job_age_s() -> float:
@@ -96,16 +88,16 @@ def test_cancelled_runs_stay_cancelled_once_slurm_has_forgotten_them_and_resume(
     """The session's last test: Slurm has purged the jobs (MinJobAge after they ended, at its next purge); status,
     logs --follow and resume read the runs' records and sacct."""
     base, driver = cancelled_runs
-    jobs = cancelled(base, driver)
-    runs, env = base / "runs", {**os.environ, "CT_RUNS_DIR": str(base / "runs")}
-    purged_by = json.loads((base / "cancelled.json").read_text())["at"] + min_job_age_s() + 120
+    record = cancelled(base, driver)
+    jobs, runs, env = record["jobs"], base / "runs", {**os.environ, "CT_RUNS_DIR": str(base / "runs")}
+    purged_by = record["at"] + min_job_age_s() + 120
     print(f"waiting {max(0, purged_by - time.time()):.0f} s at most for Slurm to forget the cancelled jobs")
     while not all(forgotten(job_id) for job_id in jobs.values()) and time.time() < purged_by:
         time.sleep(5)
     assert all(forgotten(job_id) for job_id in jobs.values()), "Slurm still knows the jobs after MinJobAge + 120 s"
     checked = time.time()
     for name, job_id in jobs.items():
-        assert_cancelled(runs / name, job_id, CAUSES[name], env)
+        assert_cancelled(observe(run_cluster, runs / name, env), job_id, CAUSES[name])
     for name in (*SINGLE_RUNS, *ELEMENTS):
         (runs / name / "finish").touch()  # the resumed job completes at once
     for name, profile in (("requeued", []), ("unstarted", ["--profile", "n1_gpu1"]),
@@ -155,7 +147,7 @@ def test_on_lsf_runs_cancelled_stay_cancelled_once_bjobs_forgets_them_and_resume
     assert [s.how for s in segments.read(elements[0])] in ([""], ["FAILED"], ["TERMINATED"])
     for name, cause in (("requeued", "cause: cancelled outside run-cluster (bhist: TERM_OWNER: job killed by owner, "
                                      "KILL requested by "), ("sweep/e0", BY_RUN_CLUSTER), ("sweep/e1", BY_RUN_CLUSTER)):
-        assert_cancelled(runs / name, jobs[name], cause, env)
+        assert_cancelled(observe(run_cluster, runs / name, env), jobs[name], cause)
     for run_dir in (requeued, *elements):
         (run_dir / "finish").touch()
     for name in ("requeued", "sweep"):
