@@ -122,7 +122,10 @@ def early_jobs(request):
     """Jobs whose last checks wait for the scheduler to forget them start with the session, when a test that
     checks them is selected: the session's other tests pass that time."""
     if any("cancelled_runs" in getattr(item, "fixturenames", ()) for item in request.session.items):
-        request.getfixturevalue("cancelled_runs")
+        try:
+            request.getfixturevalue("cancelled_runs")
+        except (Exception, pytest.fail.Exception):  # no image or no cluster: the tests that use it say so, not all
+            pass
 
 
 @pytest.fixture(scope="session")
