@@ -104,7 +104,8 @@ def test_inputs_key_and_stamp(tmp_path):
     repo = tmp_path / "repo"
     for rel, text in {"containers/cpu.def": "def\n", "containers/cpu.lock": "lock\n", "containers/install.sh": "sh\n",
                       "pyproject.toml": "[project]\n", "train/__init__.py": "", "train/fit.py": "x = 1\n",
-                      "train/host/x.py": "x = 1\n", "train/templates/slurm.sh.j2": "#!/bin/bash\n",
+                      "train/host/x.py": "x = 1\n",
+                      "train/host/schedulers/templates/slurm.sh.j2": "#!/bin/bash\n",
                       "train/__pycache__/junk.pyc": "junk", "README.md": "not an input\n"}.items():
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text(text)

@@ -12,7 +12,7 @@ before that field existed read as having no parent. Stdlib only, Python 3.9+, no
 
 The same module computes the content key of a build (`inputs`): the sha256 of the definition file, the lock file,
 containers/install.sh, pyproject.toml and every file of the train package (tracked or untracked-but-not-ignored)
-that runs inside the image (not `train/host/` or `train/templates/`).
+that runs inside the image (not `train/host/`, which holds the job templates too).
 `make image` rebuilds exactly when that key differs from the one recorded in `images/<flavor>.inputs`.
 """
 import argparse
@@ -41,9 +41,9 @@ STORE = "store"
 # Files, besides the definition and lock file, whose content goes into every image.
 SHARED_INPUTS = ("containers/install.sh", "pyproject.toml")
 PACKAGE_DIR = "train"
-# Parts of the package that never run inside an image (the login-node side and its job templates): editing them
-# does not rebuild the images.
-HOST_ONLY = ("train/host/", "train/templates/")
+# Parts of the package that never run inside an image (the login-node side, its job templates included in
+# train/host/schedulers/templates/): editing them does not rebuild the images.
+HOST_ONLY = ("train/host/",)
 
 
 @dataclass

@@ -1,7 +1,9 @@
-"""Render a Job into the scheduler's script from the template files in train/templates/."""
+"""Render a Job into its scheduler's script: the template the adapter names (train/host/schedulers/templates/ for the
+built-in ones), which includes the shared partials of that folder."""
 import re
 import shlex
 from pathlib import Path
+from typing import Optional
 
 from train import exit_codes
 from train.errors import UserError
@@ -10,7 +12,8 @@ from train.host import fabric
 from train.host.job import Job
 from train.host.schedulers import adapter
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+# the shared partials (_preamble, _container, _segments), sweep.sh.j2 and the built-in adapters' own templates
+TEMPLATES = Path(__file__).resolve().parent / "schedulers" / "templates"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HOST_VALUE = re.compile(r"\$\$|\$([A-Za-z_][A-Za-z0-9_]*)")  # in an env value: a literal $, or the node's $NAME
 # Per-task values a launcher sets and the training code reads inside the container.
@@ -21,21 +24,24 @@ def render(job: Job) -> str:
     for name in job.env:
         if not ENV_NAME.match(name):
             raise UserError(f"environment variable name {name!r} is not valid; use letters, digits and '_'")
-    env = environment()
-    template = env.get_template(f"{job.scheduler}.sh.j2")
-    return template.render(job=job, scheduler=adapter(job.scheduler), requeue_exit=exit_codes.REQUEUE,
+    scheduler = adapter(job.scheduler)
+    template = environment(scheduler.template_dir()).get_template(scheduler.template)
+    return template.render(job=job, scheduler=scheduler, requeue_exit=exit_codes.REQUEUE,
                            forward_patterns="|".join(FORWARDED + sorted(job.env)), fabric=fabric)
 
 
-def environment():
-    """The templates' Jinja environment: every value reaching a script goes through `| q` (or `| env_word`)."""
+def environment(own: Optional[Path] = None):
+    """The templates' Jinja environment: every value reaching a script goes through `| q` (or `| env_word`). `own`:
+    an adapter's template folder, searched first, so that an adapter defined outside train/host/schedulers/ still
+    includes the shared partials."""
     try:  # here, not at the top: a refused job never pays for importing it
         import jinja2
     except ImportError:
         raise UserError("jinja2 is not installed; install the host requirements: "
                         "python3 -m pip install --user pyyaml jinja2") from None
+    folders = [TEMPLATES] if own in (None, TEMPLATES) else [own, TEMPLATES]
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        loader=jinja2.FileSystemLoader([str(folder) for folder in folders]),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,

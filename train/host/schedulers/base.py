@@ -1,8 +1,9 @@
-"""What every scheduler adapter (train/host/schedulers.py) states and does: one vocabulary of job states, and the
-interface each adapter fills in with its scheduler's facts and commands."""
+"""What every scheduler adapter (train/host/schedulers/<name>.py) states and does: one vocabulary of job states, and
+`Scheduler`, the contract each adapter fills in with its scheduler's facts, commands and job-script template."""
 import enum
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, Optional, Pattern, Tuple
 
@@ -53,9 +54,38 @@ def run_or_refuse(cmd, what: str) -> str:
 
 
 class Scheduler:
-    """The facts every adapter states; the commands each implements."""
+    """The contract of a scheduler adapter: the facts every adapter states, the commands each implements.
+
+    A new scheduler is one module in train/host/schedulers/ with a subclass of this class, its job-script template
+    in the `templates/` folder beside that module, and its instance in `SCHEDULERS` (train/host/schedulers/__init__.py,
+    or `register()` for one defined elsewhere). Nothing else in train/host/ names a scheduler: it asks the adapter.
+
+    Must fill in:
+      name             the cluster file's `scheduler:` word.
+      template         its job script's Jinja file in `template_dir()` (the `templates/` folder beside the module);
+                       it renders `job`, `scheduler` (this adapter) and may include the shared partials
+                       (_preamble.sh.j2, _container.sh.j2, _segments.sh.j2) of train/host/schedulers/templates/.
+      default_launch, launches, multi_node_launches
+                       the launch shapes it can start (preflight refuses a profile asking for another).
+      submit()         queue the rendered script; returns the job id.
+      state()          what the scheduler says of a job it still knows ({'state': State, ...}; 'gone' once forgotten).
+      cancel()         end the job.
+      log_name()       the job's log file name in the run's logs/ (the scheduler's own % patterns).
+    May fill in (the defaults describe a scheduler without arrays, accounting, requeue or directives):
+      accounting(), accounting_name
+                       the record of ended jobs that outlives state() (sacct, bhist); None: no accounting.
+      array_directives(), element_id(), array_index, array_log, array_replaces, array_cap(), cancel_array()
+                       job arrays for sweeps; without them `--sweep` is refused.
+      requeue_command  how the batch shell puts its own job back in the queue ("": a time-limited run just ends).
+      unsupported      the profile/partition keys it cannot express, each with the fix the user is told.
+      directive_prefix, short_options, option_groups, repeatable, option_keys
+                       how its script lines hand options to it, for preflight's check of the rendered directives.
+      time_format, time_example, partition_word, job_id_var, hosts_var, constraint_join, follow_by_default,
+      test_script()    the remaining facts, each documented where it is declared below.
+    """
 
     name: str
+    template: str  # the job script's Jinja file in template_dir()
     partition_word = "partition"  # what the cluster file's `partitions:` are called in this scheduler's manuals
     default_launch: str
     launches: Tuple[str, ...]  # launch shapes this scheduler can start
@@ -76,6 +106,10 @@ class Scheduler:
     option_groups: Tuple[frozenset, ...] = ()
     repeatable: Tuple[str, ...] = ()  # options a script may give more than once
     option_keys: Dict[str, str] = {}  # a rendered option -> the cluster-file key that sets it
+
+    def template_dir(self) -> Path:
+        """The folder of this adapter's template: `templates/` beside the module that defines its class."""
+        return Path(sys.modules[type(self).__module__].__file__).resolve().parent / "templates"
 
     def option(self, directive: str) -> str:
         """The option a directive sets, in one spelling: '-p gpu', '--partition=gpu' -> 'partition'."""

@@ -1,0 +1,34 @@
+"""The scheduler adapters, by the cluster file's `scheduler:` word: each owns its scheduler's facts (launch shapes it
+supports, time-limit format, log file names, state names mapped onto one `State`, how a job is requeued), its commands
+(submit, state, accounting, cancel) and its job-script template (templates/<name>.sh.j2 beside it).
+
+The contract a new scheduler fills in is documented once, on `Scheduler` in base.py; each adapter is its own module
+(slurm.py, lsf.py, local.py). Nothing else in `train/host/` branches on a scheduler's name: it asks the adapter
+(`adapter(job.scheduler)`).
+"""
+from typing import Dict
+
+from train.errors import UserError
+# the vocabulary, re-exported: the rest of train/host imports everything about schedulers from this package
+from train.host.schedulers.base import (FINISHED, MODULE_NAME, NOT_STARTED, SAFE_NAME, Scheduler, State,  # noqa: F401
+                                        run_or_refuse)
+from train.host.schedulers.local import Local
+from train.host.schedulers.lsf import Lsf
+from train.host.schedulers.slurm import Slurm
+from train.registry import unknown_name
+
+SCHEDULERS: Dict[str, Scheduler] = {s.name: s for s in (Slurm(), Lsf(), Local())}
+
+
+def register(scheduler: Scheduler) -> Scheduler:
+    """Add an adapter defined outside this package (a site's own, or a test's); the built-in ones are listed above."""
+    if scheduler.name in SCHEDULERS:
+        raise UserError(f"a scheduler named {scheduler.name!r} is already registered")
+    SCHEDULERS[scheduler.name] = scheduler
+    return scheduler
+
+
+def adapter(name: str) -> Scheduler:
+    if name not in SCHEDULERS:
+        raise UserError(unknown_name("scheduler", name, sorted(SCHEDULERS)))
+    return SCHEDULERS[name]

@@ -1,0 +1,103 @@
+"""IBM Spectrum LSF's adapter: bsub, bjobs, bhist and bkill, its state words on `State`, job arrays, brequeue; its job
+script is templates/lsf.sh.j2 (the contract it fills in is documented on train/host/schedulers/base.py's Scheduler)."""
+import re
+import subprocess
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+from train.errors import UserError
+from train.host.schedulers.base import Scheduler, State, run_or_refuse
+
+
+class Lsf(Scheduler):
+    name = "lsf"
+    template = "lsf.sh.j2"
+    partition_word = "queue"
+    default_launch = "lightning"
+    launches = ("lightning", "blaunch")
+    multi_node_launches = ("blaunch",)
+    time_format = re.compile(r"^\d+(:[0-5]\d)?$")  # bsub -W [hour:]minute
+    time_example = "4:00"
+    # an array element is JOBID[index] (LSB_JOBINDEX is 0 or unset outside an array): brequeue JOBID would requeue all
+    requeue_command = 'brequeue "$LSB_JOBID$([ "${LSB_JOBINDEX:-0}" = 0 ] || echo "[$LSB_JOBINDEX]")"'
+    job_id_var = "$LSB_JOBID"
+    hosts_var = "$LSB_HOSTS"
+    directive_prefix = "#BSUB"
+    constraint_join = " && "
+    unsupported = {
+        ("qos", ""): "LSF has no QOS; choose the queue that gives that service (a partition entry)",
+        ("hint", ""): "LSF has no --hint; give cpus_per_task in the slots (cores) you want",
+        ("gpu_request", "gres"): "LSF asks for GPUs with -gpu; use gpu_request: count or typed (gmodel=)",
+        ("gpu_request", "typed-gres"): "LSF asks for GPUs with -gpu; use gpu_request: count or typed (gmodel=)",
+    }
+    repeatable = ("R",)  # LSF merges the sections of several -R strings
+    option_keys = {"q": "partition", "P": "account (your settings file)", "gpu": "gpus_per_node, gpu_type, gpu_mem_gb",
+                   "n": "nodes and cpus_per_task", "W": "time", "x": "exclusive", "U": "reservation",
+                   "wt": "grace_s", "u": "email (your settings file)"}
+    STATES = {"PEND": "PENDING", "PSUSP": "PENDING", "RUN": "RUNNING", "USUSP": "SUSPENDED", "SSUSP": "SUSPENDED",
+              "DONE": "COMPLETED", "EXIT": "FAILED"}
+
+    array_replaces = ("o", "e", "J")
+    array_index = "LSB_JOBINDEX - 1"  # LSF's indices start at 1
+    array_log = '{name}_"$LSB_JOBID"_"$LSB_JOBINDEX".out'
+
+    def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
+        # LSF's job array: -J "name[1-N]%K" runs at most K elements at once; %J and %I name each element's output
+        return (f'#BSUB -J "{name}[1-{count}]%{cap}"', f"#BSUB -o {logs}/array_%J_%I.out",
+                f"#BSUB -e {logs}/array_%J_%I.err")
+
+    def element_id(self, array_id: str, index: int) -> str:
+        return f"{array_id}[{index + 1}]"
+
+    def log_name(self, job_name: str) -> str:
+        return f"{job_name}_%J.out"
+
+    def submit(self, script: Path, run_dir: Path) -> str:
+        # `bsub < script`: only then does bsub read the #BSUB lines of the script.
+        with script.open() as stdin:
+            try:
+                done = subprocess.run(["bsub"], stdin=stdin, capture_output=True, text=True)
+            except FileNotFoundError:
+                raise UserError("bsub is not on PATH: run this on the cluster's login node") from None
+        found = re.search(r"Job <(\d+)> is submitted", done.stdout)
+        if done.returncode != 0 or not found:
+            message = (done.stderr or done.stdout).strip().splitlines()
+            raise UserError(f"bsub failed: {message[-1] if message else 'exit status ' + str(done.returncode)}")
+        return found.group(1)
+
+    def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict[str, str]:
+        done = subprocess.run(["bjobs", "-noheader", "-o", "stat exit_code exec_host", job_id],
+                              capture_output=True, text=True)
+        fields = done.stdout.split()
+        if done.returncode != 0 or not fields:  # mbatchd forgets a finished job after CLEAN_PERIOD (lsb.params)
+            return {"state": State.UNKNOWN, "gone": "is not found" in done.stderr}
+        return {"state": State.of(fields[0], self.STATES), "exit_code": fields[1] if len(fields) > 1 else "",
+                "nodes": fields[2] if len(fields) > 2 else ""}
+
+    accounting_name = "bhist"
+    # bhist -l's events (IBM's wording), in the order they happen to a job: the last one found is its state
+    EVENTS = ((r"Submitted from host", State.PENDING), (r"Starting \(Pid", State.RUNNING),
+              (r"Pending: Job has been requeued", State.PENDING), (r"Done successfully", State.COMPLETED),
+              (r"Exited with exit code|Exited;", State.FAILED), (r"\bTERM_OWNER\b", State.CANCELLED),
+              (r"\bTERM_RUNLIMIT\b", State.TIMEOUT))
+
+    def accounting(self, job_id: str) -> Optional[Dict[str, str]]:
+        """bhist -l, which reads LSF's event log: it still answers after bjobs has forgotten the job."""
+        try:
+            done = subprocess.run(["bhist", "-l", job_id], capture_output=True, text=True)
+        except FileNotFoundError:
+            return None
+        text = re.sub(r"\n +", "", done.stdout)  # bhist wraps long lines, indenting the rest
+        found = [(m.start(), state, m.group(0)) for pattern, state in self.EVENTS
+                 for m in re.finditer(pattern + r"[^;.]*", text)]
+        if done.returncode != 0 or not found:
+            return None
+        _, state, said = max(found, key=lambda f: f[0])
+        by = re.findall(r"Signal <KILL> requested by user or administrator <([^>]+)>", text)
+        code = re.findall(r"Exited with exit code (\d+)", text)
+        return {"state": state, "exit_code": code[-1] if code else "", "nodes": "",
+                "said": f"bhist: {said.strip()}" + (f", KILL requested by {by[-1]}" if by and state == State.CANCELLED
+                                                     else "")}
+
+    def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
+        run_or_refuse(["bkill", job_id], "bkill")

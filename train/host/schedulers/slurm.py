@@ -1,0 +1,121 @@
+"""Slurm's adapter: sbatch, scontrol, sacct and scancel, its state words on `State`, job arrays, requeue; its job
+script is templates/slurm.sh.j2 (the contract it fills in is documented on train/host/schedulers/base.py's Scheduler)."""
+import pwd
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+from train.host.schedulers.base import Scheduler, State, run_or_refuse
+
+
+# sbatch's words when it is installed but no controller answers (this machine is no cluster's login node)
+SLURM_UNREACHABLE = ("Could not establish a configuration source", "Unable to contact slurm controller")
+
+
+class Slurm(Scheduler):
+    name = "slurm"
+    template = "slurm.sh.j2"
+    default_launch = "srun"
+    launches = ("srun", "lightning", "independent")
+    multi_node_launches = ("srun",)
+    requeue_command = 'scontrol requeue "$SLURM_JOB_ID"'
+    job_id_var = "$SLURM_JOB_ID"
+    hosts_var = "$SLURM_JOB_NODELIST"
+    directive_prefix = "#SBATCH"
+    short_options = {"-A": "account", "-b": "begin", "-c": "cpus-per-task", "-C": "constraint", "-d": "dependency",
+                     "-D": "chdir", "-e": "error", "-G": "gpus", "-J": "job-name", "-N": "nodes", "-n": "ntasks",
+                     "-o": "output", "-p": "partition", "-q": "qos", "-t": "time", "-w": "nodelist", "-x": "exclude"}
+    option_groups = (frozenset({"mem", "mem-per-cpu", "mem-per-gpu"}), frozenset({"gpus-per-node", "gpus", "gres"}),
+                     frozenset({"ntasks", "ntasks-per-node"}), frozenset({"requeue", "no-requeue"}))
+    option_keys = {"partition": "partition", "account": "account (your settings file)", "qos": "qos",
+                   "constraint": "constraint", "reservation": "reservation", "nodes": "nodes", "exclusive": "exclusive",
+                   "gpus/gpus-per-node/gres": "gpus_per_node, and the partition's gpu_type and gpu_request",
+                   "cpus-per-task": "cpus_per_task", "hint": "hint", "time": "time", "signal": "grace_s",
+                   "mem/mem-per-cpu/mem-per-gpu": "mem_gb, mem_per_gpu_gb or mem_per_cpu_gb",
+                   "mail-type": "notify", "mail-user": "email (your settings file)"}
+
+    # scontrol and sacct show a job's flags in place of its base state (slurm's job_state_string)
+    STATES = {"COMPLETING": "RUNNING", "SIGNALING": "RUNNING", "STAGE_OUT": "RUNNING", "RESIZING": "RUNNING",
+              "REQUEUED": "PENDING", "REQUEUE_HOLD": "PENDING", "REQUEUE_FED": "PENDING", "SPECIAL_EXIT": "PENDING",
+              "RESV_DEL_HOLD": "PENDING", "STOPPED": "SUSPENDED", "REVOKED": "CANCELLED"}
+    FORGOTTEN = ("Invalid job id specified", "not found")  # scontrol on a job past MinJobAge, an array's element
+    accounting_name = "sacct"
+
+    array_replaces = ("output", "job-name")
+    array_index = "SLURM_ARRAY_TASK_ID"
+    array_log = 'job-"$SLURM_ARRAY_JOB_ID"_"$SLURM_ARRAY_TASK_ID".out'
+
+    def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
+        # %cap: Slurm's ArrayTaskThrottle, at most cap elements at once
+        return (f"#SBATCH --job-name={name}", f"#SBATCH --array=0-{count - 1}%{cap}",
+                f"#SBATCH --output={logs}/array-%A_%a.out")
+
+    def element_id(self, array_id: str, index: int) -> str:
+        return f"{array_id}_{index}"
+
+    def log_name(self, job_name: str) -> str:
+        return "job-%j.out"
+
+    def test_script(self, script: Path) -> Optional[Tuple[bool, str]]:
+        if not shutil.which("sbatch"):
+            return None
+        done = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True)
+        said = (done.stderr + done.stdout).strip().splitlines()
+        if any(reason in line for line in said for reason in SLURM_UNREACHABLE):
+            return None  # sbatch is here but no cluster answers: nothing to learn about the script
+        return done.returncode == 0, said[-1] if said else f"exit status {done.returncode}"
+
+    def submit(self, script: Path, run_dir: Path) -> str:
+        out = run_or_refuse(["sbatch", "--parsable", str(script)], "sbatch")
+        return out.strip().split(";")[0]
+
+    def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict[str, str]:
+        """{'state': State.RUNNING, 'exit_code': '0:0', 'nodes': 'n[1-2]'}; scontrol, since sacct needs accounting."""
+        done = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True)
+        if done.returncode != 0:
+            return {"state": State.UNKNOWN, "gone": any(word in done.stderr + done.stdout for word in self.FORGOTTEN)}
+        fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
+        state = State.of(fields.get("JobState", ""), self.STATES)
+        return {"state": state, "exit_code": fields.get("ExitCode", ""), "nodes": fields.get("NodeList", ""),
+                "reason": fields.get("Reason", "") if state == State.PENDING else "",
+                "restarts": fields.get("Restarts", "0") if fields.get("Restarts", "0") != "0" else ""}
+
+    def accounting(self, job_id: str) -> Optional[Dict[str, str]]:
+        """sacct's line for the job; an array element that never started is only in its array's line (2_[1-3%2])."""
+        array, _, index = job_id.partition("_")
+        try:
+            done = subprocess.run(["sacct", "-X", "-n", "-P", "-j", array, "-o", "JobID,State,ExitCode,NodeList"],
+                                  capture_output=True, text=True)
+        except FileNotFoundError:
+            return None
+        for line in done.stdout.splitlines() if done.returncode == 0 else []:
+            listed, said, exit_code, nodes = (line.split("|") + ["", "", ""])[:4]
+            if listed == job_id or (index and index_in(listed, array, int(index))):
+                word, _, uid = said.partition(" by ")  # CANCELLED by 1234
+                return {"state": State.of(word, self.STATES), "exit_code": exit_code, "nodes": nodes,
+                        "said": f"sacct: {word}" + (f" by {user_of(uid)}" if uid else "")}
+        return None
+
+    def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
+        run_or_refuse(["scancel", job_id], "scancel")
+
+
+def index_in(listed: str, array: str, index: int) -> bool:
+    """Whether sacct's `ARRAY_[1-3,5%2]` (the elements not started yet, as one line) holds `index`."""
+    found = re.fullmatch(re.escape(array) + r"_\[([\d,:-]+)(%\d+)?\]", listed)
+    for part in found.group(1).split(",") if found else []:
+        first, _, rest = part.partition("-")
+        last, _, step = rest.partition(":")
+        if int(first) <= index <= int(last or first) and (index - int(first)) % int(step or 1) == 0:
+            return True
+    return False
+
+
+def user_of(uid: str) -> str:
+    """sacct's `by 1234` as `uid 1234 (alice)`."""
+    try:
+        return f"uid {uid} ({pwd.getpwuid(int(uid)).pw_name})"
+    except (KeyError, ValueError):
+        return f"uid {uid}"
