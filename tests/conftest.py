@@ -241,5 +241,15 @@ def job_logs(run_dir: Path) -> str:
     return "".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").glob("*.out")))
 
 
+def assert_same_tensors(a: Path, b: Path) -> None:
+    """Two weight files (a checkpoint's state_dict or exported weights) hold equal tensors, bit for bit."""
+    import torch
+
+    wa, wb = (torch.load(p, map_location="cpu", weights_only=True) for p in (a, b))
+    wa, wb = (w.get("state_dict", w) for w in (wa, wb))
+    assert wa.keys() == wb.keys(), a
+    assert [k for k in wa if not torch.equal(wa[k], wb[k])] == [], a
+
+
 def manifest(run_dir: Path) -> dict:
     return json.loads((run_dir / "manifest.json").read_text())

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import job_logs, manifest, release_requeued, run_cluster
+from conftest import assert_same_tensors, job_logs, manifest, release_requeued, run_cluster
 from train.host import segments
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
@@ -83,15 +83,6 @@ def assert_resumed_to_the_same_result(long_dir: Path, reference: Path, found: li
     # and how: precision auto is 32-bit on the CPU; the input wait of the last segment's rank 0
     assert manifest(long_dir)["speed"]["precision"] == long["precision"] == "32-true"
     assert f"waited for data {long['input']['wait_fraction']:.0%}" in status.stdout, status.stdout
-
-
-def assert_same_tensors(a: Path, b: Path) -> None:
-    import torch
-
-    wa, wb = (torch.load(p, map_location="cpu", weights_only=True) for p in (a, b))
-    wa, wb = (w.get("state_dict", w) for w in (wa, wb))
-    assert wa.keys() == wb.keys(), a
-    assert [k for k in wa if not torch.equal(wa[k], wb[k])] == [], a
 
 
 # The Lightning example (examples/lightning_smart) with ~100 s of training under requeue_1x1's 2-minute limit.

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, assert_same_tensors
 from train import exit_codes
 from train.localrun import free_port
 
@@ -79,17 +79,10 @@ def test_classify_stopped_twice_mid_epoch_ends_bit_identical(tmp_path, cifar):
     for key in ("initial_val_loss", "final_val_loss", "final_val_acc", "best_val_loss", "epochs"):
         assert a[key] == b[key], key
     assert (tmp_path / "whole" / "metrics.csv").read_text() == (tmp_path / "cut" / "metrics.csv").read_text()
-    assert_same_weights(tmp_path / "whole" / "checkpoints" / "last.ckpt", tmp_path / "cut" / "checkpoints" / "last.ckpt")
+    assert_same_tensors(tmp_path / "whole" / "checkpoints" / "last.ckpt", tmp_path / "cut" / "checkpoints" / "last.ckpt")
     starts = segments(tmp_path / "cut")
     assert [(s["segment"], s["resumed_epoch"], s["resumed_step"]) for s in starts] == [
         (1, None, None), (2, 0, 1), (3, 0, 3)]
-
-
-def assert_same_weights(a, b):
-    import torch
-
-    wa, wb = (torch.load(p, weights_only=True)["state_dict"] for p in (a, b))
-    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), [k for k in wa if not torch.equal(wa[k], wb[k])]
 
 
 def test_every_interruption_resumes_from_the_newest_checkpoint(tmp_path, cifar):
