@@ -5,9 +5,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import forked
+import pytest
 import suite_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +41,7 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def sha256(path) -> str:
-    """What `sha256sum` prints: computed here independently of train.host.images, which the tests check."""
+    """What `sha256sum` prints: computed here independently of train.host.images.store, which the tests check."""
     out = subprocess.run(["sha256sum", str(path)], capture_output=True, text=True, check=True).stdout
     return out.split()[0]
 
@@ -73,7 +72,7 @@ def default_input_dirs():
 @pytest.fixture(scope="session")
 def cpu_image():
     """The built CPU image's record; `make test` builds it before pytest starts (a test never builds it)."""
-    from train.host import images
+    from train.host.images import store as images
 
     record = images.current("cpu", ROOT / "images")
     if record is None:
@@ -165,7 +164,7 @@ def oci_registry(tmp_path_factory):
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     """A stand-in image store (tiny files recorded as cpu, cuda11.6 and cuda12.8 images), settings, empty runs dir."""
-    from train.host import images
+    from train.host.images import store as images
 
     root = tmp_path / "images"
     for flavor in ("cpu", "cuda11.6", "cuda12.8"):

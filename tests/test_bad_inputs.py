@@ -39,10 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+import forked
 import pytest
 import yaml
-
-import forked
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -116,7 +115,7 @@ def _snapshot(top: Path) -> Dict[str, Tuple]:
 
 
 def _setup(case: dict, case_root: Path) -> Tuple[Path, Dict[str, str], Path]:
-    from train.host import images
+    from train.host.images import store as images
 
     tmp = case_root / "t"
     fakebin = case_root / "fakebin"

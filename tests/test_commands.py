@@ -10,13 +10,13 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 import forked
+import pytest
 from conftest import ROOT, job_logs, manifest, only_run, run_cluster, sha256, wait_for_slurm_job
 from test_end_to_end import assert_trained
 from test_report import check_curves, check_in_browser, csv_points, curve_points, drawn, images_of
-from train.host import segments
+
+from train.host.runs import segments
 
 STARTED = "[cluster-train] rank 0/1 on host"  # the training's first line: it runs
 

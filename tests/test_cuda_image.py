@@ -14,10 +14,10 @@ import subprocess
 import time
 
 import pytest
-
 import suite_report
 from conftest import ROOT
-from train.host import image_freshness, images
+
+from train.host.images import freshness as image_freshness, store as images
 
 FLAVOR = "cuda12.8"
 LOG = ROOT / "images" / f"{FLAVOR}.build.log"

@@ -14,13 +14,13 @@ import time
 import zipfile
 from pathlib import Path
 
-import pytest
-
 import conftest
+import pytest
 from conftest import ROOT
+
 from train.errors import UserError
-from train.host import derive, images
-from train.host.image_commands import run_image
+from train.host.images import derive, store as images
+from train.host.images.commands import run_image
 
 PROBE = "ctprobe"  # the tiny package the derived image adds
 
@@ -204,7 +204,7 @@ def test_a_run_on_a_derived_image_takes_its_bases_checks_and_records_both_digest
                        env={"CT_RUNS_DIR": str(tmp_path / "runs")})
     assert done.returncode == 0, done.stderr
     assert f"image: {entry.path} (cpu+myproject) sha256 {entry.sha256}" in done.stdout
-    from train.host.submit import prepare  # the manifest's image entry, as queue() writes it
+    from train.host.jobs.build import prepare  # the manifest's image entry, as queue() writes it
 
     monkeypatch.setenv("CT_RUNS_DIR", str(tmp_path / "runs"))
     job = prepare("local", "cpu_1proc", "demo", [], None, "cpu+myproject", dry_run=True).job

@@ -1,4 +1,4 @@
-"""How a run ended, and whose word that is (train/host/ending.py), against schedulers that remember the job, that
+"""How a run ended, and whose word that is (train/host/runs/ending.py), against schedulers that remember the job, that
 have forgotten it and keep accounting, and that keep none; the cause line that names the event, never a rank that
 stopped as asked; the adapters' readings of sacct, scontrol and bhist; a closed pipe. No cluster needed: the real
 clusters' cases are in tests/test_runs_cancelled.py."""
@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
+
 from train.errors import UserError
-from train.host import causes, ending, segments
 from train.host.cli import print_status
+from train.host.runs import causes, ending, segments
 from train.host.schedulers import Lsf, Slurm, State
 
 FORGOTTEN = {"state": State.UNKNOWN, "gone": True}  # scontrol: Invalid job id specified (past MinJobAge)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from train.host import cli, images
+from train.host import cli
+from train.host.images import store as images
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERTS = "/work/experts"  # how the golden files show the settings' experts directory

@@ -3,8 +3,9 @@ the manifest says the checkout's), naming what changed; --stale-image-ok submits
 import shutil
 
 from conftest import ROOT, run_cluster
-from train.host import images
-from train.host.image_freshness import stale_inputs
+
+from train.host.images import store as images
+from train.host.images.freshness import stale_inputs
 
 
 def small_repo(tmp_path):

@@ -1,4 +1,4 @@
-"""train.host.images: the image store and index, and the content key `make image` rebuilds on (no Apptainer)."""
+"""train.host.images.store: the image store and index, and the content key `make image` rebuilds on (no Apptainer)."""
 import json
 import os
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from train.host import images
+from train.host.images import store as images
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,7 +137,7 @@ def test_cli_record_writes_index_and_stamp(built):
     root = tmp_path / "images"
     stamp = root / "cpu.inputs"
     done = subprocess.run(
-        [sys.executable, "-m", "train.host.images", "record", "--flavor", "cpu", "--sif", str(sif),
+        [sys.executable, "-m", "train.host.images.store", "record", "--flavor", "cpu", "--sif", str(sif),
          "--def", str(def_file), "--lock", str(lock_file), "--root", str(root), "--git-commit", "abc",
          "--stamp", str(stamp)],
         cwd=ROOT, capture_output=True, text=True,

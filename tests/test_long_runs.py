@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import assert_same_tensors, job_logs, manifest, release_requeued, run_cluster
-from train.host import segments
+
+from train.host.runs import segments
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
 EPOCHS = 4

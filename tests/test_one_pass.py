@@ -5,15 +5,14 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 from test_golden_scripts import every_profile
 
 
 def test_a_packed_dry_run_resolves_each_config_once(store, monkeypatch, tmp_path):
     from train import config as cfg
-    from train.host import settings, submit
-
+    from train.host import settings
+    from train.host.jobs import build as submit
     (tmp_path / "experts").mkdir()
     for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
         (tmp_path / "experts" / arch).mkdir()
@@ -86,7 +85,7 @@ def test_only_the_scheduler_adapters_name_a_scheduler():
 
 
 def test_the_image_content_key_leaves_out_the_host_side(tmp_path):
-    from train.host import images
+    from train.host.images import store as images
 
     files = images.input_files("containers/cpu.def", "containers/cpu.lock", ROOT)
     assert "train/config.py" in files and "train/fit.py" in files

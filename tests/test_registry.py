@@ -6,7 +6,6 @@ import os
 import subprocess
 
 import pytest
-
 from conftest import ROOT, manifest, run_cluster, wait_for_slurm_job
 from test_image_commands import build_sif, images_command, store_files
 
@@ -56,7 +55,7 @@ def test_a_pulled_image_that_is_not_the_expected_one_never_enters_the_store(oci_
 @pytest.mark.slurm
 def test_a_rerun_pulls_its_image_by_digest_and_trains(oci_registry, cpu_image, slurm_cluster, demo_data, runs_dir,
                                                       store, tmp_path):
-    from train.host import images
+    from train.host.images import store as images
 
     images.record("cpu", cpu_image.path, ROOT / "containers" / "cpu.def", ROOT / "containers" / "cpu.lock",
                   root=store)  # a hard link: this machine's store, with the image built here

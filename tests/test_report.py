@@ -17,7 +17,7 @@ from PIL import Image
 
 from train.errors import UserError
 from train.host import cli
-from train.host.report import choose_metric, group_members, sort_by, write_report
+from train.host.reports.report import choose_metric, group_members, sort_by, write_report
 
 DIGEST = "ab12" * 16
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -4,9 +4,9 @@ with more epochs and on another number of ranks for the strategies whose checkpo
 import json
 
 import pytest
-
 from conftest import manifest, run_cluster
-from train.host import segments
+
+from train.host.runs import segments
 
 pytestmark = pytest.mark.image
 FEW_BATCHES = ["--set", "trainer.limit_train_batches=8", "--set", "trainer.limit_val_batches=2"]  # steps, not accuracy

@@ -5,7 +5,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cluster
 
 
@@ -155,8 +154,8 @@ def test_a_missing_input_path_is_one_line_and_submits_nothing(store, tmp_path):
 
 def test_rerun_applies_and_records_extra_set_values(store, tmp_path, monkeypatch):
     """--rerun keeps the run's cluster, profile, config and image; a --set on top is applied and recorded."""
-    from train.host import cli, images
-
+    from train.host import cli
+    from train.host.images import store as images
     record = images.current("cpu", store / "images")
     old = tmp_path / "old"
     old.mkdir()

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from cancel_scenarios import ELEMENTS, SINGLE_RUNS, observe
 from conftest import ROOT, job_logs, run_cluster
-from train.host import segments
+
+from train.host.runs import segments
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
 BY_RUN_CLUSTER = "cause: cancelled by bin/run-cluster cancel at 20"

@@ -4,10 +4,10 @@ processes, labelled so)."""
 import json
 
 import pytest
-
 from conftest import run_cluster
 from test_preflight import refused
-from train.host.scaling import efficiency, render
+
+from train.host.reports.scaling import efficiency, render
 
 
 def rows(*figures):

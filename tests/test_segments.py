@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cluster
-from train.exit_codes import REQUEUE
-from train.host import causes, segments
 
+from train.exit_codes import REQUEUE
 # srun: drop its options, run the task; scontrol: the node list, and record a requeue; apptainer: a "training" that
+from train.host.runs import causes, segments
+
 # saves and exits REQUEUE on SIGUSR1 or SIGTERM, or completes after $CT_FAKE_SECONDS
 FAKES = {
     "srun": '#!/bin/bash\nwhile [[ "$1" == -* ]]; do shift; done\nexec "$@"\n',

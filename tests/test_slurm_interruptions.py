@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import job_logs, manifest, release_requeued, run_cluster
-from train.host import segments
+
+from train.host.runs import segments
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
 

@@ -7,9 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import manifest, run_cluster, wait_for_slurm_job
-from train.host import cli, sweep
+
+from train.host import cli
+from train.host.runs import sweep
 from train.host.schedulers import SCHEDULERS, State
 
 SWEEP = ["--sweep", "model.params.width=4,6,8", "--sweep", "optim.lr=0.05,0.1"]

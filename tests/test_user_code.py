@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 from test_preflight import refused, run_cluster
-from train.host import code_snapshot
+
+from train.host.jobs import code_snapshot
 from train.launch_env import local_rank_env, task_env
 
 LIGHTNING = ROOT / "examples" / "lightning_smart"

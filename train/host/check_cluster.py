@@ -9,10 +9,11 @@ from typing import Dict, List, Tuple
 
 from train import config as cfg
 from train.errors import UserError
-from train.host import clusters, preflight, project, settings
+from train.host import clusters, project, settings
 from train.host.clusters import Cluster, Profile
-from train.host.job import independent_tasks, resolve, run_config, task_configs
-from train.host.render import render
+from train.host.jobs import preflight
+from train.host.jobs.job import independent_tasks, resolve, run_config, task_configs
+from train.host.jobs.render import render
 from train.host.schedulers import adapter
 
 EXPERIMENT = "demo"  # any run config renders the same directives; the smallest one

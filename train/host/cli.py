@@ -25,14 +25,16 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 from train.errors import UserError, raise_all
-from train.host import causes, code_snapshot, ending, fabric, runs, segments
-from train.host.ending import has_ended, run_state
-from train.host.follow import follow, follow_log
-from train.host.resume import prepare_resume, queue_resume
-from train.host.image_commands import run_image
-from train.host.submit import Submission, prepare, queue
-from train.host.usage import Parser
+from train.host import fabric, runs
+from train.host.images.commands import run_image
+from train.host.jobs import code_snapshot
+from train.host.jobs.build import Submission, prepare, queue
+from train.host.runs import causes, ending, segments
+from train.host.runs.ending import has_ended, run_state
+from train.host.runs.follow import follow, follow_log
+from train.host.runs.resume import prepare_resume, queue_resume
 from train.host.schedulers import NOT_STARTED, State, adapter
+from train.host.usage import Parser
 
 DEFAULT_EXPERIMENT = "cifar100_resnet"
 RUN_COMMANDS = ("status", "logs", "cancel", "resume")
@@ -90,19 +92,19 @@ def dispatch(argv: List[str]) -> int:
         if argv and argv[0] in RUN_COMMANDS:
             return run_command(argv)
         if argv and argv[0] == "images":
-            from train.host.image_commands import main as images_main
+            from train.host.images.commands import main as images_main
 
             return images_main(argv[1:])
         if argv and argv[0] == "report":
-            from train.host.report import main as report_main
+            from train.host.reports.report import main as report_main
 
             return report_main(argv[1:])
         if argv and argv[0] == "compare":
-            from train.host.compare import main as compare_main
+            from train.host.reports.compare import main as compare_main
 
             return compare_main(argv[1:])
         if argv and argv[0] == "scaling":
-            from train.host.scaling import main as scaling_main
+            from train.host.reports.scaling import main as scaling_main
 
             return scaling_main(argv[1:])
         if argv and argv[0] == "check-cluster":
@@ -127,7 +129,7 @@ def dispatch(argv: List[str]) -> int:
         if not args.cluster or not args.profile:
             raise UserError("name a cluster and a profile: run-cluster CLUSTER PROFILE [EXPERIMENT] (or --rerun runs/<id>)")
         if args.sweeps or args.sweep_file:
-            from train.host import sweep
+            from train.host.runs import sweep
 
             args.experiment = args.experiment or (None if command else DEFAULT_EXPERIMENT)
             return sweep.show_and_queue(args, args.sweeps, args.max_parallel, args.sweep_file)
@@ -255,7 +257,7 @@ def resume(args) -> int:
 
 
 def print_status(manifest: dict, scheduler, run_dir: Path) -> None:
-    """The state (train/host/ending.py: whose word it is), every segment, and what ended the run: the event that
+    """The state (train/host/runs/ending.py: whose word it is), every segment, and what ended the run: the event that
     ended it (a cancel, the scheduler), or a failure its logs name."""
     job_id = manifest["scheduler"]["job_id"]
     state = run_state(scheduler, job_id, run_dir)
@@ -314,7 +316,7 @@ def run_command(argv: List[str]) -> int:
         p.add_argument("--no-wait", dest="wait", action="store_false")
         p.add_argument("--timeout", type=float, default=24 * 3600)
     args = p.parse_args(argv[1:])
-    from train.host import sweep
+    from train.host.runs import sweep
 
     if argv[0] == "resume":
         return sweep.resume(args) if sweep.is_sweep(args.run_dir) else resume(args)

@@ -3,7 +3,7 @@ import os
 from pathlib import Path
 from typing import Dict, Optional
 
-from train.host import code_snapshot
+from train.host.jobs import code_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ROOT / "clusters"

@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from train.errors import UserError
-from train.host import signing
+from train.host.images import signing
 from train.host.schedulers import MODULE_NAME, SAFE_NAME
 from train.yaml_file import load_yaml
-
 
 
 def path() -> Path:

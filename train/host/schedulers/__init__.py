@@ -6,17 +6,20 @@ The contract a new scheduler fills in is documented once, on `Scheduler` in base
 (slurm.py, lsf.py, local.py). Nothing else in `train/host/` branches on a scheduler's name: it asks the adapter
 (`adapter(job.scheduler)`).
 """
+from pathlib import Path
 from typing import Dict
 
 from train.errors import UserError
 # the vocabulary, re-exported: the rest of train/host imports everything about schedulers from this package
-from train.host.schedulers.base import (FINISHED, MODULE_NAME, NOT_STARTED, SAFE_NAME, Scheduler, State,  # noqa: F401
-                                        run_or_refuse)
+from train.host.schedulers.base import (  # noqa: F401
+    FINISHED, MODULE_NAME, NOT_STARTED, SAFE_NAME, Scheduler, State, run_or_refuse)
 from train.host.schedulers.local import Local
 from train.host.schedulers.lsf import Lsf
 from train.host.schedulers.slurm import Slurm
 from train.registry import unknown_name
 
+# the shared partials (_preamble, _container, _segments), sweep.sh.j2 and the built-in adapters' own templates
+SHARED_TEMPLATES = Path(__file__).resolve().parent / "templates"
 SCHEDULERS: Dict[str, Scheduler] = {s.name: s for s in (Slurm(), Lsf(), Local())}
 
 

@@ -8,7 +8,7 @@ A rebuild never removes an older image: `record` hard-links the SIF into `images
 so the directory can move. A derived image (`images derive`: a project's packages on top of a stored image) is
 recorded under the flavor `<base flavor>+<name>` with `parent_sha256`, the image it was built on; records written
 before that field existed read as having no parent. Stdlib only, Python 3.9+, no torch: this runs on login nodes, and `make image` calls
-`python3 -m train.host.images record ...` after each build.
+`python3 -m train.host.images.store record ...` after each build.
 
 The same module computes the content key of a build (`inputs`): the sha256 of the definition file, the lock file,
 containers/install.sh, pyproject.toml and every file of the train package (tracked or untracked-but-not-ignored)
@@ -344,7 +344,7 @@ def write_stamp(stamp, text: str) -> bool:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m train.host.images", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m train.host.images.store", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     rec = sub.add_parser("record", help="hash a built SIF into the store and append it to the index")

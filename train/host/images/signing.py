@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
 from train.errors import UserError
-from train.host import images
+from train.host.images import store as images
 
 FINGERPRINT_DIGITS = 40  # a PGP v4 fingerprint: 40 hex digits, as `apptainer key list` prints them
 

@@ -6,10 +6,12 @@ from typing import Any, Dict, List, Optional
 
 from train import config as cfg
 from train.errors import UserError
-from train.host import clusters, code_snapshot, config_check, images, preflight, project, runs, settings, user_code
-from train.host.image_freshness import stale_inputs
-from train.host.job import Job, independent_tasks, new_run_id, resolve, run_config, task_configs
-from train.host.render import render
+from train.host import clusters, project, runs, settings
+from train.host.images import store as images
+from train.host.images.freshness import stale_inputs
+from train.host.jobs import code_snapshot, config_check, preflight, user_code
+from train.host.jobs.job import Job, independent_tasks, new_run_id, resolve, run_config, task_configs
+from train.host.jobs.render import render
 from train.host.schedulers import adapter
 from train.registry import unknown_name
 

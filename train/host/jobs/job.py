@@ -13,10 +13,11 @@ from typing import Any, Dict, List, Optional
 
 from train import config as cfg
 from train.errors import UserError
-from train.host import fabric, images, project, settings
+from train.host import fabric, project, settings
 from train.host.clusters import Cluster, Profile, min_driver
+from train.host.images import store as images
+from train.host.images.signing import Policy, policy
 from train.host.schedulers import adapter
-from train.host.signing import Policy, policy
 
 
 @dataclass

@@ -7,13 +7,12 @@ from typing import Optional
 
 from train import exit_codes
 from train.errors import UserError
-from train.ports import master_port_shell
 from train.host import fabric
-from train.host.job import Job
-from train.host.schedulers import adapter
+from train.host.jobs.job import Job
+from train.host.schedulers import SHARED_TEMPLATES, adapter
+from train.ports import master_port_shell
 
-# the shared partials (_preamble, _container, _segments), sweep.sh.j2 and the built-in adapters' own templates
-TEMPLATES = Path(__file__).resolve().parent / "schedulers" / "templates"
+TEMPLATES = SHARED_TEMPLATES
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HOST_VALUE = re.compile(r"\$\$|\$([A-Za-z_][A-Za-z0-9_]*)")  # in an env value: a literal $, or the node's $NAME
 # Per-task values a launcher sets and the training code reads inside the container.

@@ -7,10 +7,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from train import config as cfg
 from train.errors import UserError, raise_all
-from train.host import config_check, reads, signing
 from train.host.clusters import Cluster, driver_version, flavor_table, gpu_model
-from train.host.images import base_flavor
-from train.host.job import Job
+from train.host.images import signing
+from train.host.images.store import base_flavor
+from train.host.jobs import config_check, reads
+from train.host.jobs.job import Job
 from train.host.schedulers import SAFE_NAME, adapter
 
 

@@ -1,4 +1,4 @@
-"""Follow a job's log while it runs, and wait for it to end (train/host/ending.py says when and how it ended)."""
+"""Follow a job's log while it runs, and wait for it to end (train/host/runs/ending.py says when and how it ended)."""
 import select
 import sys
 import time
@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from train.errors import UserError
-from train.host.ending import EndWatch, describe
+from train.host.runs.ending import EndWatch, describe
 from train.host.schedulers import State
 
 

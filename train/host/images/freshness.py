@@ -5,7 +5,7 @@ The same key, kept in git as containers/<flavor>.tested, says whether CI must bu
 from pathlib import Path
 from typing import List, Optional
 
-from train.host import images
+from train.host.images import store as images
 
 
 def stale_inputs(record: images.ImageRecord, repo: Path) -> Optional[str]:

@@ -1,8 +1,8 @@
 """Your own training code under run-cluster: the experiment (or `run-cluster CLUSTER PROFILE -- COMMAND ...`) names a
 command and a code directory instead of a task; `--dev` runs the tasks from this checkout's train package.
 
-Here the raw experiment becomes a command run's config, the code is snapshotted (train/host/code_snapshot.py) and
-your own config is read through `reads:` (train/host/reads.py), once, before anything is checked or queued.
+Here the raw experiment becomes a command run's config, the code is snapshotted (train/host/jobs/code_snapshot.py) and
+your own config is read through `reads:` (train/host/jobs/reads.py), once, before anything is checked or queued.
 """
 import os
 from dataclasses import dataclass
@@ -11,8 +11,9 @@ from typing import Any, Dict, List, Optional
 
 from train import config as cfg
 from train.errors import UserError
-from train.host import code_snapshot, project, reads
-from train.host.code_snapshot import Snapshot
+from train.host import project
+from train.host.jobs import code_snapshot, reads
+from train.host.jobs.code_snapshot import Snapshot
 
 TASK_KEYS = ("task", "task_params", "model", "optim")  # mean nothing to a command
 

@@ -10,7 +10,7 @@ from typing import Any, Dict
 from train import config as cfg
 from train.errors import UserError
 from train.host import project
-from train.host.job import Job
+from train.host.jobs.job import Job
 
 MANIFEST = "manifest.json"
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")  # a file name, a directive value, a log prefix

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from train.errors import UserError
-from train.host import curves, runs, segments
-from train.host.compare import (Run, code_version, differing, flat, is_number, load_run, lower_is_better, show,
-                                short_digest)
+from train.host import runs
+from train.host.reports import curves
+from train.host.reports.compare import (
+    Run, code_version, differing, flat, is_number, load_run, lower_is_better, short_digest, show)
+from train.host.runs import segments
 from train.host.usage import Parser
 
 REPORT = "report.html"

@@ -1,7 +1,7 @@
 """A run's own record of its allocations (`logs/segments.jsonl`): the batch shell appends a `start` and an `end`
 line per segment (first start, each requeue), the training appends `train_start` (the epoch and step it resumed
 from); and `cancel`'s word that it asked the scheduler to end the run's job (`logs/cancelled.json`). The record
-outlives the scheduler's memory of the job (train/host/ending.py weighs it against the scheduler's accounting), and
+outlives the scheduler's memory of the job (train/host/runs/ending.py weighs it against the scheduler's accounting), and
 the manifest keeps the run's history."""
 import json
 import time

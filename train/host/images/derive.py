@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from train.errors import UserError
-from train.host import images
+from train.host.images import store as images
 from train.host.project import ROOT
 
 TEMPLATE = ROOT / "containers" / "derived.def.j2"

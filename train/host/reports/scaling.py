@@ -12,10 +12,10 @@ from typing import Any, Dict, List, Optional
 
 from train.errors import UserError
 from train.host import clusters, project, runs
-from train.host.curves import pyplot_figure
-from train.host.follow import wait
+from train.host.jobs.build import prepare, queue
+from train.host.reports.curves import pyplot_figure
+from train.host.runs.follow import wait
 from train.host.schedulers import State, adapter
-from train.host.submit import prepare, queue
 from train.host.usage import Parser
 
 TARGETS = {"one node": 0.95, "across nodes": 0.85}  # seed 004's

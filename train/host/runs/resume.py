@@ -8,10 +8,10 @@ from typing import List, Optional
 from train import config as cfg
 from train.errors import UserError
 from train.host import runs
-from train.host.ending import describe, has_ended, run_state
+from train.host.images.commands import run_image
+from train.host.jobs.build import Submission, prepare
+from train.host.runs.ending import describe, has_ended, run_state
 from train.host.schedulers import State, adapter
-from train.host.image_commands import run_image
-from train.host.submit import Submission, prepare
 
 # Strategies whose checkpoint loads on any number of ranks (fsdp saves full state dicts, re-sharded at load).
 # DeepSpeed's ZeRO files partition the optimizer state per rank (on another rank count it would restart): for those

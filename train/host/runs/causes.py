@@ -1,6 +1,6 @@
 """Why a run failed, read from its logs: one line each, with the fix (data, not code paths). Only evidence of a
 failure counts: a rank that saved and stopped as asked exits REQUEUE (a cancel, a time-limit or preemption save),
-and a run that was cancelled is named by its cancel (train/host/ending.py), never by its log."""
+and a run that was cancelled is named by its cancel (train/host/runs/ending.py), never by its log."""
 import re
 from pathlib import Path
 from typing import List, Optional, Tuple

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from train.errors import UserError, raise_all
-from train.host import project, signing
+from train.host import project
+from train.host.images import signing
 from train.host.schedulers import MODULE_NAME, SCHEDULERS, adapter
 from train.registry import unknown_name
 from train.yaml_file import load_yaml
@@ -113,7 +114,7 @@ class Cluster:
     modules: List[str] = field(default_factory=list)  # `module load` before the job starts (e.g. apptainer)
     module_init: str = ""  # the module system's init script, where a batch shell starts without `module`
     images: str = ""  # the image store this cluster's users share (a group directory); "": each user's own
-    require_signed: bool = False  # run only images signed by a key of the user's keyring (train/host/signing.py)
+    require_signed: bool = False  # run only images signed by a key of the user's keyring (train/host/images/signing.py)
     signers: List[str] = field(default_factory=list)  # ... and, if given, only by these key fingerprints
     binds: List[str] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from train.host import segments
+from train.host.runs import segments
 from train.host.schedulers import FINISHED, State
 
 # what the batch shell records when it saw its steps end (TERMINATED: a signal ended the shell, from whoever)
@@ -53,7 +53,7 @@ def from_record(last: segments.Segment) -> Dict:
 
 def with_cause(ended: Dict, said: Optional[Dict], scheduler) -> Dict:
     """The scheduler's end, with the event that ended the job where only the scheduler knows it (a cancel, a node
-    failure, its own time limit); a FAILED job's cause is in its log (train/host/causes.py)."""
+    failure, its own time limit); a FAILED job's cause is in its log (train/host/runs/causes.py)."""
     words = said["said"] if ended is said else f"{scheduler.name}: {ended['state'].value}"
     state = {**{k: v for k, v in ended.items() if k != "said"},
              "source": scheduler.accounting_name if ended is said else ""}

@@ -6,7 +6,7 @@ import`, under its sha256, checked first: a SIF header, every byte its header pr
 refused), cluster-train's labels (its flavor), and the digest the sender gave (`--expect-sha256`). The store is
 $CT_IMAGES, else `images:` of the settings file, else images/ of this checkout (`--cluster C`: that cluster's store,
 which its file may point at a group directory). `images derive` builds a project's packages on top of a stored image
-(train/host/derive.py).
+(train/host/images/derive.py).
 """
 import json
 import struct
@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from train.errors import UserError, raise_all
-from train.host import derive, images, project, registry, settings, signing
-from train.host.submit import store_of
+from train.host import project, settings
+from train.host.images import derive, oci as registry, signing, store as images
+from train.host.jobs.build import store_of
 from train.host.usage import Parser
 
 SIF_MAGIC = b"SIF_MAGIC"  # bytes 32-40 of every SIF, after its launcher line

@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from train.errors import UserError, raise_all
-from train.host import code_snapshot, ending, runs
-from train.host.ending import EndWatch, has_ended, run_state
-from train.host.job import new_run_id
+from train.host import runs
+from train.host.jobs import code_snapshot
+from train.host.jobs.build import Submission, prepare, write_manifest, write_run
+from train.host.jobs.job import new_run_id
+from train.host.runs import ending
+from train.host.runs.ending import EndWatch, has_ended, run_state
+from train.host.runs.segments import read as read_segments
 from train.host.schedulers import State, adapter
-from train.host.segments import read as read_segments
-from train.host.submit import Submission, prepare, write_manifest, write_run
 
 SWEEP = "sweep.json"
 
@@ -145,7 +147,7 @@ def shared_directives(elements: List[Submission]) -> List[str]:
 
 
 def render_sweep(sweep_id: str, sweep_dir: Path, elements: List[Submission], cap: int) -> str:
-    from train.host.render import environment
+    from train.host.jobs.render import environment
 
     scheduler = adapter(elements[0].job.scheduler)
     name = elements[0].job.job_name
@@ -235,7 +237,7 @@ def status_table(sweep_dir: Path) -> str:
 
 def cancel(sweep_dir: Path) -> None:
     """The whole array at once (on local: the sweep script's process group, each unended element marked); each
-    element still running or queued records the cancel first (train/host/ending.py)."""
+    element still running or queued records the cancel first (train/host/runs/ending.py)."""
     record = read_sweep(sweep_dir)
     scheduler = adapter(record["scheduler"])
     unended = [(Path(e["run_dir"]), e["job_id"]) for e in record["elements"]  # elements still the array's job
@@ -289,7 +291,7 @@ def show_and_queue(args, specs: List[str], cap: Optional[int], sweep_file: Optio
 def resume(args) -> int:
     """Resume every element that ended without completing, each as its own job in its own run directory; all are
     checked before any is queued. Elements still queued or running are left alone."""
-    from train.host.resume import prepare_resume, queue_resume
+    from train.host.runs.resume import prepare_resume, queue_resume
 
     record = read_sweep(args.run_dir)
     scheduler = adapter(record["scheduler"])
@@ -315,7 +317,7 @@ def ended_uncompleted(scheduler, run_dir: Path) -> bool:
 
 def print_logs(sweep_dir: Path) -> None:
     """Every element's logs, each under its name and swept values."""
-    from train.host.follow import _logs
+    from train.host.runs.follow import _logs
 
     for element in read_sweep(sweep_dir)["elements"]:
         print(f"==> e{element['index']} ({' '.join(f'{k}={v}' for k, v in element['values'].items())}) <==")
