@@ -100,7 +100,7 @@ def test_verify_names_a_store_file_changed_in_place(store, tmp_path):
 def test_the_store_comes_from_the_environment_the_settings_or_the_cluster_file(tmp_path, monkeypatch):
     """A group store in the cluster file; a user's own `images:` over it; $CT_IMAGES over both."""
     from train.host import project
-    from train.host.jobs.build import store_of
+    from train.host.images.locations import store_of
 
     monkeypatch.delenv("CT_IMAGES", raising=False)
     settings = tmp_path / "settings.yaml"

@@ -1,13 +1,16 @@
 """Where the project's own folders are: the checkout that holds this package."""
 import os
+import re
 from pathlib import Path
 from typing import Dict, Optional
 
-from train.host.jobs import code_snapshot
+from train.errors import UserError
+from train.host import git
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ROOT / "clusters"
 EXPERIMENTS = ROOT / "experiments"
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")  # a file name, a directive value, a log prefix
 
 
 def images_dir(*configured: Optional[str]) -> Path:
@@ -21,7 +24,16 @@ def runs_dir() -> Path:
     return Path(os.environ.get("CT_RUNS_DIR", ROOT / "runs"))
 
 
+def run_dir_for(run_id: str) -> Path:
+    """runs/<run_id>, refusing an id that could leave runs/ or break the script it is written into."""
+    if not RUN_ID.match(run_id):
+        shown = run_id if len(run_id) <= 60 else run_id[:60] + "..."
+        raise UserError(f"run id {shown!r} must be 1-120 letters, digits, '.', '_' or '-' (starting with a letter "
+                        f"or digit); choose another --run-id")
+    return (runs_dir() / run_id).resolve()
+
+
 def git_state() -> Dict[str, object]:
     """The commit the job was submitted from, and whether the tree had uncommitted changes."""
-    commit, dirty = code_snapshot.git_state(ROOT)  # the one way this package asks git
+    commit, dirty = git.git_state(ROOT)  # the one way this package asks git
     return {"commit": commit, "dirty": dirty if commit else None}

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from train.errors import UserError
-from train.host.images import signing
+from train.host.clusters import signing_policy
 from train.host.schedulers import MODULE_NAME, SAFE_NAME
 from train.yaml_file import load_yaml
 
@@ -68,7 +68,7 @@ def _modules(value: Any, where: str) -> None:
             raise UserError(f"{where}: modules item {str(item)[:60]!r} is not a module name like cuda/12.8; fix modules")
 
 
-NOT_SCALARS = {"modules": _modules, "require_signed": signing.flag, "signers": signing.fingerprints}
+NOT_SCALARS = {"modules": _modules, "require_signed": signing_policy.flag, "signers": signing_policy.fingerprints}
 
 
 def _scalar(where: str, value: Any) -> str:

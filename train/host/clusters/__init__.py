@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from train.errors import UserError, raise_all
 from train.host import project
-from train.host.images import signing
+from train.host.clusters import signing_policy
 from train.host.schedulers import MODULE_NAME, SCHEDULERS, adapter
 from train.registry import unknown_name
 from train.yaml_file import load_yaml
@@ -174,8 +174,8 @@ def load(path: Path) -> Cluster:
         modules=_texts(raw.get("modules"), f"{where}: modules"),
         module_init=_text(raw.get("module_init", ""), f"{where}: module_init"),
         images=_text(raw.get("images", ""), f"{where}: images"),
-        require_signed=signing.flag(raw.get("require_signed", False), where),
-        signers=signing.fingerprints(raw.get("signers"), where),
+        require_signed=signing_policy.flag(raw.get("require_signed", False), where),
+        signers=signing_policy.fingerprints(raw.get("signers"), where),
     )
     for module in cluster.modules:
         if not MODULE_NAME.match(module):

@@ -17,7 +17,7 @@ from typing import List, Optional, Tuple
 from train.errors import UserError, raise_all
 from train.host import project, settings
 from train.host.images import derive, oci as registry, signing, store as images
-from train.host.jobs.build import store_of
+from train.host.images.locations import store_of
 from train.host.usage import Parser
 
 SIF_MAGIC = b"SIF_MAGIC"  # bytes 32-40 of every SIF, after its launcher line

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 from train import config as cfg
 from train.errors import UserError
 from train.host import clusters, project, runs, settings
-from train.host.images import store as images
+from train.host.images import locations, store as images
 from train.host.images.freshness import stale_inputs
 from train.host.jobs import code_snapshot, config_check, preflight, user_code
 from train.host.jobs.job import Job, independent_tasks, new_run_id, resolve, run_config, task_configs
@@ -72,7 +72,7 @@ def prepare(cluster_name: str, profile_name: str, experiment: Optional[str], ove
     partition = cluster.partition(profile.partition)
     user = settings.load(cluster.name)
     if run_dir is None:  # a new run; `resume` continues an existing one in its own directory
-        run_dir = runs.run_dir_for(run_id if run_id is not None else new_run_id(cluster.name, profile.name))
+        run_dir = project.run_dir_for(run_id if run_id is not None else new_run_id(cluster.name, profile.name))
     config_file = experiment_config(experiment) if experiment else None
     raw = user_code.experiment_raw(cfg.read(config_file) if config_file else {}, command, dev,
                                    config_file.resolve().parent if config_file else Path.cwd())
@@ -93,7 +93,7 @@ def checked_submission(cluster, profile, partition, user, user_set, run, run_dir
     flavor = flavor or partition.image
     stale = []
     if image is None:  # a new run takes the current image; a rerun or resume, the one it recorded
-        image = images.current(flavor, image_store(cluster, user))
+        image = images.current(flavor, locations.cluster_store(cluster, user))
         stale = stale_image(image, stale_image_ok or dry_run)
     job = resolve(cluster, profile, run, task_runs, run_dir, image, flavor, user)
     script = render(job)
@@ -119,16 +119,6 @@ def stale_image(image: Optional[images.ImageRecord], allowed: bool) -> List[str]
     if not allowed:
         raise UserError(f"{problem}, or pass --stale-image-ok to train with the image's own code")
     return [f"warning: {problem}"]
-
-
-def image_store(cluster: clusters.Cluster, user: Dict[str, Any]) -> Path:
-    return project.images_dir(user.get("images"), cluster.images)
-
-
-def store_of(cluster_file: str) -> Path:
-    """The image store of a recorded run's cluster, as its user sees it now (--rerun, resume)."""
-    cluster = clusters.load(clusters.find(cluster_file, project.CLUSTERS))
-    return image_store(cluster, settings.load(cluster.name))
 
 
 def queue(sub: Submission) -> str:

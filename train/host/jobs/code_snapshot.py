@@ -8,7 +8,6 @@ Written by hand because no launcher we build on snapshots code (submitit and Tor
 import hashlib
 import os
 import shutil
-import subprocess
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from train.errors import UserError
+from train.host.git import git, git_state
 
 TAR = "code.tar"  # in the run directory: the snapshot as submitted, never written by the job
 DIR = "code"  # in the run directory: the snapshot unpacked, where the command runs
@@ -133,21 +133,6 @@ def discard(snapshot: Optional[Snapshot]) -> None:
 
 def is_temporary(snapshot: Snapshot) -> bool:
     return Path(snapshot.tar_path).name.startswith("ct-code-") and Path(snapshot.tar_path).parent == Path(tempfile.gettempdir())
-
-
-def git_state(source: Path):
-    commit = git(source, "rev-parse", "HEAD")
-    if commit is None:
-        return None, False
-    return commit.strip(), bool(git(source, "status", "--porcelain", "--untracked-files=normal"))
-
-
-def git(source: Path, *args: str) -> Optional[str]:
-    try:
-        done = subprocess.run(["git", "-C", str(source), *args], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
 
 
 def file_sha256(path: Path) -> str:

@@ -15,8 +15,8 @@ from train import config as cfg
 from train.errors import UserError
 from train.host import fabric, project, settings
 from train.host.clusters import Cluster, Profile, min_driver
+from train.host.clusters.signing_policy import Policy, policy
 from train.host.images import store as images
-from train.host.images.signing import Policy, policy
 from train.host.schedulers import adapter
 
 

@@ -1,6 +1,5 @@
 """Run directories and their manifests: everything needed to rerun a job exactly."""
 import json
-import re
 import shutil
 import sys
 import time
@@ -10,22 +9,11 @@ from typing import Any, Dict
 from train import config as cfg
 from train.errors import UserError
 from train.host import project
-from train.host.jobs.job import Job
 
 MANIFEST = "manifest.json"
-RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")  # a file name, a directive value, a log prefix
 # What --rerun, status, logs and cancel read from a manifest: key -> type (nested keys dotted).
 MANIFEST_KEYS = {"run_id": str, "cluster_file": str, "profile": str, "image.sha256": str, "scheduler.name": str,
                  "scheduler.job_id": str}
-
-
-def run_dir_for(run_id: str) -> Path:
-    """runs/<run_id>, refusing an id that could leave runs/ or break the script it is written into."""
-    if not RUN_ID.match(run_id):
-        shown = run_id if len(run_id) <= 60 else run_id[:60] + "..."
-        raise UserError(f"run id {shown!r} must be 1-120 letters, digits, '.', '_' or '-' (starting with a letter "
-                        f"or digit); choose another --run-id")
-    return (project.runs_dir() / run_id).resolve()
 
 
 def create(run_dir: Path) -> Path:
@@ -40,7 +28,7 @@ def discard(run_dir: Path) -> None:
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def write_manifest(job: Job, run: cfg.RunConfig, job_id: str, experiment: str, overrides, rerun_of=None,
+def write_manifest(job, run: cfg.RunConfig, job_id: str, experiment: str, overrides, rerun_of=None,
                    code=None, **extra) -> Dict:
     manifest = {
         "run_id": job.run_id,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from train.errors import UserError, raise_all
-from train.host import runs
+from train.host import project, runs
 from train.host.jobs import code_snapshot
 from train.host.jobs.build import Submission, prepare, write_manifest, write_run
 from train.host.jobs.job import new_run_id
@@ -94,7 +94,7 @@ def prepare_sweep(args, specs: List[str], cap: Optional[int], sweep_file: Option
     settings = read_sweep_file(sweep_file) if sweep_file else combinations(parse_axes(specs))
     axes = axes_of(settings)
     sweep_id = args.run_id or new_run_id(Path(args.cluster).stem, args.profile)
-    sweep_dir = runs.run_dir_for(sweep_id)
+    sweep_dir = project.run_dir_for(sweep_id)
     if sweep_dir.exists():
         raise UserError(f"sweep directory {sweep_dir} already exists; choose another --run-id or remove it")
     elements, failed = [], {}  # problem line -> the settings of the elements it refused
