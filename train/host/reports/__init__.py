@@ -1,0 +1,10 @@
+"""The reports room: what a run or a set of runs came to, read from their directories on the login node (no torch;
+matplotlib only inside curves.py's functions, when a figure is drawn).
+
+run_facts.py    a run directory's manifest, results and metrics (`Run`, `load_run`), dotted config keys, what differs
+compare.py      `run-cluster compare runs/a runs/b ...`: the differing keys, images, code and metrics as one table
+report.py       `run-cluster report runs/<id>|sweeps/<id>`: report.html for a run or a directory of runs
+html_blocks.py  report.html's building blocks: escaping, tables, sections, PNGs as data: URIs, the page
+curves.py       training and validation curves from a run's CSV logs, drawn as PNG bytes
+scaling.py      `run-cluster scaling CLUSTER PROFILE...`: scaling efficiency against 1 GPU (scaling.json, .png)
+"""

@@ -5,8 +5,6 @@ throughput. A directory of runs (a sweep; any directory whose subdirectories hol
 run sorted by a metric, their curves overlaid, and the config keys that differ. The images are data: URIs, so the
 file can be mailed or copied off the cluster alone; a JSON block records how many points each curve drew.
 """
-import base64
-import html
 import json
 import os
 import re
@@ -16,18 +14,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from train.errors import UserError
 from train.host import runs
 from train.host.reports import curves
-from train.host.reports.compare import (
+from train.host.reports.html_blocks import Images, esc, facts_table, page, section, table
+from train.host.reports.run_facts import (
     Run, code_version, differing, flat, is_number, load_run, lower_is_better, short_digest, show)
 from train.host.runs import segments
 from train.host.usage import Parser
 
 REPORT = "report.html"
 DEFAULT_METRIC = re.compile(r"^(best|final)_.*val")  # best_val_acc, final_val_loss, ...
-STYLE = """body{font-family:sans-serif;margin:1.5em;max-width:70em;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.2em}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left;
-font-size:.9em;vertical-align:top}th{background:#eef}pre{background:#f6f6f6;padding:.8em;font-size:.85em;overflow:auto}
-img{margin:.4em .4em 1em 0;max-width:100%;vertical-align:top}
-.curves img{max-width:49%}.note{color:#666;font-size:.9em}"""
 
 
 def main(argv: List[str]) -> int:
@@ -46,13 +40,13 @@ def write_report(path: Path, metric: Optional[str] = None) -> Path:
         run = load_run(path)
         if metric and metric not in run.metrics():
             raise unknown_metric(metric, [run])
-        page = run_page(run)
+        text = run_page(run)
     else:
         members = group_members(path)
-        page = group_page(path, members, choose_metric(members, metric))
+        text = group_page(path, members, choose_metric(members, metric))
     out = path / REPORT
     tmp = out.with_name(f".{REPORT}.{os.getpid()}.tmp")  # a reader never sees half a report
-    tmp.write_text(page, encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, out)
     return out
 
@@ -82,58 +76,11 @@ def unknown_metric(metric: str, members: Sequence[Run]) -> UserError:
     return UserError(f"--metric {metric!r} is in no run's results.json; choose one of: {', '.join(known)}")
 
 
-# ---- HTML pieces ---------------------------------------------------------------------------------------------------
-
-def esc(value) -> str:
-    return html.escape(value if isinstance(value, str) else show(value))
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence], css_class: str = "") -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<table class="{css_class}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-
-def facts_table(rows: Sequence[Tuple[str, object]]) -> str:
-    """Name-value pairs, the name as the row's heading."""
-    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
-    return f'<table class="facts"><tbody>{body}</tbody></table>'
-
-
-def section(title: str, body: str) -> str:
-    return f"<section><h2>{esc(title)}</h2>{body}</section>"
-
-
-class Images:
-    """The page's PNGs as data: URIs, and how many points each curve in them drew (checked by the tests)."""
-
-    def __init__(self):
-        self.points: List[Dict] = []
-        self.count = 0
-
-    def img(self, data: bytes, alt: str, drawn: Sequence[Tuple[str, curves.Series]]) -> str:
-        self.count += 1
-        for run, s in drawn:
-            self.points.append({"image": self.count, "run": run, "source": s.source, "column": s.column,
-                                "points": s.points})
-        uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
-        return f'<img id="curve-{self.count}" alt="{esc(alt)}" src="{uri}">'
-
-    def json_block(self) -> str:
-        text = json.dumps(self.points, indent=1).replace("</", "<\\/")  # no "</script>" inside the block
-        return f'<script type="application/json" id="curve-points">{text}</script>'
-
-
-def page(title: str, body: str, images: Images) -> str:
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
-            f"<style>{STYLE}</style></head><body><h1>{esc(title)}</h1>{body}{images.json_block()}</body></html>\n")
-
-
 # ---- one run ---------------------------------------------------------------------------------------------------
 
 def run_page(run: Run) -> str:
     images = Images()
-    parts = [section("Run", facts_table(run_facts(run))),
+    parts = [section("Run", facts_table(run_fact_rows(run))),
              section("Results", results_html(run)),
              section("Curves", run_curves(run, images)),
              section("Throughput", throughput_html(run)),
@@ -147,7 +94,7 @@ def state(run: Run) -> str:
     return (found[-1].how or "RUNNING") if found else "no segment recorded"
 
 
-def run_facts(run: Run) -> List[Tuple[str, object]]:
+def run_fact_rows(run: Run) -> List[Tuple[str, object]]:
     m, image, git = run.manifest, run.manifest.get("image") or {}, run.manifest.get("git") or {}
     facts = [("run id", run.run_id), ("state", state(run)), ("cluster", m.get("cluster")),
              ("profile", m.get("profile")), ("experiment", m.get("experiment")),
