@@ -5,7 +5,7 @@ import collections
 import pytest
 
 from train.errors import UserError
-from train.host.clusters import flavor_table, gpu_model
+from train.host.clusters.flavors import flavor_table, gpu_model
 
 
 def all_names():

@@ -93,7 +93,7 @@ def test_the_image_content_key_leaves_out_the_host_side(tmp_path):
 
 
 def test_flavors_are_the_definition_files():
-    from train.host.clusters import image_flavors
+    from train.host.clusters.flavors import image_flavors
 
     assert sorted(image_flavors()) == sorted(p.stem for p in (ROOT / "containers").glob("*.def"))
 

@@ -7,7 +7,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from train import config as cfg
 from train.errors import UserError, raise_all
-from train.host.clusters import Cluster, driver_version, flavor_table, gpu_model
+from train.host.clusters import Cluster
+from train.host.clusters.flavors import driver_version, flavor_table, gpu_model
 from train.host.images import signing
 from train.host.images.store import base_flavor
 from train.host.jobs import config_check, reads
