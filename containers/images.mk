@@ -11,7 +11,7 @@
 # `make image` rebuilds exactly when the current key differs from the stamp (or there is no image): a second
 # `make image` with nothing changed runs nothing and `make -q image` answers 0; touching a file without changing
 # it rebuilds nothing; `make -n image` shows whether apptainer would run.
-# The key is computed while the Makefile is read (train.host.images.store, stdlib only, ~0.1 s).
+# The key is computed while the Makefile is read (train.host.images.content_key, stdlib only, ~0.1 s).
 # A build runs the image's %test and fails with it. Every flavor but cpu (which make test builds anyway) then also
 # keeps its key in containers/$(FLAVOR).tested, to be committed: CI builds the CUDA image only when its inputs differ
 # from that key (tests/test_cuda_image.py), `make test-all` always.
@@ -29,7 +29,7 @@ IMAGE_SIF = $(IMAGES_DIR)/$(FLAVOR).sif
 IMAGE_STAMP = $(IMAGES_DIR)/$(FLAVOR).inputs
 # "fresh" when the stamp holds the current key and the store an image built from it; anything else (stale, no stamp,
 # the store copy gone, an error) rebuilds
-IMAGE_STATUS := $(if $(wildcard $(IMAGE_DEF)),$(shell $(HOST_PYTHON) -m train.host.images.store inputs \
+IMAGE_STATUS := $(if $(wildcard $(IMAGE_DEF)),$(shell $(HOST_PYTHON) -m train.host.images.content_key inputs \
 	--def $(IMAGE_DEF) --lock $(IMAGE_LOCK) --stamp $(IMAGE_STAMP) --flavor $(FLAVOR) --root $(IMAGES_DIR) 2>/dev/null))
 # pip inside the build goes through this machine's TLS-intercepting proxy: let it see the host's CA bundle, read-only
 # (containers/install.sh uses it only if it is there; clusters do not need it). `--mount` is `--bind
@@ -59,8 +59,8 @@ $(IMAGE_SIF): $(if $(filter fresh,$(IMAGE_STATUS)),,_image_rebuild)
 	@set -e; \
 	tmp="$(IMAGES_DIR)/.$(FLAVOR).sif.$$$$.tmp"; keys="$(IMAGES_DIR)/.$(FLAVOR).inputs.$$$$.tmp"; \
 	trap 'rm -f "$$tmp" "$$keys"' EXIT INT TERM; \
-	$(HOST_PYTHON) -m train.host.images.store inputs --def $(IMAGE_DEF) --lock $(IMAGE_LOCK) --stamp $(IMAGE_STAMP) \
-	  --snapshot "$$keys"; \
+	$(HOST_PYTHON) -m train.host.images.content_key inputs --def $(IMAGE_DEF) --lock $(IMAGE_LOCK) \
+	  --stamp $(IMAGE_STAMP) --snapshot "$$keys"; \
 	commit=$$(git rev-parse HEAD 2>/dev/null || echo unknown); \
 	if [ "$$commit" != unknown ] && [ -n "$$(git status --porcelain -- $(IMAGE_DEF) $(IMAGE_LOCK) \
 	    containers/install.sh pyproject.toml train 2>/dev/null)" ]; then commit="$$commit-dirty"; fi; \
@@ -72,7 +72,7 @@ $(IMAGE_SIF): $(if $(filter fresh,$(IMAGE_STATUS)),,_image_rebuild)
 	$(APPTAINER) build --force $(IMAGE_SQUASHFS_$(FLAVOR)) $(IMAGE_BUILD_BINDS) "$$@" "$$tmp" $(IMAGE_DEF); \
 	mv -f "$$tmp" $@; \
 	echo "make image: built $@ in $$(( $$(date +%s) - start )) s"; \
-	$(HOST_PYTHON) -m train.host.images.store record --flavor $(FLAVOR) --sif $@ --def $(IMAGE_DEF) \
+	$(HOST_PYTHON) -m train.host.images.content_key record --flavor $(FLAVOR) --sif $@ --def $(IMAGE_DEF) \
 	  --lock $(IMAGE_LOCK) --root $(IMAGES_DIR) --git-commit "$$commit" --inputs "$$keys" --stamp $(IMAGE_STAMP); \
 	$(if $(filter-out cpu,$(FLAVOR)),cmp -s "$$keys" containers/$(FLAVOR).tested || cp "$$keys" containers/$(FLAVOR).tested)
 

@@ -72,9 +72,9 @@ def default_input_dirs():
 @pytest.fixture(scope="session")
 def cpu_image():
     """The built CPU image's record; `make test` builds it before pytest starts (a test never builds it)."""
-    from train.host.images import store as images
+    from train.host.images import store as image_store
 
-    record = images.current("cpu", ROOT / "images")
+    record = image_store.current("cpu", ROOT / "images")
     if record is None:
         pytest.fail("no CPU image has been built: run `make image` first (make test does)")
     return record
@@ -164,13 +164,13 @@ def oci_registry(tmp_path_factory):
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     """A stand-in image store (tiny files recorded as cpu, cuda11.6 and cuda12.8 images), settings, empty runs dir."""
-    from train.host.images import store as images
+    from train.host.images import store as image_store
 
     root = tmp_path / "images"
     for flavor in ("cpu", "cuda11.6", "cuda12.8"):
         sif = tmp_path / f"{flavor}.sif"
         sif.write_text(f"stand-in {flavor} image\n")
-        images.record(flavor, sif, ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=root)
+        image_store.record(flavor, sif, ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=root)
     (tmp_path / "settings.yaml").write_text("clusters:\n  gilbreth: {account: lusu}\n")
     monkeypatch.setenv("CT_IMAGES", str(root))
     monkeypatch.setenv("CT_SETTINGS", str(tmp_path / "settings.yaml"))

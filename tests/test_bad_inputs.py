@@ -115,7 +115,7 @@ def _snapshot(top: Path) -> Dict[str, Tuple]:
 
 
 def _setup(case: dict, case_root: Path) -> Tuple[Path, Dict[str, str], Path]:
-    from train.host.images import store as images
+    from train.host.images import store
 
     tmp = case_root / "t"
     fakebin = case_root / "fakebin"
@@ -130,8 +130,8 @@ def _setup(case: dict, case_root: Path) -> Tuple[Path, Dict[str, str], Path]:
     for flavor in FLAVORS:
         sif = tmp / "sif" / f"{flavor}.sif"
         sif.write_text(f"stand-in {flavor} image\n")
-        record = images.record(flavor, sif, ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=tmp / "images",
-                               git_commit="0" * 40)
+        record = store.record(flavor, sif, ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=tmp / "images",
+                              git_commit="0" * 40)
         values[f"sha:{flavor}"] = record.sha256
     (tmp / "settings.yaml").write_text(DEFAULT_SETTINGS)
     for d in case.get("dirs") or []:

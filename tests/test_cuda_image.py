@@ -17,7 +17,7 @@ import pytest
 import suite_report
 from conftest import ROOT
 
-from train.host.images import freshness as image_freshness, store as images
+from train.host.images import content_key, store
 
 FLAVOR = "cuda12.8"
 LOG = ROOT / "images" / f"{FLAVOR}.build.log"
@@ -29,7 +29,7 @@ PROOFS = ["imagecheck: CUDA 12.8, kernels for", "imagecheck: NCCL 2.", "imageche
 
 def changed_inputs() -> list:
     """What differs from the last build that passed its %test (containers/cuda12.8.tested)."""
-    return image_freshness.untested_inputs(FLAVOR, ROOT)
+    return content_key.untested_inputs(FLAVOR, ROOT)
 
 
 def build_needed() -> bool:
@@ -58,13 +58,14 @@ def test_the_cuda_image_passed_its_test_with_exactly_these_inputs():
     suite_report.PHASES["CUDA 12.8 image build, beside the tests"] = time.time() - BUILD["started"]
     log = LOG.read_text(errors="replace")
     assert rc == 0, log[-4000:]
-    record = images.current(FLAVOR, ROOT / "images")
+    record = store.current(FLAVOR, ROOT / "images")
     assert record is not None and record.inputs_sha256
     if f"built images/{FLAVOR}.sif" not in log:  # fresh from an earlier build: run its %test again
         done = subprocess.run(["apptainer", "test", record.path], capture_output=True, text=True)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         log = done.stdout + done.stderr
-        images.write_stamp(image_freshness.tested_key(FLAVOR, ROOT), (ROOT / "images" / f"{FLAVOR}.inputs").read_text())
+        built = (ROOT / "images" / f"{FLAVOR}.inputs").read_text()
+        content_key.write_stamp(content_key.tested_key(FLAVOR, ROOT), built)
     for proof in PROOFS:
         assert proof in log, f"{proof!r} not in the %test output:\n{log[-3000:]}"
     labels = subprocess.run(["apptainer", "inspect", "--labels", record.path], capture_output=True, text=True).stdout

@@ -19,8 +19,8 @@ import pytest
 from conftest import ROOT
 
 from train.errors import UserError
-from train.host.images import derive, store as images
-from train.host.images.commands import run_image
+from train.host.images import derive, store
+from train.host.images.locations import run_image
 
 PROBE = "ctprobe"  # the tiny package the derived image adds
 
@@ -49,7 +49,7 @@ def write_wheel(directory: Path, name: str = PROBE, version: str = "0.1") -> Pat
 def hash_lock(path: Path, wheel: Path, name: str = PROBE, version: str = "0.1") -> Path:
     """What `uv pip compile --generate-hashes` writes for the one package."""
     path.write_text(f"# uv pip compile --generate-hashes requirements.in -o {path.name}\n{name}=={version} \\\n"
-                    f"    --hash=sha256:{images.sha256_file(wheel)}\n    # via -r requirements.in\n")
+                    f"    --hash=sha256:{store.sha256_file(wheel)}\n    # via -r requirements.in\n")
     return path
 
 
@@ -60,7 +60,7 @@ def fake_store(tmp_path, monkeypatch):
     root = tmp_path / "images"
     sif = tmp_path / "cpu.sif"
     sif.write_text("stand-in cpu image\n")
-    parent = images.record("cpu", sif, ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=root)
+    parent = store.record("cpu", sif, ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=root)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "apptainer").write_text(f"#!/bin/sh\necho called >> {tmp_path / 'apptainer-called'}\nexit 1\n")
@@ -160,7 +160,7 @@ def test_the_definition_builds_on_the_parent_by_digest(fake_store, tmp_path):
            "/wheels -r /opt/cluster-train/derived/myproject/requirements.lock" in text
     assert "org.cluster-train.flavor cpu+myproject\n" in text
     assert f"org.cluster-train.parent-sha256 {parent.sha256}\n" in text
-    assert f"org.cluster-train.lock-sha256 {images.sha256_file(lock)}\n" in text
+    assert f"org.cluster-train.lock-sha256 {store.sha256_file(lock)}\n" in text
     assert "{{" not in text and "{%" not in text
     assert store_files(root) == before
 
@@ -171,21 +171,21 @@ def test_the_index_reads_records_without_a_parent_and_keeps_the_field(fake_store
     items = json.loads((root / "index.json").read_text())
     del items[0]["parent_sha256"]
     (root / "index.json").write_text(json.dumps(items))
-    assert images.records(root)[0].parent_sha256 == ""
+    assert store.records(root)[0].parent_sha256 == ""
     child = tmp_path / "child.sif"
     child.write_text("stand-in derived image\n")
-    entry, _ = images.add("cpu+myproject", child, images.sha256_file(child), root, None, parent_sha256=parent.sha256)
+    entry, _ = store.add("cpu+myproject", child, store.sha256_file(child), root, None, parent_sha256=parent.sha256)
     assert json.loads((root / "index.json").read_text())[-1]["parent_sha256"] == parent.sha256
-    assert images.current("cpu", root).sha256 == parent.sha256, "a derived image is never the base flavor's image"
-    assert images.current("cpu+myproject", root) == entry
-    assert images.base_flavor("cpu+myproject") == "cpu" and images.base_flavor("cuda12.8") == "cuda12.8"
+    assert store.current("cpu", root).sha256 == parent.sha256, "a derived image is never the base flavor's image"
+    assert store.current("cpu+myproject", root) == entry
+    assert store.base_flavor("cpu+myproject") == "cpu" and store.base_flavor("cuda12.8") == "cuda12.8"
 
 
 def test_a_rerun_of_a_derived_image_needs_its_parent(fake_store, tmp_path):
     root, parent = fake_store
     child = tmp_path / "child.sif"
     child.write_text("stand-in derived image\n")
-    entry, _ = images.add("cpu+myproject", child, images.sha256_file(child), root, None, parent_sha256=parent.sha256)
+    entry, _ = store.add("cpu+myproject", child, store.sha256_file(child), root, None, parent_sha256=parent.sha256)
     manifest = {"cluster_file": "local", "image": {"sha256": entry.sha256, "flavor": "cpu+myproject"}}
     assert run_image(manifest, "the image of runs/x") == entry
     Path(parent.path).unlink()
@@ -199,7 +199,7 @@ def test_a_run_on_a_derived_image_takes_its_bases_checks_and_records_both_digest
     root, parent = fake_store
     child = tmp_path / "child.sif"
     child.write_text("stand-in derived image\n")
-    entry, _ = images.add("cpu+myproject", child, images.sha256_file(child), root, None, parent_sha256=parent.sha256)
+    entry, _ = store.add("cpu+myproject", child, store.sha256_file(child), root, None, parent_sha256=parent.sha256)
     done = run_cluster("local", "cpu_1proc", "demo", "--flavor", "cpu+myproject", "--dry-run",
                        env={"CT_RUNS_DIR": str(tmp_path / "runs")})
     assert done.returncode == 0, done.stderr
@@ -226,7 +226,7 @@ def test_an_imported_derived_image_knows_its_parent_from_its_labels(fake_store, 
                    check=True, capture_output=True)
     done = run_cluster("images", "import", tmp_path / "derived.sif")
     assert done.returncode == 0, done.stderr
-    entry = images.current("cpu+myproject", root)
+    entry = store.current("cpu+myproject", root)
     assert entry.parent_sha256 == parent.sha256
     assert f"parent sha256:{parent.sha256}" in run_cluster("images", "list").stdout
 
@@ -237,8 +237,8 @@ def test_derive_builds_on_the_real_cpu_image_and_records_its_parent(cpu_image, d
     name the parent; the same inputs build nothing again; a run trains on it (--flavor cpu+myproject) and records
     its digest and its parent's; a rerun needs the parent."""
     root = tmp_path / "images"
-    base = images.record("cpu", cpu_image.path, ROOT / "containers" / "cpu.def", ROOT / "containers" / "cpu.lock",
-                         root=root, git_commit=cpu_image.git_commit)  # a hard link of the real store file
+    base = store.record("cpu", cpu_image.path, ROOT / "containers" / "cpu.def", ROOT / "containers" / "cpu.lock",
+                        root=root, git_commit=cpu_image.git_commit)  # a hard link of the real store file
     (tmp_path / "settings.yaml").write_text("")
     env = {"CT_IMAGES": str(root), "CT_SETTINGS": str(tmp_path / "settings.yaml")}
     wheels = write_wheel(tmp_path / "wheels").parent
@@ -249,11 +249,11 @@ def test_derive_builds_on_the_real_cpu_image_and_records_its_parent(cpu_image, d
     took = time.monotonic() - start
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     print(f"derived image built and recorded in {took:.0f} s")
-    derived = images.current("cpu+myproject", root)
+    derived = store.current("cpu+myproject", root)
     assert derived.parent_sha256 == base.sha256 == cpu_image.sha256
-    assert derived.lock_sha256 == images.sha256_file(lock) and derived.git_commit == cpu_image.git_commit
+    assert derived.lock_sha256 == store.sha256_file(lock) and derived.git_commit == cpu_image.git_commit
     assert f"built cpu+myproject image sha256:{derived.sha256}" in done.stdout
-    assert images.sha256_file(root / "cpu+myproject.sif") == derived.sha256
+    assert store.sha256_file(root / "cpu+myproject.sif") == derived.sha256
     assert "From: " + base.path in (root / "cpu+myproject.def").read_text()
     assert not [p.name for p in (root / "store").iterdir() if p.name.startswith(".")], "build debris in the store"
 
@@ -269,7 +269,7 @@ def test_derive_builds_on_the_real_cpu_image_and_records_its_parent(cpu_image, d
 
     again = run_cluster(*args, env=env)
     assert again.returncode == 0 and f"up to date: cpu+myproject image sha256:{derived.sha256}" in again.stdout
-    assert len(images.records(root)) == 2
+    assert len(store.records(root)) == 2
 
     tiny = ["trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
             "data.num_workers=0", f"data.root={demo_data}"]

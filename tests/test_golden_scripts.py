@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from train.host import cli
-from train.host.images import store as images
+from train.host.images import store
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERTS = "/work/experts"  # how the golden files show the settings' experts directory
@@ -33,7 +33,7 @@ def env(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("golden")
     for flavor in ("cpu", "cuda11.6", "cuda12.8"):  # stand-in images with fixed content, so fixed digests
         (tmp / f"{flavor}.sif").write_text(f"stand-in {flavor} image\n")
-        images.record(flavor, tmp / f"{flavor}.sif", ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=tmp / "images")
+        store.record(flavor, tmp / f"{flavor}.sif", ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=tmp / "images")
     for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
         (tmp / "experts" / arch).mkdir(parents=True)  # the packed fusion tasks' inputs must exist
     (tmp / "settings.yaml").write_text(f"email: student@example.edu\nexperts: {tmp / 'experts'}\n{ACCOUNTS}")

@@ -49,8 +49,8 @@ def repo(tmp_path):
     (copy / "images").mkdir()
     (copy / "images" / "cpu.sif").write_bytes(b"a fake image\n")
     recorded = subprocess.run(  # what `make image` does after a build: the store copy, the index, the stamp
-        [sys.executable, "-m", "train.host.images.store", "record", "--flavor", "cpu", "--sif", "images/cpu.sif",
-         "--def", "containers/cpu.def", "--lock", "containers/cpu.lock", "--root", "images",
+        [sys.executable, "-m", "train.host.images.content_key", "record", "--flavor", "cpu",
+         "--sif", "images/cpu.sif", "--def", "containers/cpu.def", "--lock", "containers/cpu.lock", "--root", "images",
          "--stamp", "images/cpu.inputs"], cwd=copy, capture_output=True)
     assert recorded.returncode == 0, recorded.stderr
     return copy
@@ -131,7 +131,7 @@ def test_successful_build_is_renamed_into_place_recorded_and_then_fresh(repo, tm
 
 def test_a_cuda_build_that_passed_keeps_its_key_for_ci_and_a_cpu_build_does_not(repo, tmp_path):
     """containers/FLAVOR.tested: what CI compares to build the CUDA image only when its inputs changed."""
-    from train.host.images.freshness import untested_inputs
+    from train.host.images.content_key import untested_inputs
 
     fake = tmp_path / "apptainer"  # a build that passes (apptainer build fails with a failing %test)
     fake.write_text('#!/bin/sh\neval out=\\${$(($# - 1))}\necho "a new image" > "$out"\n')

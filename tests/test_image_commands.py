@@ -123,9 +123,10 @@ def test_a_run_from_one_clone_uses_the_image_another_clone_built_into_a_shared_s
     name that store finds the image there."""
     shared = tmp_path / "shared"
     sif = build_sif(tmp_path / "cpu.sif")
-    recorded = subprocess.run([sys.executable, "-m", "train.host.images.store", "record", "--flavor", "cpu", "--sif", sif,
-                               "--def", ROOT / "containers" / "cpu.def", "--lock", ROOT / "containers" / "cpu.lock",
-                               "--root", shared], capture_output=True, text=True, cwd=ROOT)
+    recorded = subprocess.run([sys.executable, "-m", "train.host.images.content_key", "record", "--flavor", "cpu",
+                               "--sif", sif, "--def", ROOT / "containers" / "cpu.def",
+                               "--lock", ROOT / "containers" / "cpu.lock", "--root", shared],
+                              capture_output=True, text=True, cwd=ROOT)
     assert recorded.returncode == 0, recorded.stderr
     digest = json.loads((shared / "index.json").read_text())[0]["sha256"]
     (tmp_path / "settings.yaml").write_text(f"images: {shared}\n")

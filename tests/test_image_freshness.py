@@ -4,8 +4,8 @@ import shutil
 
 from conftest import ROOT, run_cluster
 
-from train.host.images import store as images
-from train.host.images.freshness import stale_inputs
+from train.host.images import content_key, store as image_store
+from train.host.images.content_key import stale_inputs
 
 
 def small_repo(tmp_path):
@@ -21,12 +21,13 @@ def small_repo(tmp_path):
 
 def built(repo):
     """What `make image` leaves: the image recorded with its content key, and the key's listing (the stamp)."""
-    text = images.inputs_text("containers/cpu.def", "containers/cpu.lock", repo)
+    text = content_key.inputs_text("containers/cpu.def", "containers/cpu.lock", repo)
     (repo / "images").mkdir()
     (repo / "images" / "cpu.sif").write_text("an image\n")
-    images.write_stamp(repo / "images" / "cpu.inputs", text)
-    return images.record("cpu", repo / "images" / "cpu.sif", repo / "containers" / "cpu.def",
-                         repo / "containers" / "cpu.lock", root=repo / "images", inputs_sha256=images.sha256_text(text))
+    content_key.write_stamp(repo / "images" / "cpu.inputs", text)
+    return image_store.record("cpu", repo / "images" / "cpu.sif", repo / "containers" / "cpu.def",
+                              repo / "containers" / "cpu.lock", root=repo / "images",
+                              inputs_sha256=image_store.sha256_text(text))
 
 
 def test_the_files_changed_since_the_build_are_named(tmp_path):
@@ -50,8 +51,8 @@ def test_a_stale_image_is_refused_unless_asked_for(store):
     """The store fixture's stand-in image, recorded as built from inputs this checkout no longer has."""
     sif = store / "old.sif"
     sif.write_text("an old image\n")
-    images.record("cpu", sif, ROOT / "containers" / "cpu.def", ROOT / "containers" / "cpu.lock", root=store / "images",
-                  inputs_sha256="0" * 64)
+    image_store.record("cpu", sif, ROOT / "containers" / "cpu.def", ROOT / "containers" / "cpu.lock",
+                       root=store / "images", inputs_sha256="0" * 64)
     args = ["local", "cpu_1proc", "demo"]
     done = run_cluster(*args, "--no-wait")
     assert done.returncode == 2 and "built from other code than this checkout" in done.stderr

@@ -55,10 +55,10 @@ def test_a_pulled_image_that_is_not_the_expected_one_never_enters_the_store(oci_
 @pytest.mark.slurm
 def test_a_rerun_pulls_its_image_by_digest_and_trains(oci_registry, cpu_image, slurm_cluster, demo_data, runs_dir,
                                                       store, tmp_path):
-    from train.host.images import store as images
+    from train.host.images import store as image_store
 
-    images.record("cpu", cpu_image.path, ROOT / "containers" / "cpu.def", ROOT / "containers" / "cpu.lock",
-                  root=store)  # a hard link: this machine's store, with the image built here
+    image_store.record("cpu", cpu_image.path, ROOT / "containers" / "cpu.def", ROOT / "containers" / "cpu.lock",
+                       root=store)  # a hard link: this machine's store, with the image built here
     pushed = images_command("push", "cpu", f"oras://{oci_registry}/lab/cluster-train", "--plain-http")
     assert pushed.returncode == 0, pushed.stderr
     small = ["--set", f"data.root={demo_data}", "--set", "trainer.max_epochs=1", "--set", "data.num_workers=0",
@@ -72,7 +72,8 @@ def test_a_rerun_pulls_its_image_by_digest_and_trains(oci_registry, cpu_image, s
     (store / "store" / f"{cpu_image.sha256}.sif").unlink()  # the store of a machine that never had the image
     rerun = run_cluster("--rerun", runs_dir / "first", "--run-id", "again", "--no-wait")
     assert rerun.returncode == 0, rerun.stderr
-    assert "pulling" in rerun.stdout and images.sha256_file(store / "store" / f"{cpu_image.sha256}.sif") == cpu_image.sha256
+    assert "pulling" in rerun.stdout
+    assert image_store.sha256_file(store / "store" / f"{cpu_image.sha256}.sif") == cpu_image.sha256
     again = manifest(runs_dir / "again")
     assert again["image"]["sha256"] == cpu_image.sha256 and again["rerun_of"] == "first"
     assert wait_for_slurm_job(again["scheduler"]["job_id"]) == "COMPLETED"

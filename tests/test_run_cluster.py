@@ -155,8 +155,8 @@ def test_a_missing_input_path_is_one_line_and_submits_nothing(store, tmp_path):
 def test_rerun_applies_and_records_extra_set_values(store, tmp_path, monkeypatch):
     """--rerun keeps the run's cluster, profile, config and image; a --set on top is applied and recorded."""
     from train.host import cli
-    from train.host.images import store as images
-    record = images.current("cpu", store / "images")
+    from train.host.images import store as image_store
+    record = image_store.current("cpu", store / "images")
     old = tmp_path / "old"
     old.mkdir()
     (old / "config.yaml").write_text(f"name: demo\ndata: {{root: {tmp_path}, num_workers: 1, rank_mem_gb: 1}}\n"

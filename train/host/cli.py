@@ -26,7 +26,7 @@ from typing import Callable, List, Optional
 
 from train.errors import UserError, raise_all
 from train.host import fabric, runs
-from train.host.images.commands import run_image
+from train.host.images.locations import run_image
 from train.host.jobs import code_snapshot
 from train.host.jobs.build import Submission, prepare, queue
 from train.host.runs import causes, ending, segments

@@ -2,31 +2,24 @@
 one line per image.
 
 A SIF built elsewhere (a workstation, CI) and copied here by scp, rsync or Globus enters the store with `images
-import`, under its sha256, checked first: a SIF header, every byte its header promises (a truncated copy is
-refused), cluster-train's labels (its flavor), and the digest the sender gave (`--expect-sha256`). The store is
-$CT_IMAGES, else `images:` of the settings file, else images/ of this checkout (`--cluster C`: that cluster's store,
-which its file may point at a group directory). `images derive` builds a project's packages on top of a stored image
-(train/host/images/derive.py).
+import`, under its sha256, checked first (train/host/images/sif.py): a SIF header, every byte its header promises (a
+truncated copy is refused), cluster-train's labels (its flavor), and the digest the sender gave (`--expect-sha256`).
+The store is $CT_IMAGES, else `images:` of the settings file, else images/ of this checkout (`--cluster C`: that
+cluster's store, which its file may point at a group directory). `images derive` builds a project's packages on top
+of a stored image (train/host/images/derive.py).
 """
-import json
-import struct
-import subprocess
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 from train.errors import UserError, raise_all
 from train.host import project, settings
-from train.host.images import derive, oci as registry, signing, store as images
+from train.host.images import derive, oci, signing, store
 from train.host.images.locations import store_of
+from train.host.images.sif import admit
 from train.host.usage import Parser
 
-SIF_MAGIC = b"SIF_MAGIC"  # bytes 32-40 of every SIF, after its launcher line
-FLAVOR_LABEL = "org.cluster-train.flavor"
-COMMIT_LABEL = "org.cluster-train.git-commit"
-PARENT_LABEL = "org.cluster-train.parent-sha256"  # a derived image's (containers/derived.def.j2)
 
-
-def main(argv: List[str]) -> int:
+def parser() -> Parser:
     p = Parser(prog="run-cluster images", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     sub.add_parser("list", help="every image of the store: flavor, digest, size, when and from which commit built")
@@ -56,7 +49,11 @@ def main(argv: List[str]) -> int:
     ver.add_argument("digest", nargs="?", help="only this image (sha256)")
     for command in sub.choices.values():
         command.add_argument("--cluster", help="that cluster's image store (its file's images:, your settings)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: List[str]) -> int:
+    args = parser().parse_args(argv)
     root = store_of(args.cluster) if args.cluster else project.images_dir(settings.load("").get("images"))
     if args.command == "list":
         return list_images(root)
@@ -66,10 +63,10 @@ def main(argv: List[str]) -> int:
     elif args.command == "push":
         return push_image(args.image, args.reference, args.plain_http, root)
     elif args.command == "pull":
-        entry, new = pull_image(args.reference, args.plain_http, args.expect_sha256, root)
+        entry, new = oci.pull_into_store(args.reference, args.plain_http, args.expect_sha256, root)
         print(f"{'pulled' if new else 'already in the store:'} {describe(entry)}")
     elif args.command == "sign":
-        entry, new = signing.sign(stored(args.image, root), root, args.keyidx)
+        entry, new = signing.sign(store.named(args.image, root), root, args.keyidx)
         print(f"{'signed' if new else 'already in the store:'} {describe(entry)} (signed from sha256:"
               f"{entry.signed_from}, by {', '.join(entry.signers) or 'a key this keyring cannot verify'})")
     elif args.command == "derive":
@@ -88,12 +85,12 @@ def derive_image(args, root: Path) -> int:
     return 0
 
 
-def describe(entry: images.ImageRecord) -> str:
+def describe(entry: store.ImageRecord) -> str:
     return f"{entry.flavor} image sha256:{entry.sha256} ({entry.size / 2**20:.0f} MiB) -> {entry.path}"
 
 
 def list_images(root: Path) -> int:
-    found = images.records(root)
+    found = store.records(root)
     for entry in found:
         where = "" if Path(entry.path).is_file() else "  (gone from the store)"
         pushed = "".join(f"  pushed {p['reference']}" for p in entry.pushed)
@@ -106,105 +103,24 @@ def list_images(root: Path) -> int:
     return 0
 
 
-def admit(sif: Path, expect: Optional[str], root: Path, pushed: Optional[List[dict]] = None,
-          owned: bool = False, shown: str = "") -> Tuple[images.ImageRecord, bool]:
-    """A SIF into the store after every check (import, pull); refused with one line, the store untouched.
-    `shown`: how the messages name the file (a pulled one by its reference, not its temporary path)."""
-    shown = shown or str(sif)
-    check_complete_sif(sif, shown)
-    labels = sif_labels(sif, shown)
-    if FLAVOR_LABEL not in labels:
-        raise UserError(f"{shown} is a SIF but not one of cluster-train's images (no {FLAVOR_LABEL} label); build "
-                        f"it with make image")
-    digest = images.sha256_file(sif)
-    if expect and digest != expect.removeprefix("sha256:"):
-        raise UserError(f"{shown} has sha256 {digest}, not the expected {expect}; it is damaged or another image")
-    return images.add(labels[FLAVOR_LABEL], sif, digest, root, labels.get(COMMIT_LABEL), pushed, owned,
-                      parent_sha256=labels.get(PARENT_LABEL, ""))
-
-
-def stored(image: str, root: Path) -> images.ImageRecord:
-    """A flavor's current image or the image of a digest, its bytes checked."""
-    entry = images.current(image, root) or images.find(image.removeprefix("sha256:"), root)
-    if entry is None:
-        raise UserError(f"no image {image!r} in {root} (a flavor or a sha256); see bin/run-cluster images list")
-    return images.verified(entry.sha256, root, f"the {entry.flavor} image")
-
-
 def push_image(image: str, reference: str, plain_http: bool, root: Path) -> int:
-    entry = stored(image, root)
-    refs = registry.push(Path(entry.path), entry.sha256, reference, plain_http)
-    images.note_push(entry.sha256, refs[0], plain_http, root)
+    entry = store.named(image, root)
+    refs = oci.push(Path(entry.path), entry.sha256, reference, plain_http)
+    store.note_push(entry.sha256, refs[0], plain_http, root)
     print(f"pushed {entry.flavor} image sha256:{entry.sha256} -> {' and '.join(refs)}")
     return 0
 
 
-def pull_image(reference: str, plain_http: bool, expect: Optional[str], root: Path) -> Tuple[images.ImageRecord, bool]:
-    known = images.find(expect.removeprefix("sha256:"), root) if expect else None
-    if known is not None:
-        return known, False
-    tmp = registry.pull(reference, plain_http, root / images.STORE)
-    try:
-        return admit(tmp, expect, root, [{"reference": reference, "plain_http": plain_http}], owned=True,
-                     shown=f"the image pulled from {reference}")
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def run_image(manifest: dict, what: str) -> images.ImageRecord:
-    """The image a recorded run used, verified, from this machine's store for its cluster; pulled first from the
-    registry the run recorded where the store lacks it (--rerun and resume on another machine). A derived image
-    comes with its parent, verified too: a rerun pins both."""
-    root = store_of(manifest["cluster_file"])
-    sha256 = manifest["image"]["sha256"]
-    source = manifest["image"].get("registry")
-    if images.find(sha256, root) is None and isinstance(source, dict) and source.get("reference"):
-        print(f"{what} (sha256 {sha256}) is not in {root}: pulling {source['reference']}")
-        pull_image(source["reference"], bool(source.get("plain_http")), sha256, root)
-    record = images.verified(sha256, root, what)
-    parent = manifest["image"].get("parent_sha256") or record.parent_sha256
-    if parent:
-        images.verified(parent, root, f"the parent image of {what} ({record.flavor} was built on it)")
-    return record
-
-
-def check_complete_sif(sif: Path, shown: str) -> None:
-    """A SIF header, and every byte of the data its header says follows (scp and rsync leave truncated copies)."""
-    if not sif.is_file():
-        raise UserError(f"{shown} does not exist or is not a file; give the path of a .sif image")
-    with sif.open("rb") as f:
-        header = f.read(128)
-    if len(header) < 128 or header[32:41] != SIF_MAGIC:
-        raise UserError(f"{shown} is not a SIF image (no SIF header); give an image built by make image")
-    data_offset, data_length = struct.unpack("<2q", header[112:128])
-    size = sif.stat().st_size
-    if size < data_offset + data_length:
-        raise UserError(f"{shown} is truncated: {size} bytes of the {data_offset + data_length} its header "
-                        f"describes; copy it again")
-
-
-def sif_labels(sif: Path, shown: str) -> dict:
-    try:
-        done = subprocess.run(["apptainer", "inspect", "--labels", "--json", str(sif)], capture_output=True, text=True)
-    except FileNotFoundError:
-        raise UserError("apptainer is not on PATH: it reads the image's labels; load it (module load apptainer)") from None
-    try:
-        return json.loads(done.stdout)["data"]["attributes"]["labels"] or {}
-    except (ValueError, KeyError, TypeError):
-        raise UserError(f"apptainer cannot read the labels of {shown}: "
-                        f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}") from None
-
-
 def verify(root: Path, digest: Optional[str]) -> int:
     """One line per image; exit 2 naming every store file whose bytes no longer match its digest."""
-    wanted = [e for e in images.records(root) if digest in (None, e.sha256)]
+    wanted = [e for e in store.records(root) if digest in (None, e.sha256)]
     if digest and not wanted:
         raise UserError(f"no image sha256:{digest} in {root}; see bin/run-cluster images list")
     bad = []
     for entry in {e.sha256: e for e in wanted}.values():
         if not Path(entry.path).is_file():
             bad.append(f"{entry.flavor} sha256:{entry.sha256}: its store file {entry.path} is gone")
-        elif images.sha256_file(entry.path) != entry.sha256:
+        elif store.sha256_file(entry.path) != entry.sha256:
             bad.append(f"{entry.flavor} sha256:{entry.sha256}: {entry.path} changed since it was stored")
         else:
             print(f"ok {entry.flavor} sha256:{entry.sha256}")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from train.errors import UserError
-from train.host.images import store as images
+from train.host.images import store
 from train.host.project import ROOT
 
 TEMPLATE = ROOT / "containers" / "derived.def.j2"
@@ -105,17 +105,17 @@ def check_wheels(wheels: Optional[Path]) -> None:
                         f"requirements.lock -d {wheels} (or drop --wheels to install from PyPI at build time)")
 
 
-def parent_image(base: str, root: Path) -> images.ImageRecord:
+def parent_image(base: str, root: Path) -> store.ImageRecord:
     """The image to build on, by flavor or sha256, its store file hashed: its sha256 must equal the name."""
     digest = base.removeprefix("sha256:")
-    entry = images.current(base, root) or images.find(digest, root)
+    entry = store.current(base, root) or store.find(digest, root)
     if entry is None and re.fullmatch(r"[0-9a-f]{64}", digest):
         raise UserError(f"no image sha256:{digest} in the image store {root} to derive from; import it first "
                         f"(bin/run-cluster images import FILE.sif --expect-sha256 {digest}) or see images list")
     if entry is None:
         raise UserError(f"no {base} image in the image store {root} to derive from; build it (make image "
-                        f"FLAVOR={images.base_flavor(base)}) or give a sha256 of bin/run-cluster images list")
-    entry = images.verified(entry.sha256, root, f"the {entry.flavor} image to derive from")
+                        f"FLAVOR={store.base_flavor(base)}) or give a sha256 of bin/run-cluster images list")
+    entry = store.verified(entry.sha256, root, f"the {entry.flavor} image to derive from")
     if not SAFE_PATH.fullmatch(entry.path):
         raise UserError(f"the store path {entry.path} has characters a definition file's From: line cannot carry; "
                         f"use an image store whose path has only letters, digits and '_./+-' (CT_IMAGES)")
@@ -126,7 +126,7 @@ def parent_image(base: str, root: Path) -> images.ImageRecord:
 # The definition and the build
 
 
-def render(name: str, parent: images.ImageRecord, lock: Path, wheels: bool) -> str:
+def render(name: str, parent: store.ImageRecord, lock: Path, wheels: bool) -> str:
     try:
         import jinja2
     except ImportError:
@@ -135,24 +135,24 @@ def render(name: str, parent: images.ImageRecord, lock: Path, wheels: bool) -> s
     template = jinja2.Template(TEMPLATE.read_text(), undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     shown_lock = re.sub(r"[^A-Za-z0-9_.+-]", "_", lock.name)  # only named in a comment line: nothing can break out
     return template.render(flavor=derived_flavor(parent, name), parent_flavor=parent.flavor, parent_path=parent.path,
-                           parent_sha256=parent.sha256, lock_name=shown_lock, lock_sha256=images.sha256_file(lock),
+                           parent_sha256=parent.sha256, lock_name=shown_lock, lock_sha256=store.sha256_file(lock),
                            here=f"{INSIDE}/{name}", wheels=wheels)
 
 
-def derived_flavor(parent: images.ImageRecord, name: str) -> str:
-    return f"{images.base_flavor(parent.flavor)}{images.DERIVED}{name}"
+def derived_flavor(parent: store.ImageRecord, name: str) -> str:
+    return f"{store.base_flavor(parent.flavor)}{store.DERIVED}{name}"
 
 
 def build_key(definition: str, lock: Path, wheels: Optional[Path]) -> str:
     """The content key of a derived build: its definition (which names the parent by digest), the lock, the wheels."""
-    lines = [f"{images.sha256_text(definition)}  derived.def", f"{images.sha256_file(lock)}  requirements.lock"]
+    lines = [f"{store.sha256_text(definition)}  derived.def", f"{store.sha256_file(lock)}  requirements.lock"]
     if wheels is not None:
-        lines += [f"{images.sha256_file(w)}  wheels/{w.name}" for w in sorted(wheels.iterdir()) if w.is_file()]
-    return images.sha256_text("\n".join(lines) + "\n")
+        lines += [f"{store.sha256_file(w)}  wheels/{w.name}" for w in sorted(wheels.iterdir()) if w.is_file()]
+    return store.sha256_text("\n".join(lines) + "\n")
 
 
 def derive(name: str, base: str, lock: Path, wheels: Optional[Path], root: Path,
-           dry_run: bool = False) -> Tuple[Optional[images.ImageRecord], str]:
+           dry_run: bool = False) -> Tuple[Optional[store.ImageRecord], str]:
     """Build and record a derived image: (its record, what happened); every check runs before anything is built."""
     check_name(name)
     check_lock(lock)
@@ -162,15 +162,15 @@ def derive(name: str, base: str, lock: Path, wheels: Optional[Path], root: Path,
     if dry_run:
         return None, definition
     flavor, key = derived_flavor(parent, name), build_key(definition, lock, wheels)
-    built = next((e for e in reversed(images.records(root)) if e.flavor == flavor and e.inputs_sha256 == key
+    built = next((e for e in reversed(store.records(root)) if e.flavor == flavor and e.inputs_sha256 == key
                   and Path(e.path).is_file()), None)
     if built is not None:
         return built, "up to date:"
     sif = build(definition, lock, wheels, root)
     try:  # the image's code is its parent's, so is the commit it was built from
-        entry, _ = images.add(flavor, sif, images.sha256_file(sif), root, parent.git_commit, owned=True,
-                              def_sha256=images.sha256_text(definition), lock_sha256=images.sha256_file(lock),
-                              inputs_sha256=key, parent_sha256=parent.sha256)
+        entry, _ = store.add(flavor, sif, store.sha256_file(sif), root, parent.git_commit, owned=True,
+                             def_sha256=store.sha256_text(definition), lock_sha256=store.sha256_file(lock),
+                             inputs_sha256=key, parent_sha256=parent.sha256)
     finally:
         sif.unlink(missing_ok=True)
     keep_beside_store(entry, definition, root)
@@ -180,15 +180,15 @@ def derive(name: str, base: str, lock: Path, wheels: Optional[Path], root: Path,
 def build(definition: str, lock: Path, wheels: Optional[Path], root: Path) -> Path:
     """apptainer build in a directory of its own beside the store (so the result is renamed, not copied, into it);
     the definition's %files name the lock and wheels by the fixed names they get there."""
-    (root / images.STORE).mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".derive.", dir=root / images.STORE))
+    (root / store.STORE).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".derive.", dir=root / store.STORE))
     try:
         (work / "derived.def").write_text(definition)
         shutil.copyfile(lock, work / "requirements.lock")
         if wheels is not None:
             shutil.copytree(wheels, work / "wheels")
         run_build(work)
-        sif = root / images.STORE / f"{work.name}.sif"
+        sif = root / store.STORE / f"{work.name}.sif"
         os.replace(work / "image.sif", sif)
         return sif
     finally:
@@ -219,7 +219,7 @@ def cert_binds() -> List[str]:
     return ["--mount", "type=bind,source=/etc/ssl/certs,destination=/mnt/host-certs,ro"]
 
 
-def keep_beside_store(entry: images.ImageRecord, definition: str, root: Path) -> None:
+def keep_beside_store(entry: store.ImageRecord, definition: str, root: Path) -> None:
     """<images>/<flavor>.sif (a hard link to the store file, as make image leaves images/cpu.sif) and the definition
     it was built from, <images>/<flavor>.def."""
     link = root / f"{entry.flavor}.sif"

@@ -2,15 +2,17 @@
 
 A SIF travels as one layer whose digest is the SIF's own sha256, so every push also tags the image with that digest
 (`:sha256-<digest>`): whoever has a run's manifest can pull exactly its image by name, and the pulled bytes are
-checked against the digest before they enter the store. `plain_http` is Apptainer's `--no-https` (a registry on
-127.0.0.1 or a lab's own without TLS).
+checked against the digest before they enter the store (`pull_into_store`, with every check of
+train/host/images/sif.py). `plain_http` is Apptainer's `--no-https` (a registry on 127.0.0.1 or a lab's own without
+TLS).
 """
 import re
 import subprocess
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 from train.errors import UserError
+from train.host.images import sif, store
 
 ORAS = re.compile(r"^oras://(?P<registry>[A-Za-z0-9.-]+(:\d+)?)/(?P<repo>[a-z0-9]+(?:[._/-][a-z0-9]+)*)"
                   r"(?P<ref>:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|@sha256:[0-9a-f]{64})?$")
@@ -45,6 +47,21 @@ def pull(reference: str, plain_http: bool, into: Path) -> Path:
     tmp = into / f".pull.{abs(hash(reference))}.tmp.sif"
     _apptainer("pull", "--force", "--disable-cache", *(["--no-https"] if plain_http else []), str(tmp), reference)
     return tmp
+
+
+def pull_into_store(reference: str, plain_http: bool, expect: Optional[str],
+                    root: Path) -> Tuple[store.ImageRecord, bool]:
+    """(the image, whether it is new): none pulled when the store already holds the expected digest; else pulled
+    beside the store and admitted with every check, its reference recorded as where it was pushed."""
+    known = store.find(expect.removeprefix("sha256:"), root) if expect else None
+    if known is not None:
+        return known, False
+    tmp = pull(reference, plain_http, root / store.STORE)
+    try:
+        return sif.admit(tmp, expect, root, [{"reference": reference, "plain_http": plain_http}], owned=True,
+                         shown=f"the image pulled from {reference}")
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _apptainer(command: str, *args: str) -> None:

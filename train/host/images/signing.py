@@ -20,7 +20,7 @@ from typing import List, Optional, Tuple
 
 from train.errors import UserError
 from train.host.clusters.signing_policy import Policy
-from train.host.images import store as images
+from train.host.images import store
 
 
 def signers_of(sif: Path) -> Tuple[int, List[str]]:
@@ -55,18 +55,18 @@ def keyring() -> str:
     return os.environ.get("APPTAINER_KEYSDIR") or str(Path.home() / ".apptainer" / "keys")
 
 
-def sign(source: images.ImageRecord, root: Path, keyidx: Optional[int] = None) -> Tuple[images.ImageRecord, bool]:
+def sign(source: store.ImageRecord, root: Path, keyidx: Optional[int] = None) -> Tuple[store.ImageRecord, bool]:
     """Sign a copy of a stored image (its bytes checked by the caller) with the user's PGP key and store it as a new
     image whose record names the build it was signed from: (the signed image's record, whether it was new)."""
-    tmp = root / images.STORE / f".sign.{source.sha256}.{os.getpid()}.sif"
+    tmp = root / store.STORE / f".sign.{source.sha256}.{os.getpid()}.sif"
     shutil.copyfile(source.path, tmp)
     try:
         _apptainer("sign", *(["--keyidx", str(keyidx)] if keyidx is not None else []), str(tmp),
                    interactive=sys.stdin.isatty(), check=True)  # a protected key asks for its passphrase
         _, signers = signers_of(tmp)
         facts = {k: getattr(source, k) for k in ("def_sha256", "lock_sha256", "inputs_sha256", "parent_sha256")}
-        return images.add(source.flavor, tmp, images.sha256_file(tmp), root, source.git_commit, owned=True,
-                          signed_from=source.sha256, signers=signers, **facts)
+        return store.add(source.flavor, tmp, store.sha256_file(tmp), root, source.git_commit, owned=True,
+                         signed_from=source.sha256, signers=signers, **facts)
     finally:
         tmp.unlink(missing_ok=True)
 

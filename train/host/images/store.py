@@ -7,27 +7,21 @@ A rebuild never removes an older image: `record` hard-links the SIF into `images
 `images/index.json` is a list of records, oldest first; store paths in it are relative to the images directory,
 so the directory can move. A derived image (`images derive`: a project's packages on top of a stored image) is
 recorded under the flavor `<base flavor>+<name>` with `parent_sha256`, the image it was built on; records written
-before that field existed read as having no parent. Stdlib only, Python 3.9+, no torch: this runs on login nodes, and `make image` calls
-`python3 -m train.host.images.store record ...` after each build.
-
-The same module computes the content key of a build (`inputs`): the sha256 of the definition file, the lock file,
-containers/install.sh, pyproject.toml and every file of the train package (tracked or untracked-but-not-ignored)
-that runs inside the image (not `train/host/`, which holds the job templates too).
-`make image` rebuilds exactly when that key differs from the one recorded in `images/<flavor>.inputs`.
+before that field existed read as having no parent. Stdlib only, Python 3.9+, no torch: this runs on login nodes, and
+`make image` records each build through it (`python3 -m train.host.images.content_key record ...`, which also
+computes the build's content key: train/host/images/content_key.py).
 """
-import argparse
 import dataclasses
 import hashlib
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from train.errors import UserError
 
@@ -38,12 +32,6 @@ except ImportError:  # pragma: no cover
 
 INDEX = "index.json"
 STORE = "store"
-# Files, besides the definition and lock file, whose content goes into every image.
-SHARED_INPUTS = ("containers/install.sh", "pyproject.toml")
-PACKAGE_DIR = "train"
-# Parts of the package that never run inside an image (the login-node side, its job templates included in
-# train/host/schedulers/templates/): editing them does not rebuild the images.
-HOST_ONLY = ("train/host/",)
 
 
 @dataclass
@@ -193,6 +181,14 @@ def verified(sha256: str, root: Path, what: str) -> ImageRecord:
     return record
 
 
+def named(image: str, root: Path) -> ImageRecord:
+    """A flavor's current image or the image of a digest, its bytes checked."""
+    entry = current(image, root) or find(image.removeprefix("sha256:"), root)
+    if entry is None:
+        raise UserError(f"no image {image!r} in {root} (a flavor or a sha256); see bin/run-cluster images list")
+    return verified(entry.sha256, root, f"the {entry.flavor} image")
+
+
 def records(root=Path("images")) -> List[ImageRecord]:
     """Every record of the index, oldest first."""
     return _read_index(Path(root))
@@ -246,10 +242,10 @@ def _write_index(root: Path, entries: List[ImageRecord]) -> None:
         except ValueError:
             pass
         items.append(item)
-    _atomic_write(root / INDEX, json.dumps(items, indent=2) + "\n")
+    atomic_write(root / INDEX, json.dumps(items, indent=2) + "\n")
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     """Write a temporary file beside `path`, then rename it over: a reader never sees half a file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -283,118 +279,3 @@ def _git_commit(cwd=None) -> Optional[str]:
     except OSError:
         return None
     return done.stdout.strip() or None
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The content key of a build
-
-
-def input_files(def_file, lock_file, repo=Path(".")) -> List[str]:
-    """The files whose content goes into an image, relative to the repository root, sorted."""
-    repo = Path(repo)
-    files = {str(def_file), str(lock_file), *SHARED_INPUTS}
-    try:
-        done = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", PACKAGE_DIR],
-            cwd=repo, capture_output=True, check=True,
-        )
-        package = [p for p in done.stdout.decode().split("\0") if p]
-    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file but bytecode
-        package = [
-            str(p.relative_to(repo)) for p in (repo / PACKAGE_DIR).rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts
-        ]
-    # a tracked file deleted from the work tree is not an input any more
-    files.update(p for p in package if (repo / p).is_file() and "__pycache__" not in Path(p).parts
-                 and not p.startswith(HOST_ONLY))
-    return sorted(files)
-
-
-def inputs_text(def_file, lock_file, repo=Path(".")) -> str:
-    """What `images/<flavor>.inputs` holds: one `sha256  path` line per input, as `sha256sum` prints them."""
-    repo = Path(repo)
-    lines = [f"{sha256_file(repo / p)}  {p}" for p in input_files(def_file, lock_file, repo)]
-    return "\n".join(lines) + "\n"
-
-
-def inputs_status(stamp, def_file, lock_file, repo=Path("."), flavor: Optional[str] = None,
-                  root: Optional[Path] = None) -> Tuple[str, str]:
-    """("fresh" | "stale", inputs text): fresh when the stamp holds exactly the current inputs and, given a flavor
-    and store, the store still holds an image built from them (else bin/run-cluster would find none, and `make
-    image` would answer that there is nothing to do)."""
-    text = inputs_text(def_file, lock_file, repo)
-    stamp = Path(stamp)
-    old = stamp.read_text() if stamp.is_file() else None
-    stored = flavor is None or any(e.flavor == flavor and e.inputs_sha256 == sha256_text(text) and Path(e.path).is_file()
-                                   for e in _read_index(Path(root)))
-    return ("fresh" if old == text and stored else "stale"), text
-
-
-def write_stamp(stamp, text: str) -> bool:
-    """Write the stamp only when its content changes (its mtime then means "the inputs changed")."""
-    stamp = Path(stamp)
-    if stamp.is_file() and stamp.read_text() == text:
-        return False
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(stamp, text)
-    return True
-
-
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m train.host.images.store", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    rec = sub.add_parser("record", help="hash a built SIF into the store and append it to the index")
-    rec.add_argument("--flavor", required=True)
-    rec.add_argument("--sif", type=Path, required=True)
-    rec.add_argument("--def", dest="def_file", type=Path, required=True)
-    rec.add_argument("--lock", type=Path, required=True)
-    rec.add_argument("--root", type=Path, default=Path("images"))
-    rec.add_argument("--git-commit", default=None, help="default: git rev-parse HEAD")
-    rec.add_argument("--inputs", type=Path, default=None,
-                     help="the content key taken just before the build (`inputs --snapshot`); default: computed now")
-    rec.add_argument("--stamp", type=Path, default=None,
-                     help="also write the build's content key here (only if it changed): images/FLAVOR.inputs")
-
-    inp = sub.add_parser("inputs", help="print 'fresh' if STAMP holds the current content key, else 'stale'")
-    inp.add_argument("--def", dest="def_file", type=Path, required=True)
-    inp.add_argument("--lock", type=Path, required=True)
-    inp.add_argument("--stamp", type=Path, required=True)
-    inp.add_argument("--write", action="store_true", help="rewrite STAMP (only if it changed) instead")
-    inp.add_argument("--flavor", help="fresh only if the store (--root) holds an image of FLAVOR built from these inputs")
-    inp.add_argument("--snapshot", type=Path, default=None,
-                     help="instead write the current content key to this file (taken before a build, so an edit "
-                          "made while it runs is not credited to the image)")
-
-    sub.add_parser("list", help="print the index")
-    for p in (inp, sub.choices["list"]):
-        p.add_argument("--root", type=Path, default=Path("images"))
-
-    args = parser.parse_args(argv)
-    if args.command == "record":
-        text = args.inputs.read_text() if args.inputs else inputs_text(args.def_file, args.lock)
-        entry = record(args.flavor, args.sif, args.def_file, args.lock, args.root,
-                       inputs_sha256=sha256_text(text), git_commit=args.git_commit)
-        if args.stamp is not None:
-            write_stamp(args.stamp, text)
-        print(f"recorded {entry.flavor} image sha256:{entry.sha256} ({entry.size / 2**20:.0f} MiB) -> {entry.path}")
-    elif args.command == "inputs":
-        status, text = inputs_status(args.stamp, args.def_file, args.lock, flavor=args.flavor, root=args.root)
-        if args.snapshot:
-            args.snapshot.write_text(text)
-        elif args.write:
-            write_stamp(args.stamp, text)
-        else:
-            print(status)
-    elif args.command == "list":
-        for entry in records(args.root):
-            alive = "" if Path(entry.path).is_file() else "  (gone)"
-            print(f"{entry.built_at}  {entry.flavor:9s} sha256:{entry.sha256}  {entry.git_commit or '-'}{alive}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

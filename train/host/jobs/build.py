@@ -7,8 +7,8 @@ from typing import Any, Dict, List, Optional
 from train import config as cfg
 from train.errors import UserError
 from train.host import clusters, project, runs, settings
-from train.host.images import locations, store as images
-from train.host.images.freshness import stale_inputs
+from train.host.images import locations, store
+from train.host.images.content_key import stale_inputs
 from train.host.jobs import code_snapshot, config_check, preflight, user_code
 from train.host.jobs.job import Job, independent_tasks, new_run_id, resolve, run_config, task_configs
 from train.host.jobs.render import render
@@ -59,7 +59,7 @@ def user_overrides(overrides: List[str], cluster_file: str) -> Dict[str, Any]:
 
 
 def prepare(cluster_name: str, profile_name: str, experiment: Optional[str], overrides: List[str],
-            run_id: Optional[str], flavor: Optional[str], image: Optional[images.ImageRecord] = None,
+            run_id: Optional[str], flavor: Optional[str], image: Optional[store.ImageRecord] = None,
             rerun_of: Optional[str] = None, dry_run: bool = False, run_dir: Optional[Path] = None,
             stale_image_ok: bool = False, command: Optional[List[str]] = None, dev: bool = False,
             recorded_code: Optional[Dict[str, Any]] = None, code_from: Optional[Path] = None) -> Submission:
@@ -93,7 +93,7 @@ def checked_submission(cluster, profile, partition, user, user_set, run, run_dir
     flavor = flavor or partition.image
     stale = []
     if image is None:  # a new run takes the current image; a rerun or resume, the one it recorded
-        image = images.current(flavor, locations.cluster_store(cluster, user))
+        image = store.current(flavor, locations.cluster_store(cluster, user))
         stale = stale_image(image, stale_image_ok or dry_run)
     job = resolve(cluster, profile, run, task_runs, run_dir, image, flavor, user)
     script = render(job)
@@ -107,7 +107,7 @@ def checked_submission(cluster, profile, partition, user, user_set, run, run_dir
     return Submission(job, run, script, summary, experiment, list(overrides), task_runs, warnings, rerun_of, code)
 
 
-def stale_image(image: Optional[images.ImageRecord], allowed: bool) -> List[str]:
+def stale_image(image: Optional[store.ImageRecord], allowed: bool) -> List[str]:
     """Refuse (or, allowed, warn about) an image built from other code than this checkout's."""
     changed = stale_inputs(image, project.ROOT) if image else None
     if not changed:

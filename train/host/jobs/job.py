@@ -16,7 +16,7 @@ from train.errors import UserError
 from train.host import fabric, project, settings
 from train.host.clusters import Cluster, Profile, min_driver
 from train.host.clusters.signing_policy import Policy, policy
-from train.host.images import store as images
+from train.host.images import store
 from train.host.schedulers import adapter
 
 
@@ -107,7 +107,7 @@ def resolve(
     run: cfg.RunConfig,
     task_runs: List[cfg.RunConfig],
     run_dir: Path,
-    image: Optional[images.ImageRecord],
+    image: Optional[store.ImageRecord],
     image_flavor: str,
     user: Dict[str, Any],
 ) -> Job:
@@ -149,7 +149,7 @@ def resolve(
         image_flavor=image_flavor,
         data_dir=run.data.root,
         nv=cluster.nv and profile.gpus_per_node > 0,
-        min_driver=min_driver(images.base_flavor(image_flavor)) if profile.gpus_per_node else "",
+        min_driver=min_driver(store.base_flavor(image_flavor)) if profile.gpus_per_node else "",
         check_fabric=check_fabric,
         binds=bind_mounts(cluster, task_runs or [run], run_dir, user),  # packed: only the tasks run
         env={**env, **(fabric.nccl_env(str(run_dir), env) if check_fabric else {})},

@@ -8,7 +8,7 @@ from typing import List, Optional
 from train import config as cfg
 from train.errors import UserError
 from train.host import runs
-from train.host.images.commands import run_image
+from train.host.images.locations import run_image
 from train.host.jobs.build import Submission, prepare
 from train.host.runs.ending import describe, has_ended, run_state
 from train.host.schedulers import State, adapter
