@@ -85,9 +85,9 @@ def test_only_the_scheduler_adapters_name_a_scheduler():
 
 
 def test_the_image_content_key_leaves_out_the_host_side(tmp_path):
-    from train.host.images import store as images
+    from train.host.images import content_key
 
-    files = images.input_files("containers/cpu.def", "containers/cpu.lock", ROOT)
+    files = content_key.input_files("containers/cpu.def", "containers/cpu.lock", ROOT)
     assert "train/config.py" in files and "train/fit.py" in files
     assert not [f for f in files if f.startswith("train/host/")]  # the job templates too (host/schedulers/templates)
 
