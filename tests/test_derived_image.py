@@ -204,10 +204,10 @@ def test_a_run_on_a_derived_image_takes_its_bases_checks_and_records_both_digest
                        env={"CT_RUNS_DIR": str(tmp_path / "runs")})
     assert done.returncode == 0, done.stderr
     assert f"image: {entry.path} (cpu+myproject) sha256 {entry.sha256}" in done.stdout
-    from train.host.jobs.build import prepare  # the manifest's image entry, as queue() writes it
+    from train.host.jobs.build import Request, Site, build  # the manifest's image entry, as queue() writes it
 
     monkeypatch.setenv("CT_RUNS_DIR", str(tmp_path / "runs"))
-    job = prepare("local", "cpu_1proc", "demo", [], None, "cpu+myproject", dry_run=True).job
+    job = build(Site.load("local"), Request("cpu_1proc", "demo", flavor="cpu+myproject", dry_run=True)).job
     assert job.image_parent_sha256 == parent.sha256
     missing = run_cluster("local", "cpu_1proc", "demo", "--flavor", "cpu+other")
     assert "build it with: bin/run-cluster images derive other --from cpu" in missing.stderr

@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 
 from train.errors import UserError
-from train.host.cli import print_status
+from train.host.runs.commands import print_status
 from train.host.runs import causes, ending, segments
 from train.host.schedulers import Lsf, Slurm, State
 

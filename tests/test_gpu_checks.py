@@ -69,14 +69,14 @@ def test_the_job_warns_loudly_when_nccl_fell_back_to_sockets(gilbreth_4_nodes, t
 def test_status_repeats_the_fabric_warning(tmp_path, capsys):
     import json
 
-    from train.host import cli
+    from train.host.runs import commands
     from train.host.schedulers import adapter
 
     write_logs(tmp_path, a012=IB_LINES, a013=SOCKET_LINES)
     recorded = {"run_id": "r", "cluster_file": "gilbreth", "profile": "multi_node_4x1", "image": {"sha256": "ab"},
                 "scheduler": {"name": "local", "job_id": "1"}, "job": {"check_fabric": True}}
     (tmp_path / "manifest.json").write_text(json.dumps(recorded))
-    cli.print_status(recorded, adapter("local"), tmp_path)
+    commands.print_status(recorded, adapter("local"), tmp_path)
     assert "WARNING: NCCL fell back to TCP sockets" in capsys.readouterr().out
 
 

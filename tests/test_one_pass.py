@@ -9,15 +9,13 @@ from conftest import ROOT
 from test_golden_scripts import every_profile
 
 
-def test_a_packed_dry_run_resolves_each_config_once(store, monkeypatch, tmp_path):
+@pytest.fixture
+def loads(monkeypatch):
+    """How often a command reads a cluster file and the user's settings, and resolves a run config."""
     from train import config as cfg
-    from train.host import settings
-    from train.host.jobs import build as submit
-    (tmp_path / "experts").mkdir()
-    for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
-        (tmp_path / "experts" / arch).mkdir()
-    (tmp_path / "settings.yaml").write_text(f"experts: {tmp_path / 'experts'}\n")
-    calls = {"resolve": 0, "settings": 0}
+    from train.host import clusters, settings
+
+    calls = {"cluster file": 0, "settings": 0, "resolve": 0}
 
     def counting(name, real):
         def wrapper(*args, **kwargs):
@@ -25,14 +23,60 @@ def test_a_packed_dry_run_resolves_each_config_once(store, monkeypatch, tmp_path
             return real(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(cfg, "resolve", counting("resolve", cfg.resolve))
+    monkeypatch.setattr(clusters, "load", counting("cluster file", clusters.load))
     monkeypatch.setattr(settings, "load", counting("settings", settings.load))
-    sub = submit.prepare("slurm-4gpu", "fusion_4gpu", "cifar100_fusion", ["trainer.max_epochs=2"], "one-pass", None,
-                         dry_run=True)
+    monkeypatch.setattr(cfg, "resolve", counting("resolve", cfg.resolve))
+
+    def taken():
+        counted = dict(calls)
+        calls.update({key: 0 for key in calls})
+        return counted
+    return taken
+
+
+def test_a_packed_dry_run_resolves_each_config_once(store, loads, tmp_path):
+    from train.host.jobs.build import Request, Site, build
+
+    (tmp_path / "experts").mkdir()
+    for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
+        (tmp_path / "experts" / arch).mkdir()
+    (tmp_path / "settings.yaml").write_text(f"experts: {tmp_path / 'experts'}\n")
+    sub = build(Site.load("slurm-4gpu"), Request("fusion_4gpu", "cifar100_fusion", ["trainer.max_epochs=2"],
+                                                 run_id="one-pass", dry_run=True))
     assert len(sub.job.tasks) == 4
-    assert calls == {"resolve": 1 + 4, "settings": 1}  # the job's config, then each task's, once each
+    assert loads() == {"cluster file": 1, "settings": 1, "resolve": 1 + 4}  # the job's config, then each task's
     assert {r.task_params["fusion"] for r in sub.task_runs} == {"multiplicative", "multiplicativeAddition",
                                                                   "TransformerBase", "concatenation"}
+
+
+def test_every_command_that_builds_jobs_reads_the_site_once_and_resolves_each_config_once(store, loads, monkeypatch,
+                                                                                           capsys):
+    """submit, dry run, --rerun, resume, a sweep and check-cluster, through the command line; the scheduler's
+    submit is the one stand-in (it records an immediate failure, so the run can be resumed)."""
+    from train.host.cli import main
+    from train.host.schedulers import SCHEDULERS
+
+    def failed_at_once(script, run_dir):
+        (run_dir / "logs" / "exit_code").write_text("1\n")
+        return "4242"
+
+    monkeypatch.setattr(SCHEDULERS["local"], "submit", failed_at_once)
+    once = {"cluster file": 1, "settings": 1}
+    command = ["local", "cpu_1proc", "demo", "--set", "trainer.max_epochs=1"]
+    assert main([*command, "--dry-run", "--run-id", "dry"]) == 0
+    assert loads() == {**once, "resolve": 1}
+    assert main([*command, "--run-id", "first", "--no-wait", "--stale-image-ok"]) == 0
+    assert loads() == {**once, "resolve": 1}
+    run_dir = str(store / "runs" / "first")
+    assert main(["--rerun", run_dir, "--run-id", "again", "--no-wait"]) == 0
+    assert loads() == {**once, "resolve": 1}
+    assert main(["resume", run_dir, "--no-wait"]) == 0
+    assert loads() == {**once, "resolve": 1}
+    assert main([*command, "--sweep", "optim.lr=0.1,0.01,0.001", "--dry-run", "--run-id", "sweep"]) == 0
+    assert loads() == {**once, "resolve": 3}  # one per element
+    assert main(["check-cluster", "local", "--no-scheduler"]) == 0
+    profiles = capsys.readouterr().out.count("\nok ")
+    assert profiles >= 2 and loads() == {**once, "resolve": profiles}
 
 
 BLOCK_TORCH = """

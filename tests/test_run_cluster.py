@@ -165,7 +165,8 @@ def test_rerun_applies_and_records_extra_set_values(store, tmp_path, monkeypatch
         "run_id": "old", "cluster_file": str(ROOT / "clusters" / "local.yaml"), "profile": "cpu_1proc",
         "image": {"sha256": record.sha256}, "scheduler": {"name": "local", "job_id": "4242"}}))
     seen = {}
-    monkeypatch.setattr(cli, "show_and_queue", lambda args, sub: seen.setdefault("sub", sub) and 0)
+    real = cli.one_run
+    monkeypatch.setattr(cli, "one_run", lambda sub: real(seen.setdefault("sub", sub)))
     assert cli.main(["--rerun", str(old), "--set", "trainer.max_epochs=7", "--dry-run"]) == 0
     sub = seen["sub"]
     assert sub.run.trainer.max_epochs == 7 and sub.overrides == ["trainer.max_epochs=7"] and sub.rerun_of == "old"

@@ -12,8 +12,8 @@ from train.errors import UserError
 from train.host import clusters, project, settings
 from train.host.clusters import Cluster, Profile
 from train.host.jobs import preflight
-from train.host.jobs.job import independent_tasks, resolve, run_config, task_configs
-from train.host.jobs.render import render
+from train.host.jobs.build import Site, job_of
+from train.host.jobs.resolve import launch_of, run_config
 from train.host.schedulers import adapter
 
 EXPERIMENT = "demo"  # any run config renders the same directives; the smallest one
@@ -27,27 +27,23 @@ def check_cluster(name_or_path: str, scheduler_check: bool = True) -> Tuple[List
         cluster = clusters.load(path)
     except UserError as err:
         return [], err.lines
-    user = stand_in_settings(cluster, path)
+    site = Site(cluster, stand_in_settings(cluster, path))
     report, problems = [], []
     with tempfile.TemporaryDirectory(prefix="check-cluster-") as tmp:
         for profile in cluster.profiles.values():
-            lines, found = check_profile(cluster, profile, user, Path(tmp), scheduler_check)
+            lines, found = check_profile(site, profile, Path(tmp), scheduler_check)
             report += lines
             problems += [line if f"profile {profile.name!r}" in line else f"profile {profile.name!r}: {line}"
                          for line in found]
     return report, problems
 
 
-def check_profile(cluster: Cluster, profile: Profile, user: Dict, tmp: Path,
-                  scheduler_check: bool) -> Tuple[List[str], List[str]]:
-    run_dir = tmp / profile.name
+def check_profile(site: Site, profile: Profile, tmp: Path, scheduler_check: bool) -> Tuple[List[str], List[str]]:
+    cluster = site.cluster
     try:
-        run = run_config(cfg.read(project.EXPERIMENTS / f"{EXPERIMENT}.yaml"), {}, profile, run_dir)
-        tasks = independent_tasks(profile, run_dir) if profile.launch == "independent" else []
-        task_runs = task_configs(run, profile, tasks, user, cluster.name)
-        partition = cluster.partition(profile.partition)
-        job = resolve(cluster, profile, run, task_runs, run_dir, None, partition.image, user)
-        script = render(job)
+        shape = launch_of(profile, adapter(cluster.scheduler))
+        run = run_config(cfg.read(project.EXPERIMENTS / f"{EXPERIMENT}.yaml"), {}, profile, shape, tmp / profile.name)
+        job, _, script = job_of(site, profile, run, None, cluster.partition(profile.partition).image)
     except UserError as err:
         return [], err.lines
     found = [line for err in preflight.failures(preflight.CLUSTER_RULES, job, cluster, run) for line in err.lines]

@@ -17,12 +17,11 @@ from typing import Any, Dict, List, Optional
 
 from train.errors import UserError, raise_all
 from train.host.clusters import fields, flavors, signing_policy
-from train.host.clusters.flavors import min_driver  # noqa: F401  re-exported: jobs/ imports it from here
 from train.host.schedulers import MODULE_NAME, SCHEDULERS, adapter
+from train.host.schedulers.launches import LAUNCHES
 from train.registry import unknown_name
 from train.yaml_file import load_yaml
 
-LAUNCHES = ("srun", "lightning", "blaunch", "independent")
 # How a site wants GPUs asked for: a count, the count of a GPU type (a100:4, LSF gmodel=), or Slurm's GRES syntax.
 GPU_REQUESTS = ("count", "typed", "gres", "typed-gres")
 HINTS = ("multithread", "nomultithread")
@@ -215,14 +214,10 @@ def _partition(name: str, spec: Any, where: str) -> Partition:
     return part
 
 
-# The launch check in _profile keeps its old spelling until the table of launch shapes replaces it.
-_choice = fields.choice
-
-
 def _profile(name: str, spec: Any, where: str) -> Profile:
     profile = fields.record(Profile, name, spec, where)
     if profile.launch is not None:
-        _choice(profile.launch, LAUNCHES, f"{where} launch")
+        fields.choice(profile.launch, tuple(LAUNCHES), f"{where} launch")
     if profile.hint is not None:
         fields.choice(profile.hint, HINTS, f"{where} hint")
     if len(profile.memory_keys) > 1:

@@ -1,22 +1,63 @@
-"""From names to a queued job: resolve the cluster, profile and experiment, check, render, then submit."""
+"""The one job builder: a `Site` (the cluster file and the user's settings, loaded once per command) and a typed
+`Request` (a new run, a rerun, a resume, a sweep element, a scaling job) become one checked `Submission` (the Job,
+its script, the summary, the warnings). Nothing is written here: train/host/runs/queue.py writes and submits it."""
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from train import config as cfg
 from train.errors import UserError
-from train.host import clusters, project, runs, settings
+from train.host import clusters, project, settings
+from train.host.clusters import Cluster, Profile
 from train.host.images import locations, store
 from train.host.images.content_key import stale_inputs
 from train.host.jobs import code_snapshot, config_check, preflight, user_code
-from train.host.jobs.job import Job, independent_tasks, new_run_id, resolve, run_config, task_configs
+from train.host.jobs.job import Job, new_run_id
 from train.host.jobs.render import render
+from train.host.jobs.resolve import independent_tasks, launch_of, resolve, run_config, task_configs
 from train.host.schedulers import adapter
 from train.registry import unknown_name
 
 DERIVED = ("trainer.devices", "trainer.num_nodes", "output_dir")
-PROFILE_KEYS = {f.name for f in dataclasses.fields(clusters.Profile)} - {"name", "trainer", "data", "description"}
+PROFILE_KEYS = {f.name for f in dataclasses.fields(Profile)} - {"name", "trainer", "data", "description"}
+
+
+@dataclass(frozen=True)
+class Site:
+    """A cluster file and the user's settings for it, read once per command and shared by every job it builds."""
+
+    cluster: Cluster
+    user: Dict[str, Any]
+
+    @classmethod
+    def load(cls, name_or_path: str) -> "Site":
+        cluster = clusters.load(clusters.find(name_or_path, project.CLUSTERS))
+        return cls(cluster, settings.load(cluster.name))
+
+    @property
+    def image_store(self) -> Path:
+        return locations.cluster_store(self.cluster, self.user)
+
+
+@dataclass
+class Request:
+    """What one job is asked to be; the defaults are a new run of the image's own code."""
+
+    profile: str
+    experiment: Optional[str] = None  # a name in experiments/ or a YAML path; None: a command's own config
+    overrides: List[str] = field(default_factory=list)  # --set KEY=VALUE, as typed
+    run_id: Optional[str] = None  # default: time, cluster, profile, random suffix
+    run_dir: Optional[Path] = None  # resume: continue in this existing directory
+    flavor: Optional[str] = None  # default: the one the partition needs
+    image: Optional[store.ImageRecord] = None  # rerun and resume: the recorded image; else the flavor's current one
+    rerun_of: Optional[str] = None
+    dry_run: bool = False
+    stale_image_ok: bool = False
+    command: Optional[List[str]] = None  # your own code, typed after --
+    dev: bool = False  # this checkout's train package over the image's
+    recorded_code: Optional[Dict[str, Any]] = None  # rerun and resume: the snapshot the run recorded...
+    code_from: Optional[Path] = None  # ...in this run directory
 
 
 @dataclass
@@ -31,6 +72,61 @@ class Submission:
     warnings: List[str] = field(default_factory=list)
     rerun_of: Optional[str] = None
     code: Optional[user_code.Code] = None  # the snapshot of your code (a command, or --dev), else the image's own
+
+    def discard(self) -> None:
+        """Drop the code snapshot taken for a submission that will not be queued (a dry run)."""
+        code_snapshot.discard(self.code.snapshot if self.code else None)
+
+
+def build(site: Site, request: Request) -> Submission:
+    """Everything up to submission, in one pass; raises UserError (and writes nothing) on any bad input or check."""
+    cluster = site.cluster
+    user_set = user_overrides(request.overrides, cluster.path)
+    profile = cluster.profile(request.profile)
+    shape = launch_of(profile, adapter(cluster.scheduler))
+    run_id = request.run_id if request.run_id is not None else new_run_id(cluster.name, profile.name)
+    run_dir = request.run_dir or project.run_dir_for(run_id)
+    config_file = experiment_config(request.experiment) if request.experiment else None
+    raw = user_code.experiment_raw(cfg.read(config_file) if config_file else {}, request.command, request.dev,
+                                   config_file.resolve().parent if config_file else Path.cwd())
+    run = run_config(raw, user_set, profile, shape, run_dir)
+    code = user_code.prepare_code(run, shape, request.recorded_code, request.code_from)
+    try:
+        return checked(site, profile, run, user_set, code, request, config_file)
+    except BaseException:
+        code_snapshot.discard(code.snapshot if code else None)
+        raise
+
+
+def job_of(site: Site, profile: Profile, run: cfg.RunConfig, image: Optional[store.ImageRecord],
+           flavor: str) -> Tuple[Job, List[cfg.RunConfig], str]:
+    """The packed tasks' configs, the Job and its script, from a run config resolved once: the sequence a
+    submission and check-cluster share."""
+    run_dir = Path(run.output_dir)
+    packed = launch_of(profile, adapter(site.cluster.scheduler)).packed
+    tasks = independent_tasks(profile, run_dir) if packed else []
+    task_runs = task_configs(run, profile, tasks, site.user, site.cluster.name)
+    job = resolve(site.cluster, profile, run, task_runs, run_dir, image, flavor, site.user)
+    return job, task_runs, render(job)
+
+
+def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str, Any],
+            code: Optional[user_code.Code], request: Request, config_file: Optional[Path]) -> Submission:
+    flavor = request.flavor or site.cluster.partition(profile.partition).image
+    image, warnings = request.image, []
+    if image is None:  # a new run takes the current image; a rerun or resume, the one it recorded
+        image = store.current(flavor, site.image_store)
+        warnings = stale_image(image, request.stale_image_ok or request.dev or request.dry_run)
+    job, task_runs, script = job_of(site, profile, run, image, flavor)
+    read = code.read if code else None
+    warnings += preflight.check(job, site.cluster, run, task_runs, user_set, script,
+                                missing_image_ok=request.dry_run, user_config=read)
+    summary = preflight.summary(job, run, config_check.overridden(user_set, profile),
+                                batch_known=not run.command or bool(read and "batch_size" in read.values))
+    summary = "\n".join([summary, *user_code.summary_lines(run, code)])
+    experiment = str(config_file) if config_file else "(command line)"
+    return Submission(job, run, script, summary, experiment, list(request.overrides), task_runs, warnings,
+                      request.rerun_of, code)
 
 
 def experiment_config(name: str) -> Path:
@@ -58,55 +154,6 @@ def user_overrides(overrides: List[str], cluster_file: str) -> Dict[str, Any]:
     return parsed
 
 
-def prepare(cluster_name: str, profile_name: str, experiment: Optional[str], overrides: List[str],
-            run_id: Optional[str], flavor: Optional[str], image: Optional[store.ImageRecord] = None,
-            rerun_of: Optional[str] = None, dry_run: bool = False, run_dir: Optional[Path] = None,
-            stale_image_ok: bool = False, command: Optional[List[str]] = None, dev: bool = False,
-            recorded_code: Optional[Dict[str, Any]] = None, code_from: Optional[Path] = None) -> Submission:
-    """Everything up to submission, in one pass; raises UserError (and writes nothing) on any bad input or check.
-    `command` (typed after --) and `dev` run code other than the image's; `code_from` is the run directory whose
-    recorded snapshot a rerun or resume runs again."""
-    cluster = clusters.load(clusters.find(cluster_name, project.CLUSTERS))
-    user_set = user_overrides(overrides, cluster.path)
-    profile = cluster.profile(profile_name)
-    partition = cluster.partition(profile.partition)
-    user = settings.load(cluster.name)
-    if run_dir is None:  # a new run; `resume` continues an existing one in its own directory
-        run_dir = project.run_dir_for(run_id if run_id is not None else new_run_id(cluster.name, profile.name))
-    config_file = experiment_config(experiment) if experiment else None
-    raw = user_code.experiment_raw(cfg.read(config_file) if config_file else {}, command, dev,
-                                   config_file.resolve().parent if config_file else Path.cwd())
-    run = run_config(raw, user_set, profile, run_dir)
-    code = user_code.prepare_code(run, profile.launch, recorded_code, code_from)
-    try:
-        return checked_submission(cluster, profile, partition, user, user_set, run, run_dir, code, image, flavor,
-                                  dry_run, stale_image_ok or dev, overrides, config_file, rerun_of)
-    except BaseException:
-        code_snapshot.discard(code.snapshot if code else None)
-        raise
-
-
-def checked_submission(cluster, profile, partition, user, user_set, run, run_dir, code, image, flavor, dry_run,
-                       stale_image_ok, overrides, config_file, rerun_of) -> Submission:
-    tasks = independent_tasks(profile, run_dir) if profile.launch == "independent" else []
-    task_runs = task_configs(run, profile, tasks, user, cluster.name)
-    flavor = flavor or partition.image
-    stale = []
-    if image is None:  # a new run takes the current image; a rerun or resume, the one it recorded
-        image = store.current(flavor, locations.cluster_store(cluster, user))
-        stale = stale_image(image, stale_image_ok or dry_run)
-    job = resolve(cluster, profile, run, task_runs, run_dir, image, flavor, user)
-    script = render(job)
-    read = code.read if code else None
-    warnings = stale + preflight.check(job, cluster, run, task_runs, user_set, script, missing_image_ok=dry_run,
-                                       user_config=read)
-    summary = preflight.summary(job, run, config_check.overridden(user_set, profile),
-                                batch_known=not run.command or bool(read and "batch_size" in read.values))
-    summary = "\n".join([summary, *user_code.summary_lines(run, code)])
-    experiment = str(config_file) if config_file else "(command line)"
-    return Submission(job, run, script, summary, experiment, list(overrides), task_runs, warnings, rerun_of, code)
-
-
 def stale_image(image: Optional[store.ImageRecord], allowed: bool) -> List[str]:
     """Refuse (or, allowed, warn about) an image built from other code than this checkout's."""
     changed = stale_inputs(image, project.ROOT) if image else None
@@ -119,40 +166,3 @@ def stale_image(image: Optional[store.ImageRecord], allowed: bool) -> List[str]:
     if not allowed:
         raise UserError(f"{problem}, or pass --stale-image-ok to train with the image's own code")
     return [f"warning: {problem}"]
-
-
-def queue(sub: Submission) -> str:
-    """Write the run directory, submit, record the manifest. A failed submission leaves nothing behind."""
-    job = sub.job
-    run_dir = write_run(sub)
-    try:
-        job_id = adapter(job.scheduler).submit(run_dir / "job.sh", run_dir)
-    except BaseException:
-        runs.discard(run_dir)
-        raise
-    write_manifest(sub, job_id)
-    print(f"submitted {job.scheduler} job {job_id}; run directory {run_dir}")
-    return job_id
-
-
-def write_run(sub: Submission) -> Path:
-    """The run directory with its config(s), code snapshot and job.sh; removed again if writing fails."""
-    job = sub.job
-    run_dir = runs.create(Path(job.run_dir))
-    try:
-        if sub.code:
-            code_snapshot.place(sub.code.snapshot, run_dir)
-        cfg.dump(sub.run, job.config_path)
-        for task, task_run in zip(job.tasks, sub.task_runs):
-            Path(task.run_dir).mkdir()
-            cfg.dump(task_run, task.config_path)
-        (run_dir / "job.sh").write_text(sub.script)
-    except BaseException:
-        runs.discard(run_dir)
-        raise
-    return run_dir
-
-
-def write_manifest(sub: Submission, job_id: str, **extra) -> None:
-    runs.write_manifest(sub.job, sub.run, job_id, sub.experiment, sub.overrides, sub.rerun_of,
-                        sub.code.snapshot.record() if sub.code else None, **extra)

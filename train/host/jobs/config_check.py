@@ -7,7 +7,8 @@ from train import config as cfg
 from train.catalog import CONFIG_KEYS, PARAMS_KEYS, REGISTRIES
 from train.errors import UserError
 from train.host.clusters import Profile
-from train.host.jobs.job import Job, profile_values
+from train.host.jobs.job import Job
+from train.host.jobs.resolve import profile_values
 from train.registry import NOT_LITERAL, REQUIRED, Registry, unknown_name
 
 # the config key naming each registry whose entries take parameters from the config

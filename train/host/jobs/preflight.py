@@ -14,6 +14,7 @@ from train.host.images.store import base_flavor
 from train.host.jobs import config_check, reads
 from train.host.jobs.job import Job
 from train.host.schedulers import SAFE_NAME, adapter
+from train.host.schedulers.launches import LAUNCHES
 
 
 def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.RunConfig],
@@ -116,25 +117,27 @@ def one_rank_per_gpu(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
 
 
 def launcher_starts_every_rank(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
-    scheduler = adapter(job.scheduler)
+    scheduler, shape = adapter(job.scheduler), job.shape
     where = f"profile {job.profile!r}"
-    if job.launch not in scheduler.launches:
-        if job.launch == "independent":
-            raise UserError(f"{where}: launch: independent packs tasks with one srun step each, which {job.scheduler} "
+    if shape.name not in scheduler.launches:
+        if shape.packed:
+            raise UserError(f"{where}: launch: {shape.name} packs tasks with one srun step each, which {job.scheduler} "
                             f"lacks; submit one job per task instead")
-        raise UserError(f"{where}: launch: {job.launch} is not a launch {job.scheduler} can start; use one of: "
+        raise UserError(f"{where}: launch: {shape.name} is not a launch {job.scheduler} can start; use one of: "
                         f"{', '.join(scheduler.launches)}")
-    if job.total_ranks > 1 and job.launch == "lightning" and scheduler.default_launch != "lightning":
+    if job.total_ranks > 1 and shape.lightning_starts_ranks and \
+            not LAUNCHES[scheduler.default_launch].lightning_starts_ranks:
         raise UserError(f"{where} launches {job.total_ranks} ranks under {job.scheduler} without "
                         f"{scheduler.default_launch}: only rank 0 would join and the job would hang; "
                         f"set launch: {scheduler.default_launch}")
-    if job.nodes > 1 and job.launch not in scheduler.multi_node_launches:
-        if not scheduler.multi_node_launches:
+    multi_host = [name for name in scheduler.launches if LAUNCHES[name].multi_host]
+    if job.nodes > 1 and not shape.multi_host:
+        if not multi_host:
             raise UserError(f"{where}: the {cluster.name} cluster has one node, not {job.nodes}; set nodes: 1")
-        raise UserError(f"{where}: {job.launch} can start workers on one host only, not {job.nodes}; "
-                        f"set launch: {scheduler.multi_node_launches[0]}")
-    if job.launch == "independent" and not job.tasks:
-        raise UserError(f"{where} has launch: independent but no tasks; list them under tasks:")
+        raise UserError(f"{where}: {shape.name} can start workers on one host only, not {job.nodes}; "
+                        f"set launch: {multi_host[0]}")
+    if shape.packed and not job.tasks:
+        raise UserError(f"{where} has launch: {shape.name} but no tasks; list them under tasks:")
 
 
 def time_limit_is_valid(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:

@@ -14,6 +14,7 @@ from train.errors import UserError
 from train.host import project
 from train.host.jobs import code_snapshot, reads
 from train.host.jobs.code_snapshot import Snapshot
+from train.host.schedulers.launches import Launch
 
 TASK_KEYS = ("task", "task_params", "model", "optim")  # mean nothing to a command
 
@@ -59,13 +60,13 @@ def command_name(command: Any) -> str:
     return Path(script).stem or "command"
 
 
-def prepare_code(run: cfg.RunConfig, launch: str, recorded: Optional[Dict[str, Any]],
+def prepare_code(run: cfg.RunConfig, shape: Launch, recorded: Optional[Dict[str, Any]],
                  recorded_in: Optional[Path]) -> Optional[Code]:
     """Snapshot the code (or take a recorded run's snapshot, checked), read the user's config and fill the run
     config with it. None for a run of the image's own code."""
     if not run.code:
         return None
-    if run.command and launch == "independent":
+    if run.command and shape.packed:
         raise UserError("launch: independent packs registered tasks; run your command on a profile with one training "
                         "(srun, blaunch or lightning launch)")
     if recorded_in is not None:

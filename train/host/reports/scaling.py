@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from train.errors import UserError
-from train.host import clusters, project, runs
-from train.host.jobs.build import prepare, queue
+from train.host import project, runs
+from train.host.jobs.build import Request, Site, build
 from train.host.reports.curves import pyplot_figure
 from train.host.runs.follow import wait
+from train.host.runs.queue import queue
 from train.host.schedulers import State, adapter
 from train.host.usage import Parser
 
@@ -38,12 +39,13 @@ def main(argv: List[str]) -> int:
     args = parser().parse_args(argv)
     if args.steps < 1:
         raise UserError(f"--steps {args.steps}: measure at least 1 step")
-    cluster = clusters.load(clusters.find(args.cluster, project.CLUSTERS))
+    site = Site.load(args.cluster)
+    cluster = site.cluster
     *profiles, last = args.names
     experiment = DEFAULT_EXPERIMENT if last in cluster.profiles else last  # the last name, if not a profile
     if last in cluster.profiles:
         profiles.append(last)
-    subs = submissions(cluster, ordered(cluster, profiles), experiment, args)
+    subs = submissions(site, ordered(cluster, profiles), experiment, args)
     pyplot_figure()  # matplotlib, checked before any job: the figure comes after hours of them
     if args.dry_run:
         print("\n".join(f"{s.job.profile}: {s.job.total_ranks} rank(s), checked" for s in subs))
@@ -67,12 +69,11 @@ def ordered(cluster, names: List[str]) -> list:
     return found
 
 
-def submissions(cluster, profiles, experiment: str, args) -> list:
+def submissions(site: Site, profiles, experiment: str, args) -> list:
     """Every job, checked before any is queued (a bad one refuses them all)."""
     fixed = [f"trainer.limit_train_batches={args.steps}", "trainer.max_epochs=2", "trainer.limit_val_batches=1",
              "trainer.export_weights=false"]  # epoch 1 warms up (workers, cuDNN, caches); epoch 2 is measured
-    subs = [prepare(cluster.path, p.name, experiment, [*args.overrides, *fixed], None, None, dry_run=args.dry_run)
-            for p in profiles]
+    subs = [build(site, Request(p.name, experiment, [*args.overrides, *fixed], dry_run=args.dry_run)) for p in profiles]
     if subs[0].run.command:
         raise UserError("scaling measures a registered task's throughput; your own command reports none")
     return subs

@@ -9,7 +9,7 @@ from train import config as cfg
 from train.errors import UserError
 from train.host import runs
 from train.host.images.locations import run_image
-from train.host.jobs.build import Submission, prepare
+from train.host.jobs.build import Request, Site, Submission, build
 from train.host.runs.ending import describe, has_ended, run_state
 from train.host.schedulers import State, adapter
 
@@ -19,27 +19,40 @@ from train.host.schedulers import State, adapter
 RESHARDABLE = ("single", "ddp", "fsdp")
 
 
-def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], dry_run: bool) -> Submission:
+def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], dry_run: bool,
+                   site: Optional[Site] = None) -> Submission:
+    """The run continued: its config with `overrides`, its image and code, on its profile or `profile`; `site`: the
+    cluster file and settings a sweep's resume read once for all its elements."""
     manifest = runs.read_manifest(run_dir)
     scheduler = adapter(manifest["scheduler"]["name"])
     state = run_state(scheduler, manifest["scheduler"]["job_id"], run_dir)
     if not has_ended(state):
         raise UserError(f"{run_dir} is {state['state'].value}, not ended; wait for it or cancel it "
                         f"(bin/run-cluster cancel {run_dir}) before resuming")
-    record = run_image(manifest, f"the image of {run_dir}")
-    before = cfg.load(run_dir / "config.yaml")
-    sub = prepare(manifest["cluster_file"], profile or manifest["profile"], str(run_dir / "config.yaml"), overrides,
-                  run_dir.name, record.flavor, image=record, rerun_of=None, dry_run=dry_run, run_dir=run_dir,
-                  recorded_code=manifest.get("code"), code_from=run_dir)
-    old_ranks = before.trainer.devices * before.trainer.num_nodes
+    site = site or Site.load(manifest["cluster_file"])
+    record = run_image(manifest, f"the image of {run_dir}", site.image_store)
+    sub = build(site, Request(profile or manifest["profile"], str(run_dir / "config.yaml"), overrides,
+                              run_dir=run_dir, flavor=record.flavor, image=record, dry_run=dry_run,
+                              recorded_code=manifest.get("code"), code_from=run_dir))
+    reshardable(recorded_ranks(manifest, run_dir), sub)
+    if state["state"] == State.UNKNOWN:  # ended, but no one recorded how: say so rather than guess
+        sub.warnings.append(f"warning: {run_dir.name} ended {describe(state)}; resuming it")
+    return sub
+
+
+def recorded_ranks(manifest: dict, run_dir: Path) -> int:
+    """How many ranks the run trained on, as its manifest recorded its config (config.yaml, for a manifest without)."""
+    trainer = (manifest.get("config") or {}).get("trainer") or cfg.to_dict(cfg.load(run_dir / "config.yaml"))["trainer"]
+    return trainer["devices"] * trainer["num_nodes"]
+
+
+def reshardable(old_ranks: int, sub: Submission) -> None:
+    """Refuse a new rank count for a strategy whose saved state cannot be re-sharded to it."""
     new_ranks = sub.job.total_ranks
     if new_ranks != old_ranks and sub.run.trainer.strategy not in RESHARDABLE:
         raise UserError(f"strategy {sub.run.trainer.strategy} saved its state over {old_ranks} rank(s) and cannot "
                         f"re-shard it to {new_ranks}; resume on a {old_ranks}-rank profile, or use one of "
                         f"{', '.join(RESHARDABLE)}")
-    if state["state"] == State.UNKNOWN:  # ended, but no one recorded how: say so rather than guess
-        sub.warnings.append(f"warning: {run_dir.name} ended {describe(state)}; resuming it")
-    return sub
 
 
 def queue_resume(sub: Submission, run_dir: Path) -> str:

@@ -7,23 +7,18 @@ manifest.json, logs and segments), so requeue, status and reports work per eleme
 """
 import itertools
 import json
-import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from train.errors import UserError, raise_all
 from train.host import project, runs
-from train.host.jobs import code_snapshot
-from train.host.jobs.build import Submission, prepare, write_manifest, write_run
+from train.host.jobs.build import Request, Site, Submission, build
 from train.host.jobs.job import new_run_id
-from train.host.runs import ending
-from train.host.runs.ending import EndWatch, has_ended, run_state
-from train.host.runs.segments import read as read_segments
-from train.host.schedulers import State, adapter
-
-SWEEP = "sweep.json"
+from train.host.runs.queue import Plan, show_and_queue, write_manifest, write_run
+from train.host.runs.sweep_state import SWEEP, ended_uncompleted, read_sweep, status_table, wait
+from train.host.schedulers import adapter
 
 
 @dataclass
@@ -86,36 +81,39 @@ def combinations(axes: List[Tuple[str, List[str]]]) -> List[Dict[str, str]]:
     return [dict(zip(keys, values)) for values in itertools.product(*(values for _, values in axes))]
 
 
-def prepare_sweep(args, specs: List[str], cap: Optional[int], sweep_file: Optional[str] = None) -> Sweep:
-    """Prepare and check every element (nothing is written): one bad value refuses the whole sweep, every problem
-    reported at once, once."""
+def prepare_sweep(site: Site, base: Request, specs: List[str], sweep_file: Optional[str],
+                  cap: Optional[int]) -> Sweep:
+    """Build and check every element (nothing is written): one bad value refuses the whole sweep, every problem
+    reported at once, once. The cluster file and settings are read once, for all elements."""
     if specs and sweep_file:
         raise UserError("give the runs by --sweep or by --sweep-file, not both")
     settings = read_sweep_file(sweep_file) if sweep_file else combinations(parse_axes(specs))
-    axes = axes_of(settings)
-    sweep_id = args.run_id or new_run_id(Path(args.cluster).stem, args.profile)
+    sweep_id = base.run_id or new_run_id(Path(site.cluster.path).stem, base.profile)
     sweep_dir = project.run_dir_for(sweep_id)
     if sweep_dir.exists():
         raise UserError(f"sweep directory {sweep_dir} already exists; choose another --run-id or remove it")
-    elements, failed = [], {}  # problem line -> the settings of the elements it refused
-    for i, setting in enumerate(settings):
-        try:
-            elements.append(prepare(args.cluster, args.profile, args.experiment, args.overrides
-                                    + [f"{k}={v}" for k, v in setting.items()], None, args.flavor,
-                                    dry_run=args.dry_run, run_dir=sweep_dir / f"e{i}",
-                                    stale_image_ok=args.stale_image_ok, command=args.command, dev=args.dev))
-        except UserError as err:
-            for line in err.lines:
-                failed.setdefault(line, []).append(setting)
-    raise_all([UserError(blame(line, refused, len(settings))) for line, refused in failed.items()])
+    elements = build_elements(site, base, settings, sweep_dir)
     scheduler = adapter(elements[0].job.scheduler)
     cap = cap or scheduler.array_cap(elements[0].job.cpus_per_task * elements[0].job.tasks_per_node)
     if cap < 1:
         raise UserError(f"--max-parallel {cap} runs nothing; give 1 or more")
     if elements[0].job.tasks:
-        raise UserError(f"profile {args.profile} packs independent tasks into one job; sweep on a one-training profile")
+        raise UserError(f"profile {base.profile} packs independent tasks into one job; sweep on a one-training profile")
     script = render_sweep(sweep_id, sweep_dir, elements, min(cap, len(elements)))
-    return Sweep(sweep_id, sweep_dir, axes, settings, elements, min(cap, len(elements)), script)
+    return Sweep(sweep_id, sweep_dir, axes_of(settings), settings, elements, min(cap, len(elements)), script)
+
+
+def build_elements(site: Site, base: Request, settings: List[Dict[str, str]], sweep_dir: Path) -> List[Submission]:
+    elements, failed = [], {}  # problem line -> the settings of the elements it refused
+    for i, setting in enumerate(settings):
+        overrides = base.overrides + [f"{k}={v}" for k, v in setting.items()]
+        try:
+            elements.append(build(site, replace(base, overrides=overrides, run_id=None, run_dir=sweep_dir / f"e{i}")))
+        except UserError as err:
+            for line in err.lines:
+                failed.setdefault(line, []).append(setting)
+    raise_all([UserError(blame(line, refused, len(settings))) for line, refused in failed.items()])
+    return elements
 
 
 def blame(line: str, refused: List[Dict[str, str]], count: int) -> str:
@@ -185,107 +183,15 @@ def queue_sweep(sweep: Sweep) -> str:
     return array_id
 
 
-def is_sweep(path: Path) -> bool:
-    return (Path(path) / SWEEP).is_file()
-
-
-def read_sweep(sweep_dir: Path) -> Dict:
-    try:
-        return json.loads((Path(sweep_dir) / SWEEP).read_text())
-    except ValueError:
-        raise UserError(f"{Path(sweep_dir) / SWEEP} is not valid JSON; it is damaged, restore it") from None
-
-
-def element_rows(sweep_dir: Path) -> List[Dict]:
-    """Per element: index, swept values, state, segments, best metric."""
-    record = read_sweep(sweep_dir)
-    scheduler = adapter(record["scheduler"])
-    keys = [axis["key"] for axis in record["axes"]]
-    rows = []
-    for element in record["elements"]:
-        run_dir = Path(element["run_dir"])
-        job_id = runs.read_manifest(run_dir)["scheduler"]["job_id"]  # a resumed element's new job
-        state = run_state(scheduler, job_id, run_dir)["state"]
-        swept = {key: element["values"].get(key, "-") for key in keys}  # a sweep file's run may leave a key out
-        rows.append({"element": f"e{element['index']}", **swept, "state": state.value,
-                     "segments": str(len(read_segments(run_dir))), "best": best_metric(run_dir)})
-    return rows
-
-
-def best_metric(run_dir: Path) -> str:
-    path = run_dir / "results.json"
-    if not path.is_file():
-        return "-"
-    results = json.loads(path.read_text())
-    for key, value in results.items():
-        if key.startswith("best_") and isinstance(value, (int, float)):
-            return f"{key} {value:.4g}"
-    return "-"
-
-
-def status_table(sweep_dir: Path) -> str:
-    rows = element_rows(sweep_dir)
-    columns = list(rows[0])
-    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
-    lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
-    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in columns) for r in rows]
-    record = read_sweep(sweep_dir)
-    head = (f"{record['sweep_id']}: {record['scheduler']} array {record['array_job_id']}, "
-            f"{len(rows)} runs, at most {record['max_parallel']} at once")
-    return "\n".join([head, *(line.rstrip() for line in lines)])
-
-
-def cancel(sweep_dir: Path) -> None:
-    """The whole array at once (on local: the sweep script's process group, each unended element marked); each
-    element still running or queued records the cancel first (train/host/runs/ending.py)."""
-    record = read_sweep(sweep_dir)
-    scheduler = adapter(record["scheduler"])
-    unended = [(Path(e["run_dir"]), e["job_id"]) for e in record["elements"]  # elements still the array's job
-               if runs.read_manifest(Path(e["run_dir"]))["scheduler"]["job_id"] == e["job_id"]
-               and not has_ended(run_state(scheduler, e["job_id"], Path(e["run_dir"])))]
-    if not unended:
-        print(f"every element of {record['sweep_id']} has ended or been resumed; nothing to cancel")
-        return
-    ending.cancel(unended, lambda: scheduler.cancel_array(record["array_job_id"], Path(sweep_dir),
-                                                          [e["run_dir"] for e in record["elements"]]))
-    print(f"cancelled {record['scheduler']} array {record['array_job_id']} ({record['sweep_id']}, "
-          f"{len(unended)} of its {len(record['elements'])} runs had not ended)")
-
-
-def wait(sweep_dir: Path, timeout_s: float, poll_s: float = 2.0) -> int:
-    """Until every element has ended; the table, and 0 when all completed."""
-    record = read_sweep(sweep_dir)
-    scheduler = adapter(record["scheduler"])
-    watching = [EndWatch(scheduler, e["job_id"], Path(e["run_dir"])) for e in record["elements"]]
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        watching = [watch for watch in watching if watch.poll() is None]
-        if not watching:
-            break
-        time.sleep(poll_s)
-    rows = element_rows(sweep_dir)
-    print(status_table(sweep_dir))
-    return 0 if all(r["state"] == "COMPLETED" for r in rows) else 1
-
-
-def show_and_queue(args, specs: List[str], cap: Optional[int], sweep_file: Optional[str] = None) -> int:
-    sweep = prepare_sweep(args, specs, cap, sweep_file)
+def sweep_plan(site: Site, base: Request, specs: List[str], sweep_file: Optional[str], cap: Optional[int]) -> Plan:
+    sweep = prepare_sweep(site, base, specs, sweep_file, cap)
     listed = f"from {sweep_file}" if sweep_file else " x ".join(f"{k}: {', '.join(v)}" for k, v in sweep.axes)
-    print(f"sweep {sweep.sweep_id}: {len(sweep.elements)} runs ({listed}), at most {sweep.cap} at once")
-    print(sweep.elements[0].summary)
-    for warning in dict.fromkeys(w for sub in sweep.elements for w in sub.warnings):
-        print(f"run-cluster: {warning}", file=sys.stderr)
-    if args.dry_run:
-        for sub in sweep.elements:
-            code_snapshot.discard(sub.code.snapshot if sub.code else None)
-        print("--- sweep script (dry run: nothing submitted) ---")
-        print(sweep.script, end="")
-        return 0
-    queue_sweep(sweep)
-    scheduler = adapter(sweep.elements[0].job.scheduler)
-    if args.wait if args.wait is not None else scheduler.follow_by_default:
-        return wait(sweep.sweep_dir, args.timeout)
-    return 0
+    head = f"sweep {sweep.sweep_id}: {len(sweep.elements)} runs ({listed}), at most {sweep.cap} at once"
+    return Plan(f"{head}\n{sweep.elements[0].summary}", [w for sub in sweep.elements for w in sub.warnings],
+                f"--- sweep script (dry run: nothing submitted) ---\n{sweep.script}", queue=lambda: queue_sweep(sweep),
+                discard=lambda: [sub.discard() for sub in sweep.elements],
+                follow=lambda _, timeout_s: wait(sweep.sweep_dir, timeout_s),
+                follow_by_default=adapter(sweep.elements[0].job.scheduler).follow_by_default)
 
 
 def resume(args) -> int:
@@ -299,27 +205,11 @@ def resume(args) -> int:
     if not ended:
         print(status_table(args.run_dir))
         raise UserError(f"no element of {args.run_dir} ended without completing; nothing to resume")
-    subs = [prepare_resume(run_dir, args.profile, args.overrides, args.dry_run) for run_dir in ended]
-    for run_dir, sub in zip(ended, subs):
-        print(f"{run_dir.name}: {sub.summary.splitlines()[0]}")
-        if not args.dry_run:
-            queue_resume(sub, run_dir)
-    if args.dry_run:
-        print(f"--- dry run: would resume {', '.join(d.name for d in ended)} ---")
-    return 0
-
-
-def ended_uncompleted(scheduler, run_dir: Path) -> bool:
-    """Whether the element's current job (a resumed element's own) ended without completing."""
-    state = run_state(scheduler, runs.read_manifest(run_dir)["scheduler"]["job_id"], run_dir)
-    return has_ended(state) and state["state"] != State.COMPLETED
-
-
-def print_logs(sweep_dir: Path) -> None:
-    """Every element's logs, each under its name and swept values."""
-    from train.host.runs.follow import _logs
-
-    for element in read_sweep(sweep_dir)["elements"]:
-        print(f"==> e{element['index']} ({' '.join(f'{k}={v}' for k, v in element['values'].items())}) <==")
-        for path in _logs(Path(element["run_dir"]) / "logs"):
-            print(path.read_text(errors="replace"), end="")
+    site = Site.load(runs.read_manifest(ended[0])["cluster_file"])  # one cluster file for every element
+    subs = [prepare_resume(run_dir, args.profile, args.overrides, args.dry_run, site) for run_dir in ended]
+    plan = Plan("\n".join(f"{d.name}: {sub.summary.splitlines()[0]}" for d, sub in zip(ended, subs)),
+                [w for sub in subs for w in sub.warnings],
+                f"--- dry run: would resume {', '.join(d.name for d in ended)} ---\n",
+                queue=lambda: [queue_resume(sub, d) for d, sub in zip(ended, subs)],
+                discard=lambda: [sub.discard() for sub in subs])
+    return show_and_queue(plan, args.dry_run, False, 0)

@@ -65,8 +65,9 @@ class Scheduler:
       template         its job script's Jinja file in `template_dir()` (the `templates/` folder beside the module);
                        it renders `job`, `scheduler` (this adapter) and may include the shared partials
                        (_preamble.sh.j2, _container.sh.j2, _segments.sh.j2) of train/host/schedulers/templates/.
-      default_launch, launches, multi_node_launches
-                       the launch shapes it can start (preflight refuses a profile asking for another).
+      default_launch, launches
+                       the names of the launch shapes it can start (train/host/schedulers/launches.py: how
+                       each starts its ranks; preflight refuses a profile asking for another).
       submit()         queue the rendered script; returns the job id.
       state()          what the scheduler says of a job it still knows ({'state': State, ...}; 'gone' once forgotten).
       cancel()         end the job.
@@ -89,7 +90,6 @@ class Scheduler:
     partition_word = "partition"  # what the cluster file's `partitions:` are called in this scheduler's manuals
     default_launch: str
     launches: Tuple[str, ...]  # launch shapes this scheduler can start
-    multi_node_launches: Tuple[str, ...] = ()  # of those, the ones that start ranks on several nodes
     # sbatch --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
     time_format: Pattern = re.compile(r"^\d+(:[0-5]\d){0,2}$|^\d+-(1?\d|2[0-3])(:[0-5]\d){0,2}$")
     time_example = "04:00:00 or 1-12:00:00"

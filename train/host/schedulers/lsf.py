@@ -15,7 +15,6 @@ class Lsf(Scheduler):
     partition_word = "queue"
     default_launch = "lightning"
     launches = ("lightning", "blaunch")
-    multi_node_launches = ("blaunch",)
     time_format = re.compile(r"^\d+(:[0-5]\d)?$")  # bsub -W [hour:]minute
     time_example = "4:00"
     # an array element is JOBID[index] (LSB_JOBINDEX is 0 or unset outside an array): brequeue JOBID would requeue all

@@ -9,7 +9,6 @@ from typing import Dict, Optional, Tuple
 
 from train.host.schedulers.base import Scheduler, State, run_or_refuse
 
-
 # sbatch's words when it is installed but no controller answers (this machine is no cluster's login node)
 SLURM_UNREACHABLE = ("Could not establish a configuration source", "Unable to contact slurm controller")
 
@@ -19,7 +18,6 @@ class Slurm(Scheduler):
     template = "slurm.sh.j2"
     default_launch = "srun"
     launches = ("srun", "lightning", "independent")
-    multi_node_launches = ("srun",)
     requeue_command = 'scontrol requeue "$SLURM_JOB_ID"'
     job_id_var = "$SLURM_JOB_ID"
     hosts_var = "$SLURM_JOB_NODELIST"

@@ -1,0 +1,162 @@
+"""Resolve "this cluster, this profile, this experiment" into one Job: every number the script needs, from configs
+resolved once and settings read once (train/host/jobs/build.py calls these in order).
+
+The trainer's `devices` and `num_nodes` are derived here from the profile, never typed twice.
+"""
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from train import config as cfg
+from train.errors import UserError
+from train.host import fabric, project, settings
+from train.host.clusters import Cluster, Partition, Profile
+from train.host.clusters.flavors import min_driver
+from train.host.clusters.signing_policy import policy
+from train.host.images import store
+from train.host.jobs.job import Job, Task, job_name
+from train.host.schedulers import Scheduler, adapter
+from train.host.schedulers.launches import LAUNCHES, Launch
+
+
+def launch_of(profile: Profile, scheduler: Scheduler) -> Launch:
+    """The profile's launch shape, else its scheduler's usual one."""
+    return LAUNCHES[profile.launch or scheduler.default_launch]
+
+
+def resolve(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: List[cfg.RunConfig], run_dir: Path,
+            image: Optional[store.ImageRecord], image_flavor: str, user: Dict[str, Any]) -> Job:
+    """Every number and path the script needs, from configs already resolved (once) and settings already read."""
+    scheduler = adapter(cluster.scheduler)
+    for key in cluster.needs:
+        settings.require(user, key, cluster.name, "the scheduler rejects jobs without it")
+    part = cluster.partition(profile.partition)
+    name = job_name(run.name)
+    return Job(
+        run_id=run_dir.name, cluster=cluster.name, cluster_file=cluster.path, profile=profile.name,
+        scheduler=cluster.scheduler, job_name=name, run_dir=str(run_dir), config_path=str(run_dir / "config.yaml"),
+        log_path=str(run_dir / "logs" / scheduler.log_name(name)), data_dir=run.data.root,
+        binds=bind_mounts(cluster, task_runs or [run], run_dir, user),  # packed: only the tasks run
+        entry="command" if run.command else "fit",
+        **shape_fields(profile, launch_of(profile, scheduler), run_dir),
+        **request_fields(cluster, profile, part, scheduler, user),
+        **image_fields(image, image_flavor, profile.gpus_per_node, cluster, user),
+        **environment_fields(cluster, profile, part, run, run_dir, user),
+    )
+
+
+def shape_fields(profile: Profile, shape: Launch, run_dir: Path) -> Dict[str, Any]:
+    """How many processes start where: packed tasks, one task per rank, or one process per host."""
+    tasks = independent_tasks(profile, run_dir) if shape.packed else []
+    tasks_per_node = len(tasks) or (profile.ranks if shape.task_per_rank else 1)
+    return dict(launch=shape.name, tasks=tasks, nodes=profile.nodes, gpus_per_node=profile.gpus_per_node,
+                ranks_per_node=1 if tasks else profile.ranks, tasks_per_node=tasks_per_node,
+                cpus_per_task=profile.cpus_per_task, mem_gb=node_memory_gb(profile, tasks_per_node))
+
+
+def request_fields(cluster: Cluster, profile: Profile, part: Partition, scheduler: Scheduler,
+                   user: Dict[str, Any]) -> Dict[str, Any]:
+    """What the job asks of the scheduler besides its shape: queue, time, GPU type, QOS, account..."""
+    return dict(
+        partition=part.name, queue=part.scheduler_name, time=profile.time, directives=list(profile.directives),
+        gpu_type=part.gpu_type, gpu_request=part.gpu_request, gpu_mem_gb=profile.gpu_mem_gb,
+        mem_per_gpu_gb=profile.mem_per_gpu_gb, mem_per_cpu_gb=profile.mem_per_cpu_gb, hint=profile.hint,
+        qos=profile.qos, constraint=scheduler.constraint_join.join(filter(None, (part.constraint, profile.constraint))),
+        reservation=profile.reservation, exclusive=profile.exclusive, account=user.get("account"),
+        email=user.get("email"), notify=profile.notify, grace_s=profile.grace_s, max_requeues=profile.max_requeues,
+    )
+
+
+def image_fields(image: Optional[store.ImageRecord], image_flavor: str, gpus_per_node: int, cluster: Cluster,
+                 user: Dict[str, Any]) -> Dict[str, Any]:
+    """The image the job runs (none yet for check-cluster), what it was made from, and who must have signed it."""
+    return dict(
+        image=image.path if image else "", image_sha256=image.sha256 if image else "", image_flavor=image_flavor,
+        image_registry=image.pushed[0] if image and image.pushed else None,
+        image_signed_from=image.signed_from if image else "",
+        image_parent_sha256=image.parent_sha256 if image else "",
+        min_driver=min_driver(store.base_flavor(image_flavor)) if gpus_per_node else "",
+        signing=policy(cluster.require_signed, cluster.signers, cluster.path, user, str(settings.path())),
+    )
+
+
+def environment_fields(cluster: Cluster, profile: Profile, part: Partition, run: cfg.RunConfig, run_dir: Path,
+                       user: Dict[str, Any]) -> Dict[str, Any]:
+    """The environment the ranks start in: modules, the cluster's and profile's variables, NCCL's fabric check."""
+    env = {k: settings.expand_env(v, user, cluster.name) for k, v in {**cluster.env, **profile.env}.items()}
+    check_fabric = part.fabric == "infiniband" and profile.nodes > 1 and profile.gpus_per_node > 0
+    if run.code and not run.command:  # --dev: the snapshot's train package comes before the image's on the path
+        env["PYTHONPATH"] = str(run_dir / "code")
+    return dict(
+        nv=cluster.nv and profile.gpus_per_node > 0, check_fabric=check_fabric,
+        env={**env, **(fabric.nccl_env(str(run_dir), env) if check_fabric else {})},
+        modules=list(cluster.modules) + settings.modules(user), module_init=cluster.module_init,
+    )
+
+
+def node_memory_gb(profile: Profile, tasks_per_node: int) -> int:
+    """Memory per node, however the profile gives it (per node, per GPU or per CPU); 1 GB when it gives none."""
+    if profile.mem_per_gpu_gb is not None:
+        return profile.mem_per_gpu_gb * profile.gpus_per_node
+    if profile.mem_per_cpu_gb is not None:
+        return profile.mem_per_cpu_gb * profile.cpus_per_task * tasks_per_node
+    return profile.mem_gb if profile.mem_gb is not None else 1
+
+
+def bind_mounts(cluster: Cluster, runs: List[cfg.RunConfig], run_dir: Path, user: Dict[str, Any]) -> List[str]:
+    """Every input path of the runs (data, expert checkpoints, weights) read-only, the run directory, and the
+    cluster's own binds (scratch...). A path that is a symlink is bound at its real path too, so code that resolves
+    it inside the container still finds it."""
+    inputs = [path for run in runs for path in cfg.input_paths(run).values()]
+    wanted = [(path, ":ro") for path in inputs] + [(str(run_dir), "")]
+    wanted += [(settings.expand(b, user, cluster.name), "") for b in cluster.binds]
+    binds: List[str] = []
+    for path, mode in wanted:
+        real = os.path.realpath(path)
+        for dst in dict.fromkeys([real, path]):
+            binds.append(f"{real}:{dst}{mode}")
+    return list(dict.fromkeys(binds))
+
+
+def independent_tasks(profile: Profile, run_dir: Path) -> List[Task]:
+    tasks = []
+    for i, spec in enumerate(profile.tasks):
+        name = f"task-{i}-{job_name(str(spec.get('name', i)))}"
+        tasks.append(Task(name=name, run_dir=str(run_dir / name), config_path=str(run_dir / name / "config.yaml")))
+    return tasks
+
+
+def run_config(raw: Dict[str, Any], overrides: Dict[str, Any], profile: Profile, shape: Launch,
+               run_dir: Path) -> cfg.RunConfig:
+    """The run config, resolved once: the experiment, then what the profile sets, then the user's --set (which
+    wins; preflight refuses a choice that cannot run), then what the job shape decides (ranks, nodes, paths)."""
+    for key in ("devices", "num_nodes"):
+        if key in profile.trainer:
+            raise UserError(f"profile {profile.name!r} sets trainer.{key}; it is derived from nodes and gpus_per_node, remove it")
+    shape_keys = {"trainer.devices": 1 if shape.packed else profile.ranks,
+                  "trainer.num_nodes": 1 if shape.packed else profile.nodes, "output_dir": str(run_dir)}
+    return absolute_inputs(cfg.resolve(raw, {**profile_values(profile), **overrides, **shape_keys}))
+
+
+def profile_values(profile: Profile) -> Dict[str, Any]:
+    """What a profile sets in the run config, as dotted keys."""
+    return {**{f"trainer.{k}": v for k, v in profile.trainer.items()}, **{f"data.{k}": v for k, v in profile.data.items()}}
+
+
+def task_configs(run: cfg.RunConfig, profile: Profile, tasks: List[Task], user: Dict[str, Any],
+                 cluster: str) -> List[cfg.RunConfig]:
+    """Each packed task's config, resolved once: the job's run config with the task's own `set:` values."""
+    configs = []
+    for spec, task in zip(profile.tasks, tasks):
+        overrides = {k: settings.expand(v, user, cluster) if isinstance(v, str) else v
+                     for k, v in (spec.get("set") or {}).items()}
+        configs.append(absolute_inputs(cfg.resolve(cfg.to_dict(run), {**overrides, "output_dir": task.run_dir})))
+    return configs
+
+
+def absolute_inputs(run: cfg.RunConfig) -> cfg.RunConfig:
+    """Input paths relative to the project root, as users write them, made absolute (the job runs elsewhere)."""
+    for key, path in cfg.input_paths(run).items():
+        if not Path(path).is_absolute():
+            cfg.set_value(run, key, str((project.ROOT / path).resolve()))
+    return run

@@ -1,0 +1,88 @@
+"""From a checked Submission (train/host/jobs/build.py) to a queued job: the run directory written, the script
+submitted, the manifest recorded; and the one "show, then queue unless --dry-run, then follow" path every command
+that queues takes (a run, a rerun, a resume, a sweep, a race of two profiles)."""
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+from train import config as cfg
+from train.host import runs
+from train.host.jobs import code_snapshot
+from train.host.jobs.build import Submission
+from train.host.runs.follow import follow
+from train.host.schedulers import adapter
+
+
+@dataclass
+class Plan:
+    """What a command is about to queue: shown first, then queued unless --dry-run, then followed where asked."""
+
+    summary: str
+    warnings: List[str]
+    dry_run_text: str  # printed instead of queuing (the script, under a banner saying nothing was submitted)
+    queue: Callable[[], Any]  # writes and submits; returns what `follow` takes
+    discard: Callable[[], None]  # a dry run: drop what preparing took (code snapshots)
+    follow: Optional[Callable[[Any, float], int]] = None  # waits until it ends; its exit status
+    follow_by_default: bool = False
+
+
+def show_and_queue(plan: Plan, dry_run: bool, wait: Optional[bool], timeout_s: float) -> int:
+    print(plan.summary)
+    for warning in dict.fromkeys(plan.warnings):
+        print(f"run-cluster: {warning}", file=sys.stderr)
+    if dry_run:
+        plan.discard()
+        print(plan.dry_run_text, end="")
+        return 0
+    queued = plan.queue()
+    if plan.follow and (wait if wait is not None else plan.follow_by_default):
+        return plan.follow(queued, timeout_s)
+    return 0
+
+
+def one_run(sub: Submission, submit: Optional[Callable[[Submission], str]] = None) -> Plan:
+    """A new run (or a rerun): queued by `queue`; a resume passes its own `submit`."""
+    scheduler = adapter(sub.job.scheduler)
+    return Plan(sub.summary, sub.warnings, f"--- {sub.job.scheduler} script (dry run: nothing submitted) ---\n"
+                                           f"{sub.script}",
+                queue=lambda: (submit or queue)(sub), discard=sub.discard,
+                follow=lambda job_id, timeout_s: follow(scheduler, job_id, Path(sub.job.run_dir), timeout_s),
+                follow_by_default=scheduler.follow_by_default)
+
+
+def queue(sub: Submission) -> str:
+    """Write the run directory, submit, record the manifest. A failed submission leaves nothing behind."""
+    job = sub.job
+    run_dir = write_run(sub)
+    try:
+        job_id = adapter(job.scheduler).submit(run_dir / "job.sh", run_dir)
+    except BaseException:
+        runs.discard(run_dir)
+        raise
+    write_manifest(sub, job_id)
+    print(f"submitted {job.scheduler} job {job_id}; run directory {run_dir}")
+    return job_id
+
+
+def write_run(sub: Submission) -> Path:
+    """The run directory with its config(s), code snapshot and job.sh; removed again if writing fails."""
+    job = sub.job
+    run_dir = runs.create(Path(job.run_dir))
+    try:
+        if sub.code:
+            code_snapshot.place(sub.code.snapshot, run_dir)
+        cfg.dump(sub.run, job.config_path)
+        for task, task_run in zip(job.tasks, sub.task_runs):
+            Path(task.run_dir).mkdir()
+            cfg.dump(task_run, task.config_path)
+        (run_dir / "job.sh").write_text(sub.script)
+    except BaseException:
+        runs.discard(run_dir)
+        raise
+    return run_dir
+
+
+def write_manifest(sub: Submission, job_id: str, **extra) -> None:
+    runs.write_manifest(sub.job, sub.run, job_id, sub.experiment, sub.overrides, sub.rerun_of,
+                        sub.code.snapshot.record() if sub.code else None, **extra)

@@ -1,0 +1,114 @@
+"""A queued sweep seen afterwards: its record (sweep.json), each element's state, segments and best metric as one
+table, waiting for every element, cancelling the array, every element's logs (train/host/runs/sweep.py queues it)."""
+import json
+import time
+from pathlib import Path
+from typing import Dict, List
+
+from train.errors import UserError
+from train.host import runs
+from train.host.runs import ending
+from train.host.runs.ending import EndWatch, has_ended, run_state
+from train.host.runs.segments import read as read_segments
+from train.host.schedulers import State, adapter
+
+SWEEP = "sweep.json"
+
+
+def is_sweep(path: Path) -> bool:
+    return (Path(path) / SWEEP).is_file()
+
+
+def read_sweep(sweep_dir: Path) -> Dict:
+    try:
+        return json.loads((Path(sweep_dir) / SWEEP).read_text())
+    except ValueError:
+        raise UserError(f"{Path(sweep_dir) / SWEEP} is not valid JSON; it is damaged, restore it") from None
+
+
+def element_rows(sweep_dir: Path) -> List[Dict]:
+    """Per element: index, swept values, state, segments, best metric."""
+    record = read_sweep(sweep_dir)
+    scheduler = adapter(record["scheduler"])
+    keys = [axis["key"] for axis in record["axes"]]
+    rows = []
+    for element in record["elements"]:
+        run_dir = Path(element["run_dir"])
+        job_id = runs.read_manifest(run_dir)["scheduler"]["job_id"]  # a resumed element's new job
+        state = run_state(scheduler, job_id, run_dir)["state"]
+        swept = {key: element["values"].get(key, "-") for key in keys}  # a sweep file's run may leave a key out
+        rows.append({"element": f"e{element['index']}", **swept, "state": state.value,
+                     "segments": str(len(read_segments(run_dir))), "best": best_metric(run_dir)})
+    return rows
+
+
+def best_metric(run_dir: Path) -> str:
+    path = run_dir / "results.json"
+    if not path.is_file():
+        return "-"
+    results = json.loads(path.read_text())
+    for key, value in results.items():
+        if key.startswith("best_") and isinstance(value, (int, float)):
+            return f"{key} {value:.4g}"
+    return "-"
+
+
+def status_table(sweep_dir: Path) -> str:
+    rows = element_rows(sweep_dir)
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
+    lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in columns) for r in rows]
+    record = read_sweep(sweep_dir)
+    head = (f"{record['sweep_id']}: {record['scheduler']} array {record['array_job_id']}, "
+            f"{len(rows)} runs, at most {record['max_parallel']} at once")
+    return "\n".join([head, *(line.rstrip() for line in lines)])
+
+
+def cancel(sweep_dir: Path) -> None:
+    """The whole array at once (on local: the sweep script's process group, each unended element marked); each
+    element still running or queued records the cancel first (train/host/runs/ending.py)."""
+    record = read_sweep(sweep_dir)
+    scheduler = adapter(record["scheduler"])
+    unended = [(Path(e["run_dir"]), e["job_id"]) for e in record["elements"]  # elements still the array's job
+               if runs.read_manifest(Path(e["run_dir"]))["scheduler"]["job_id"] == e["job_id"]
+               and not has_ended(run_state(scheduler, e["job_id"], Path(e["run_dir"])))]
+    if not unended:
+        print(f"every element of {record['sweep_id']} has ended or been resumed; nothing to cancel")
+        return
+    ending.cancel(unended, lambda: scheduler.cancel_array(record["array_job_id"], Path(sweep_dir),
+                                                          [e["run_dir"] for e in record["elements"]]))
+    print(f"cancelled {record['scheduler']} array {record['array_job_id']} ({record['sweep_id']}, "
+          f"{len(unended)} of its {len(record['elements'])} runs had not ended)")
+
+
+def wait(sweep_dir: Path, timeout_s: float, poll_s: float = 2.0) -> int:
+    """Until every element has ended; the table, and 0 when all completed."""
+    record = read_sweep(sweep_dir)
+    scheduler = adapter(record["scheduler"])
+    watching = [EndWatch(scheduler, e["job_id"], Path(e["run_dir"])) for e in record["elements"]]
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        watching = [watch for watch in watching if watch.poll() is None]
+        if not watching:
+            break
+        time.sleep(poll_s)
+    rows = element_rows(sweep_dir)
+    print(status_table(sweep_dir))
+    return 0 if all(r["state"] == "COMPLETED" for r in rows) else 1
+
+
+def ended_uncompleted(scheduler, run_dir: Path) -> bool:
+    """Whether the element's current job (a resumed element's own) ended without completing."""
+    state = run_state(scheduler, runs.read_manifest(run_dir)["scheduler"]["job_id"], run_dir)
+    return has_ended(state) and state["state"] != State.COMPLETED
+
+
+def print_logs(sweep_dir: Path) -> None:
+    """Every element's logs, each under its name and swept values."""
+    from train.host.runs.follow import _logs
+
+    for element in read_sweep(sweep_dir)["elements"]:
+        print(f"==> e{element['index']} ({' '.join(f'{k}={v}' for k, v in element['values'].items())}) <==")
+        for path in _logs(Path(element["run_dir"]) / "logs"):
+            print(path.read_text(errors="replace"), end="")
