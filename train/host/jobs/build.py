@@ -15,6 +15,7 @@ from train.host.images.content_key import stale_inputs
 from train.host.jobs import code_snapshot, config_check, preflight, user_code
 from train.host.jobs.job import Job, new_run_id
 from train.host.jobs.render import render
+from train.host.jobs.summary import summary as job_summary
 from train.host.jobs.resolve import independent_tasks, launch_of, resolve, run_config, task_configs
 from train.host.schedulers import adapter
 from train.registry import unknown_name
@@ -121,7 +122,7 @@ def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str
     read = code.read if code else None
     warnings += preflight.check(job, site.cluster, run, task_runs, user_set, script,
                                 missing_image_ok=request.dry_run, user_config=read)
-    summary = preflight.summary(job, run, config_check.overridden(user_set, profile),
+    summary = job_summary(job, run, config_check.overridden(user_set, profile),
                                 batch_known=not run.command or bool(read and "batch_size" in read.values))
     summary = "\n".join([summary, *user_code.summary_lines(run, code)])
     experiment = str(config_file) if config_file else "(command line)"

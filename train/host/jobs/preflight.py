@@ -200,8 +200,8 @@ def gpu_has_bf16(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
 def host_ram_fits(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     """Each rank on a node runs its main process plus num_workers dataloader workers, all in host RAM."""
     data = run.data
-    ranks = _processes_per_node(job)
-    need = _ram(job, run)
+    ranks = processes_per_node(job)
+    need = host_ram_gb(job, run)
     if need <= job.mem_gb:
         return
     node_gb = cluster.partition(job.partition).mem_per_node_gb
@@ -266,38 +266,10 @@ CLUSTER_RULES: List[Callable] = [
 RULES: List[Callable] = CLUSTER_RULES + [gpu_has_bf16, host_ram_fits, workers_have_cpus]
 
 
-def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any], batch_known: bool = True) -> str:
-    """What a user needs to know before queuing."""
-    per_rank = run.data.batch_size
-    effective = per_rank * job.total_ranks * run.trainer.accumulate_grad_batches
-    gpus = job.nodes * job.gpus_per_node
-    batch = (f"batch: {per_rank} per rank x {job.total_ranks} rank(s) x {run.trainer.accumulate_grad_batches} "
-             f"accumulation = {effective} effective" if batch_known else
-             "batch: not known to cluster-train (name your batch size key in reads: to see the effective one)")
-    return "\n".join(
-        [
-            f"cluster {job.cluster} ({job.scheduler}), profile {job.profile}, partition {job.partition}{_named(job)}",
-            f"shape: {job.nodes} node(s) x {job.ranks_per_node} rank(s) = {job.total_ranks} rank(s), "
-            f"{gpus} GPU(s), launch {job.launch}, time {job.time}",
-            batch,
-            f"host RAM: about {_ram(job, run):g} GB per node of {job.mem_gb} GB requested",
-            f"image: {job.image} ({job.image_flavor}) sha256 {job.image_sha256}",
-            f"run dir: {job.run_dir}",
-        ]
-        + [f"{key}: your --set replaces the profile's {value!r}" for key, value in overridden.items()]
-    )
-
-
-def _named(job: Job) -> str:
-    """How the script names the partition, where that is not the entry's own name."""
-    if job.queue == job.partition:
-        return ""
-    return f" (named {job.queue} in the script)" if job.queue else " (the script names none: the default one)"
-
-
-def _processes_per_node(job: Job) -> int:
+def processes_per_node(job: Job) -> int:
     return job.tasks_per_node if job.tasks else job.ranks_per_node
 
 
-def _ram(job: Job, run: cfg.RunConfig) -> float:
-    return _processes_per_node(job) * (run.data.rank_mem_gb + run.data.num_workers * run.data.worker_mem_gb)
+def host_ram_gb(job: Job, run: cfg.RunConfig) -> float:
+    """What the ranks and their dataloader workers take of one node's memory, as the run config estimates it."""
+    return processes_per_node(job) * (run.data.rank_mem_gb + run.data.num_workers * run.data.worker_mem_gb)

@@ -1,0 +1,92 @@
+"""The host side stays a set of rooms a newcomer can read (issue 25): short functions, short modules, and no import
+circle, neither between modules nor between the rooms (train/host/<room>/) they sit in."""
+import ast
+from pathlib import Path
+from typing import Dict, List, Set
+
+from conftest import ROOT
+
+HOST = ROOT / "train" / "host"
+MAX_FUNCTION_LINES = 50
+MAX_MODULE_LINES = 300
+
+
+def modules() -> Dict[str, Path]:
+    """Dotted name -> file, for every module of train/host (a package by its own name)."""
+    found = {}
+    for path in sorted(HOST.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imported(path: Path, known: Dict[str, Path]) -> Set[str]:
+    """The train.host modules a module imports when it is imported (imports inside functions run later)."""
+    out = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("train.host"):
+            out.add(node.module)
+            out.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+    return {name for name in out if name in known}
+
+
+def room(module: str) -> str:
+    """train.host.jobs.build -> train.host.jobs; a module at the top of train/host is a room of its own."""
+    return ".".join(module.split(".")[:3])
+
+
+def circles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """The strongly connected groups of more than one node (Tarjan)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    found: List[List[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while not group or group[-1] != node:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_function_over_50_lines_and_no_module_over_300():
+    long = []
+    for name, path in modules().items():
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            long.append(f"{name}: {len(text.splitlines())} lines")
+        long += [f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines" for node in ast.walk(ast.parse(text))
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert long == []
+
+
+def test_no_import_circle_between_modules_or_rooms():
+    known = modules()
+    graph = {name: imported(path, known) - {name} for name, path in known.items()}
+    rooms: Dict[str, Set[str]] = {}
+    for name, targets in graph.items():
+        rooms.setdefault(room(name), set()).update(room(t) for t in targets if room(t) != room(name))
+    rooms.pop("train.host", None)  # train/host/__init__.py, the docstring every module's import passes through
+    assert circles(graph) == [] and circles(rooms) == []
+
+
+def test_the_circle_finder_finds_one():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -1,0 +1,36 @@
+"""The summary a user reads before a job is queued (and on a dry run): where, what shape, the effective batch, host
+RAM against the request, the image, the run directory, and each --set that replaced a profile's value."""
+from typing import Any, Dict
+
+from train import config as cfg
+from train.host.jobs.job import Job
+from train.host.jobs.preflight import host_ram_gb
+
+
+def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any], batch_known: bool = True) -> str:
+    """What a user needs to know before queuing."""
+    per_rank = run.data.batch_size
+    effective = per_rank * job.total_ranks * run.trainer.accumulate_grad_batches
+    gpus = job.nodes * job.gpus_per_node
+    batch = (f"batch: {per_rank} per rank x {job.total_ranks} rank(s) x {run.trainer.accumulate_grad_batches} "
+             f"accumulation = {effective} effective" if batch_known else
+             "batch: not known to cluster-train (name your batch size key in reads: to see the effective one)")
+    return "\n".join(
+        [
+            f"cluster {job.cluster} ({job.scheduler}), profile {job.profile}, partition {job.partition}{_named(job)}",
+            f"shape: {job.nodes} node(s) x {job.ranks_per_node} rank(s) = {job.total_ranks} rank(s), "
+            f"{gpus} GPU(s), launch {job.launch}, time {job.time}",
+            batch,
+            f"host RAM: about {host_ram_gb(job, run):g} GB per node of {job.mem_gb} GB requested",
+            f"image: {job.image} ({job.image_flavor}) sha256 {job.image_sha256}",
+            f"run dir: {job.run_dir}",
+        ]
+        + [f"{key}: your --set replaces the profile's {value!r}" for key, value in overridden.items()]
+    )
+
+
+def _named(job: Job) -> str:
+    """How the script names the partition, where that is not the entry's own name."""
+    if job.queue == job.partition:
+        return ""
+    return f" (named {job.queue} in the script)" if job.queue else " (the script names none: the default one)"
