@@ -7,7 +7,7 @@ from typing import Dict
 
 from train.data import DATASETS
 from train.models import FUSION_HEADS, MODELS
-from train.optimizers import OPTIMIZERS, SCHEDULERS
+from train.optimizers import LR_SCHEDULERS, OPTIMIZERS
 from train.registry import NOT_LITERAL, REQUIRED, Registry
 from train.strategies import PRECISION_NAMES, STRATEGIES
 from train.tasks import TASKS
@@ -19,7 +19,7 @@ REGISTRIES: Dict[str, Registry] = {
     "tasks": TASKS,
     "strategies": STRATEGIES,
     "optimizers": OPTIMIZERS,
-    "schedulers": SCHEDULERS,
+    "schedulers": LR_SCHEDULERS,
     "precisions": PRECISION_NAMES,
 }
 # Which run config key holds a name of which registry.

@@ -109,7 +109,7 @@ def selftest():
 
 def imagecheck(cuda: str, *capabilities: float):
     """A CUDA image's checks without a GPU (its %test): CUDA version, kernels, NCCL, verbs, DeepSpeed CPU Adam."""
-    from train.image_check import imagecheck as run_checks
+    from train.cuda_checks import imagecheck as run_checks
 
     run_checks(cuda, *capabilities)
 

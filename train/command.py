@@ -20,7 +20,7 @@ from train import launch_env
 from train.errors import UserError
 from train.exit_codes import REQUEUE
 
-CODE_DIR = "code"  # train/host/code_snapshot.py unpacks the snapshot here
+CODE_DIR = "code"  # train/host/jobs/code_snapshot.py unpacks the snapshot here
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 KILL_AFTER_S = 15  # after one rank failed, the others get SIGTERM, then SIGKILL (blocked in a collective)
 

@@ -8,7 +8,7 @@ from train.registry import Registry
 
 OPTIMIZERS = Registry("optimizer", {"sgd": "train.optimizers:sgd", "adamw": "train.optimizers:adamw"},
                       fixed=("parameters",))
-SCHEDULERS = Registry("scheduler", {"cosine": "train.optimizers:cosine", "none": "train.optimizers:constant"},
+LR_SCHEDULERS = Registry("scheduler", {"cosine": "train.optimizers:cosine", "none": "train.optimizers:constant"},
                       fixed=("optimizer", "max_epochs"))
 
 
@@ -41,4 +41,4 @@ def build_optimizer(parameters, config):
 
 
 def build_scheduler(optimizer, config, max_epochs):
-    return SCHEDULERS.build(config.scheduler, optimizer=optimizer, max_epochs=max_epochs)
+    return LR_SCHEDULERS.build(config.scheduler, optimizer=optimizer, max_epochs=max_epochs)

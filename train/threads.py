@@ -29,10 +29,11 @@ def rank_share(environ: Mapping[str, str]) -> Optional[int]:
     says. Slurm's and ours count per task (shared by the ranks a task starts); LSF's slots count per host."""
     per_node = int(environ.get("CT_RANKS_PER_NODE", "1"))
     per_task = per_node if starts_ranks_itself(environ) else 1
+    lsf_slots = lsf_host_slots(environ)
     if environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
         cpus, sharing = int(environ["SLURM_CPUS_PER_TASK"]), per_task
-    elif lsf_host_slots(environ) is not None:
-        cpus, sharing = lsf_host_slots(environ), per_node
+    elif lsf_slots is not None:
+        cpus, sharing = lsf_slots, per_node
     elif environ.get("CT_CPUS_PER_TASK", "").isdigit():
         cpus, sharing = int(environ["CT_CPUS_PER_TASK"]), per_task
     else:

@@ -1,4 +1,6 @@
-"""Read a user's YAML file (cluster, settings, experiment) with one-line errors that name the file and the line."""
+"""Read a user's YAML file (cluster, settings, experiment, sweep file, your own config) with one-line errors that name
+the file and the line, and with bounds: a file larger than any hand-written config, nesting deeper than any, or
+anchors that expand into more values than any (a "billion laughs" file) is refused instead of filling memory."""
 from pathlib import Path
 from typing import Any
 
@@ -6,19 +8,54 @@ import yaml
 
 from train.errors import UserError
 
+MAX_BYTES = 1 << 20  # 1 MiB; the largest config shipped here is a few KB
+MAX_DEPTH = 64  # nested mappings and lists
+MAX_VALUES = 200_000  # values once anchors are expanded: a 5000-run sweep file holds about 20 000
+
 
 def load_yaml(path, what: str) -> Any:
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise UserError(f"{what} {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+        data = path.read_bytes()
     except OSError as err:
         raise UserError(f"{what} {path} cannot be read: {err.strerror}") from None
+    if len(data) > MAX_BYTES:
+        raise UserError(f"{what} {path} is {len(data) / 2**20:.1f} MiB; a YAML file read here may hold at most "
+                        f"{MAX_BYTES >> 20} MiB: split it or keep data out of it")
     try:
-        return yaml.safe_load(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{what} {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    return load_yaml_text(text, f"{what} {path}")
+
+
+def load_yaml_text(text: str, shown: str) -> Any:
+    """YAML text already read (`shown` names it in errors), parsed and checked against the bounds."""
+    try:
+        loaded = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise UserError(f"{what} {path} is not valid YAML: {_describe(err, text)}") from None
+        raise UserError(f"{shown} is not valid YAML: {_describe(err, text)}") from None
+    except RecursionError:
+        raise UserError(f"{shown} nests deeper than {MAX_DEPTH} levels; flatten it") from None
+    check_bounds(loaded, shown)
+    return loaded
+
+
+def check_bounds(tree: Any, shown: str) -> None:
+    """Depth and expanded size, walked without recursion; stops at the first bound passed (an anchor used a million
+    times is counted a million times, as everything that later walks the tree would)."""
+    pending, seen = [(tree, 1)], 0
+    while pending:
+        node, depth = pending.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            raise UserError(f"{shown} expands to more than {MAX_VALUES} values (anchors and aliases count each use); "
+                            f"write it out or make it smaller")
+        if depth > MAX_DEPTH:
+            raise UserError(f"{shown} nests deeper than {MAX_DEPTH} levels; flatten it")
+        children = list(node.keys()) + list(node.values()) if isinstance(node, dict) else \
+            node if isinstance(node, list) else ()
+        pending.extend((child, depth + 1) for child in children)
 
 
 def _describe(err: yaml.YAMLError, text: str) -> str:

@@ -10,11 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-import yaml
-
 from train import config as cfg
 from train.errors import UserError
 from train.registry import unknown_name
+from train.yaml_file import load_yaml_text
 
 # reads key -> the run config key it fills (None: compared with the profile instead)
 RUN_KEYS = {"devices": None, "num_nodes": None, "num_workers": "data.num_workers", "batch_size": "data.batch_size",
@@ -52,10 +51,7 @@ def read(run: cfg.RunConfig, text_of: Callable[[str], Optional[str]]) -> Optiona
     text = text_of(rel)
     if text is None:
         raise UserError(f"reads.file: {rel} is not a file in {run.code}; fix reads.file (relative to code:)")
-    try:
-        tree = yaml.safe_load(text) or {}
-    except yaml.YAMLError as err:
-        raise UserError(f"{rel} in {run.code} is not valid YAML ({str(err).splitlines()[0]}); fix it") from None
+    tree = load_yaml_text(text, f"{rel} in {run.code}") or {}
     found = UserConfig(rel, keys=mapping)
     for name, dotted in mapping.items():
         value = lookup(tree, dotted)

@@ -19,6 +19,7 @@ from train.host.jobs.job import new_run_id
 from train.host.runs.queue import Plan, show_and_queue, write_manifest, write_run
 from train.host.runs.sweep_state import SWEEP, ended_uncompleted, read_sweep, status_table, wait
 from train.host.schedulers import adapter
+from train.yaml_file import load_yaml
 
 
 @dataclass
@@ -49,14 +50,7 @@ def parse_axes(specs: List[str]) -> List[Tuple[str, List[str]]]:
 def read_sweep_file(path: str) -> List[Dict[str, str]]:
     """A YAML list of runs, each a mapping of config keys to values (or `runs:` holding that list), e.g.
     `- {model.name: resnet_cifar, optim.lr: 0.1}`; values as --set takes them."""
-    import yaml
-
-    try:
-        loaded = yaml.safe_load(Path(path).read_text())
-    except OSError as err:
-        raise UserError(f"--sweep-file {path}: cannot read it ({err.strerror})") from None
-    except yaml.YAMLError as err:
-        raise UserError(f"--sweep-file {path} is not valid YAML ({str(err).splitlines()[0]})") from None
+    loaded = load_yaml(path, "--sweep-file")  # bounded: a sweep file is data a user may have generated
     listed = loaded.get("runs") if isinstance(loaded, dict) else loaded
     if not isinstance(listed, list) or not listed or not all(isinstance(r, dict) and r for r in listed):
         raise UserError(f"--sweep-file {path} must list runs, each a mapping of keys to values: "
