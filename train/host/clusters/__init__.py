@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from train.errors import UserError, raise_all
+from train.host import fabric
 from train.host.clusters import fields, flavors, signing_policy
 from train.host.schedulers import MODULE_NAME, SCHEDULERS, adapter
 from train.host.schedulers.launches import LAUNCHES
@@ -25,7 +26,8 @@ from train.yaml_file import load_yaml
 # How a site wants GPUs asked for: a count, the count of a GPU type (a100:4, LSF gmodel=), or Slurm's GRES syntax.
 GPU_REQUESTS = ("count", "typed", "gres", "typed-gres")
 HINTS = ("multithread", "nomultithread")
-FABRICS = ("infiniband", "ethernet")  # between a partition's nodes; infiniband: multi-node jobs check NCCL used it
+FABRICS = ("infiniband", "ethernet", "slingshot")  # between a partition's nodes; multi-node jobs check NCCL used
+# the fast ones (train/host/fabric.py); slingshot: they bind the host's NCCL plugin and libfabric
 NO_PARTITION = "none"  # a partition entry whose jobs name no partition: the site's default, or a site without any
 # An NVIDIA driver version as nvidia-smi prints it (535.104.05, 470.82.01, 550.54).
 DRIVER = re.compile(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
@@ -51,6 +53,9 @@ class Partition:
     constraint: str = ""  # node features that pick these nodes out of a shared partition (-C gpu)
     driver: str = ""  # the NVIDIA driver its nodes run, where the site states it: checked against the image's CUDA
     fabric: str = ""  # the network between its nodes (FABRICS), where the site states it
+    nccl_plugin: str = ""  # slingshot: host directory of the aws-ofi-nccl plugin (libnccl-net.so); ${setting}s
+    libfabric: str = ""  # slingshot: host directory of libfabric.so.1 with its cxi provider
+    fabric_libs: List[str] = field(default_factory=list)  # slingshot: host libraries libfabric loads (libcxi...)
 
     @property
     def scheduler_name(self) -> str:
@@ -204,6 +209,7 @@ def _partition(name: str, spec: Any, where: str) -> Partition:
     fields.constraint(part.constraint, f"{where} constraint")
     if part.fabric:
         fields.choice(part.fabric, FABRICS, f"{where} fabric")
+    fabric.check_keys(part.fabric, {key: getattr(part, key) for key in fabric.PATH_KEYS}, where)
     if part.driver and not DRIVER.match(part.driver):
         raise UserError(f"{where} driver {part.driver!r} is not an NVIDIA driver version like \"535.104.05\" "
                         f"(nvidia-smi's Driver Version, in quotes)")

@@ -48,12 +48,15 @@ class Job:
     data_dir: str
     nv: bool
     min_driver: str  # the oldest NVIDIA driver the image's CUDA runs on, checked on the node; "" without GPUs
-    check_fabric: bool  # a multi-node GPU job on InfiniBand: NCCL logs its network choice, the job checks it
+    check_fabric: bool  # a multi-node GPU job on a fast fabric: NCCL logs its network choice, the job checks it
     binds: List[str] = field(default_factory=list)  # "src:dst[:ro]", real paths resolved
     env: Dict[str, str] = field(default_factory=dict)
     directives: List[str] = field(default_factory=list)
     modules: List[str] = field(default_factory=list)
     module_init: str = ""
+    fabric: str = ""  # the partition's fabric, where the job checks it (train/host/fabric.py)
+    fabric_paths: List[str] = field(default_factory=list)  # Slingshot: host paths bound in, checked before exec
+    fabric_library_path: str = ""  # Slingshot: their directories in the container, first on LD_LIBRARY_PATH
     image_registry: Optional[Dict[str, Any]] = None  # where the image was pushed: {reference, plain_http}
     image_signed_from: str = ""  # a signed image: the sha256 of the build it was signed from
     image_parent_sha256: str = ""  # a derived image (images derive): the sha256 of the image it was built on

@@ -32,16 +32,18 @@ def resolve(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: L
         settings.require(user, key, cluster.name, "the scheduler rejects jobs without it")
     part = cluster.partition(profile.partition)
     name = job_name(run.name)
+    net = slingshot_of(cluster, profile, part, user)
     return Job(
         run_id=run_dir.name, cluster=cluster.name, cluster_file=cluster.path, profile=profile.name,
         scheduler=cluster.scheduler, job_name=name, run_dir=str(run_dir), config_path=str(run_dir / "config.yaml"),
         log_path=str(run_dir / "logs" / scheduler.log_name(name)), data_dir=run.data.root,
-        binds=bind_mounts(cluster, task_runs or [run], run_dir, user),  # packed: only the tasks run
+        binds=bind_mounts(cluster, task_runs or [run], run_dir, user)  # packed: only the tasks run
+        + (net.binds if net else []),
         entry="command" if run.command else "fit",
         **shape_fields(profile, launch_of(profile, scheduler), run_dir),
         **request_fields(cluster, profile, part, scheduler, user),
         **image_fields(image, image_flavor, profile.gpus_per_node, cluster, user),
-        **environment_fields(cluster, profile, part, run, run_dir, user),
+        **environment_fields(cluster, profile, part, run, run_dir, user, net),
     )
 
 
@@ -81,17 +83,28 @@ def image_fields(image: Optional[store.ImageRecord], image_flavor: str, gpus_per
 
 
 def environment_fields(cluster: Cluster, profile: Profile, part: Partition, run: cfg.RunConfig, run_dir: Path,
-                       user: Dict[str, Any]) -> Dict[str, Any]:
+                       user: Dict[str, Any], net: Optional[fabric.Slingshot] = None) -> Dict[str, Any]:
     """The environment the ranks start in: modules, the cluster's and profile's variables, NCCL's fabric check."""
     env = {k: settings.expand_env(v, user, cluster.name) for k, v in {**cluster.env, **profile.env}.items()}
-    check_fabric = part.fabric == "infiniband" and profile.nodes > 1 and profile.gpus_per_node > 0
+    check_fabric = part.fabric in fabric.CHECKS and profile.nodes > 1 and profile.gpus_per_node > 0
     if run.code and not run.command:  # --dev: the snapshot's train package comes before the image's on the path
         env["PYTHONPATH"] = str(run_dir / "code")
     return dict(
         nv=cluster.nv and profile.gpus_per_node > 0, check_fabric=check_fabric,
-        env={**env, **(fabric.nccl_env(str(run_dir), env) if check_fabric else {})},
+        fabric=part.fabric if check_fabric else "", fabric_paths=net.paths if net else [],
+        fabric_library_path=net.library_path if net else "",
+        env={**env, **(fabric.nccl_env(str(run_dir), env, part.fabric) if check_fabric else {})},
         modules=list(cluster.modules) + settings.modules(user), module_init=cluster.module_init,
     )
+
+
+def slingshot_of(cluster: Cluster, profile: Profile, part: Partition,
+                 user: Dict[str, Any]) -> Optional[fabric.Slingshot]:
+    """A multi-node GPU job on HPE Slingshot: the host's NCCL plugin and libfabric it binds (train/host/fabric.py)."""
+    if part.fabric != "slingshot" or profile.nodes < 2 or not profile.gpus_per_node:
+        return None
+    return fabric.slingshot(part, lambda path: settings.expand(path, user, cluster.name), cluster.path,
+                            f"profile {profile.name!r} ({profile.nodes} nodes)")
 
 
 def node_memory_gb(profile: Profile, tasks_per_node: int) -> int:

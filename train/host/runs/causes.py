@@ -17,6 +17,11 @@ CAUSES: List[Tuple[str, str]] = [
                                                            "bin/run-cluster resume RUN_DIR, or raise max_requeues"),
     (r"CUDA driver version is insufficient|driver.*too old", "the node's CUDA driver is older than the image's CUDA; "
                                                              "use the cuda11.6 image or a partition with newer drivers"),
+    (r"\[cluster-train\] error: (\S+ does not exist on \S+: fix the partition's nccl_plugin[^\n]*)", "{1}"),
+    (r"Failed to initialize any NET plugin|network AWS Libfabric not found",
+     "NCCL could not start the network NCCL_NET names (on HPE Slingshot the aws-ofi-nccl plugin with libfabric's cxi "
+     "provider); logs/nccl-*.log names the library it could not load: check the partition's nccl_plugin, libfabric "
+     "and fabric_libs"),
     (r"(NCCL|gloo)[^\n]*([Tt]imed? ?out|[Tt]imeout)", "a collective timed out (NCCL/gloo): a rank hung or died; "
                                                       "check the other ranks' lines above"),
     (r"oom[-_ ]kill|Out Of Memory|OUT_OF_MEMORY", "host RAM exhausted (OOM kill): lower data.num_workers "

@@ -77,7 +77,8 @@ def print_status(manifest: dict, scheduler, run_dir: Path) -> None:
     for segment in segments.read(run_dir):
         print(f"  {segment.line()}")
     runs.update_manifest(run_dir, segments=segments.as_records(run_dir))
-    slow_network = fabric.verdict(run_dir) if manifest["job"].get("check_fabric") else None
+    job = manifest["job"]
+    slow_network = fabric.verdict(run_dir, job.get("fabric", "")) if job.get("check_fabric") else None
     if slow_network:
         print(f"  WARNING: {slow_network}")
     if state["state"] == State.COMPLETED and (run_dir / "results.json").is_file():
