@@ -109,10 +109,34 @@ def test_missing_image_names_the_build_command(store, tmp_path):
         ("{partition: gpu, gpus_per_node: 1, mem_gb: 512}", "asks for 512 GB per node but a node has 256 GB"),
         ("{partition: gpu, nodes: 9, gpus_per_node: 1, mem_gb: 4}", "asks for 9 nodes but the partition has 4"),
         ("{partition: gpu, gpus_per_node: 1, mem_gb: 4, time: '4 hours'}", "time limit '4 hours' is malformed"),
+        ("{partition: gpu, gpus_per_node: 1, mem_gb: 4, time: '0-00:05:00'}",
+         "grace_s: 300 (the time-limit warning) is not shorter than the time limit '0-00:05:00' (300 s)"),
+        ("{partition: gpu, gpus_per_node: 1, mem_gb: 4, time: '10', grace_s: 900}", "lower grace_s below 600"),
+        ("{partition: gpu, gpus_per_node: 1, mem_gb: 4, time: '0'}", "sets no time limit, yet the time-limit warning"),
+        ("{partition: gpu, gpus_per_node: 1, mem_gb: 4, time: '2-00:00:01'}",
+         "time '2-00:00:01' is longer than the max_time '48:00:00' of partition 'gpu'; lower time to 48:00:00"),
     ],
 )
 def test_scheduler_would_reject(store, tmp_path, profile, fragment):
-    refused(run_cluster(cluster_file(tmp_path, profile), "p", "--dry-run"), fragment)
+    partition = ("gpu: {image: cuda12.8, gpu_type: A100, gpus_per_node: 4, cpus_per_node: 32, mem_per_node_gb: 256, "
+                 "nodes: 4, max_time: '48:00:00'}")
+    refused(run_cluster(cluster_file(tmp_path, profile, partition=partition), "p", "--dry-run"), fragment)
+
+
+def test_a_day_form_time_within_max_time_is_accepted(store, tmp_path):
+    partition = ("gpu: {image: cuda12.8, gpu_type: A100, gpus_per_node: 4, cpus_per_node: 32, mem_per_node_gb: 256, "
+                 "nodes: 4, max_time: '2-00:00:00'}")
+    profile = "{partition: gpu, gpus_per_node: 1, cpus_per_task: 4, mem_gb: 32, time: '1-00:00:00'}"
+    done = run_cluster(cluster_file(tmp_path, profile, partition=partition), "p", "--dry-run")
+    assert done.returncode == 0 and "#SBATCH --time=1-00:00:00\n" in done.stdout, done.stderr
+
+
+def test_without_a_memory_request_host_ram_is_checked_against_the_node(store, tmp_path):
+    """No request: the site's default, which a node's memory bounds; the estimate still runs against that."""
+    path = cluster_file(tmp_path, "{partition: gpu, gpus_per_node: 4, cpus_per_task: 8}")
+    refused(run_cluster(path, "p", "--set", "data.num_workers=8", "--set", "data.worker_mem_gb=10", "--dry-run"),
+            "needs 332 GB per node but a node (the site's default at most) has 256 GB",
+            "set data.num_workers=6 or fewer, or choose a partition with more memory per node")
 
 
 def test_lsf_time_limit_uses_lsf_syntax(store, tmp_path):

@@ -1,6 +1,8 @@
 """The keys that fit a job to a site, as the rendered script carries them: host variables in env, the module system's
-init, hardware threads, and `check-cluster` over every cluster file. (Their refusals: tests/bad_inputs/site_keys.yaml;
+init, hardware threads, memory (or none), time limits in each scheduler's forms, CPU binding, the scheduler's GPU
+name, and `check-cluster` over every cluster file. (Their refusals: tests/bad_inputs/site_keys.yaml;
 the test Slurm cluster running them: tests/test_slurm_sites.py.)"""
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -22,8 +24,12 @@ profiles:
 
 def site(tmp_path, top: str = "", profile: str = "") -> str:
     path = tmp_path / "site.yaml"
-    path.write_text(SITE.format(top=top, profile=profile))
+    path.write_text(site_text(top, profile))
     return str(path)
+
+
+def site_text(top: str = "", profile: str = "") -> str:
+    return SITE.format(top=top, profile=profile)
 
 
 def script_of(done) -> str:
@@ -137,11 +143,85 @@ profiles:
       exclusive: true, constraint: nvlink}
 """)
     flavors = (ROOT / "containers" / "flavors.yaml").read_text()
-    assert "NVIDIAA100_SXM4_80GB" not in flavors  # the LSF model name is not an alias: refused until added
+    assert "NVIDIAA100_SXM4_80GB" not in flavors  # LSF's model name is no model or alias: not a gpu_type
     done = run_cluster(lsf, "p", "demo", "--dry-run")
-    assert done.returncode == 2 and "NVIDIAA100_SXM4_80GB" in done.stderr
+    assert done.returncode == 2 and "NVIDIAA100_SXM4_80GB" in done.stderr and "scheduler_gpu_name" in done.stderr
     lsf.write_text(lsf.read_text().replace("NVIDIAA100_SXM4_80GB", "nvidia_a100-sxm4-80gb"))
+    done = run_cluster(lsf, "p", "demo", "--dry-run")  # an alias names the model, not what the scheduler calls it
+    assert done.returncode == 2 and "set scheduler_gpu_name" in done.stderr and "gpu_type: A100" in done.stderr
+    lsf.write_text(lsf.read_text().replace("gpu_type: nvidia_a100-sxm4-80gb",
+                                           "gpu_type: A100, scheduler_gpu_name: NVIDIAA100_SXM4_80GB"))
     script = script_of(run_cluster(lsf, "p", "demo", "--dry-run"))
-    for directive in ('-gpu "num=2:mode=exclusive_process:gmodel=nvidia_a100-sxm4-80gb:gmem=80G"',
+    for directive in ('-gpu "num=2:mode=exclusive_process:gmodel=NVIDIAA100_SXM4_80GB:gmem=80G"',
                       '-R "select[gpu80gb && nvlink]"', "-x", "-U course-42", "-q gpua100"):
         assert f"#BSUB {directive}\n" in script
+
+
+def test_a_typed_request_names_the_gpu_as_the_scheduler_does(store, tmp_path):
+    """gpu_type is the model (the image checks read it), in the flavors file's words or a site's marketing name;
+    scheduler_gpu_name is what the typed request says (Slurm's GRES type)."""
+    path = site(tmp_path)
+    Path(path).write_text(Path(path).read_text().replace("gpu_type: A100,", "gpu_type: A100-SXM4-40GB, "
+                                                         "scheduler_gpu_name: a100,"))
+    script = script_of(run_cluster(path, "p", "demo", "--dry-run"))
+    assert "#SBATCH --gpus-per-node=a100:4\n" in script
+    Path(path).write_text(Path(path).read_text().replace("gpu_request: typed,", "gpu_request: typed-gres,"))
+    assert "#SBATCH --gres=gpu:a100:4\n" in script_of(run_cluster(path, "p", "demo", "--dry-run"))
+
+
+def test_memory_as_the_site_wants_it(store, tmp_path):
+    """Per node, all of each node's (--mem=0), or nothing at all (the site's default): never a made-up value."""
+    path = site(tmp_path)
+    Path(path).write_text(Path(path).read_text().replace("mem_gb: 200, ", ""))
+    done = run_cluster(path, "p", "demo", "--dry-run")
+    assert "#SBATCH --mem" not in script_of(done)
+    assert "memory is the site's default (no memory request; a node has 256 GB)" in done.stdout
+    done = run_cluster(site(tmp_path, profile=", whole_node: true"), "p", "demo", "--dry-run")
+    assert done.returncode == 2 and "sets mem_gb and whole_node" in done.stderr  # one way, not two
+    Path(path).write_text(site_text(profile=", whole_node: true").replace("mem_gb: 200, ", ""))
+    done = run_cluster(path, "p", "demo", "--dry-run")
+    assert "#SBATCH --mem=0\n" in script_of(done)
+    assert "of a whole node's memory (whole_node: a node has 256 GB)" in done.stdout
+    lsf = tmp_path / "lsf.yaml"
+    lsf.write_text("""name: lsfsite
+scheduler: lsf
+partitions:
+  gpuv100: {image: cuda11.6, gpu_type: V100, gpus_per_node: 2, cpus_per_node: 24, mem_per_node_gb: 384}
+profiles:
+  p: {gpus_per_node: 1, cpus_per_task: 4, time: "4:00"}
+""")
+    script = script_of(run_cluster(lsf, "p", "demo", "--dry-run"))
+    assert "rusage[mem" not in script and '#BSUB -R "span[hosts=1]"' in script
+
+
+@pytest.mark.parametrize("time, seconds", [("1-00:00:00", 86400), ("0-00:30:00", 1800), ("7-00:00:00", 604800),
+                                           ("1-12", 129600), ("1-12:30", 131400), ("36:00:00", 129600),
+                                           ("90", 5400), ("30:00", 1800), ("2", 120)])
+def test_every_slurm_time_form_is_read_and_rendered_as_written(store, tmp_path, time, seconds):
+    from train.host.schedulers import adapter
+
+    assert adapter("slurm").time_seconds(time) == seconds
+    path = site(tmp_path, profile=f', time: "{time}", grace_s: 60')
+    Path(path).write_text(Path(path).read_text().replace(', time: "04:00:00"', ""))
+    assert f"#SBATCH --time={time}\n" in script_of(run_cluster(path, "p", "demo", "--dry-run"))
+
+
+def test_lsf_time_forms_and_their_bounds():
+    from train.host.schedulers import adapter
+
+    lsf, slurm = adapter("lsf"), adapter("slurm")
+    assert [lsf.time_seconds(t) for t in ("4:00", "36:00", "210", "3:30/hostA", "0")] == [14400, 129600, 12600,
+                                                                                          12600, 0]
+    assert [lsf.time_seconds(t) for t in ("1-00:00:00", "04:00:00", "3:90", "4 hours", "4:00/")] == [None] * 5
+    assert [slurm.time_seconds(t) for t in ("UNLIMITED", "infinite", "-1", "0")] == [0] * 4
+    assert [slurm.time_seconds(t) for t in ("99:99:99", "1-24:00:00", "1-", "1:00:00:00", "4h")] == [None] * 5
+    assert lsf.warning_seconds(61) == 120 and slurm.warning_seconds(61) == 61
+
+
+@pytest.mark.parametrize("bind", ["cores", "verbose,cores", "none", "map_cpu:0,16,32,48", "mask_cpu:0xf*4,0xf0*4",
+                                  "v", "rank_ldom", "map_ldom:0,0x1"])
+def test_cpu_bind_is_on_every_srun_line(store, tmp_path, bind):
+    script = script_of(run_cluster(site(tmp_path, profile=f", cpu_bind: '{bind}'"), "p", "demo", "--dry-run"))
+    srun = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert srun and all(f" --cpu-bind={shlex.quote(bind)} " in line for line in srun), srun
+    assert "--cpu-bind" not in script.split("\n# cluster-train run")[0]  # srun's option, no #SBATCH line

@@ -76,6 +76,25 @@ def test_sbatch_test_only_accepts_every_golden_script(slurm_cluster, tmp_path, p
     assert done.returncode == 0 and "to start at" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("time", ["1-00:00:00", "0-00:30:00", "7-00:00:00", "1-12", "1-12:30", "36:00:00", "90",
+                                  "30:00", "0:30"])
+def test_slurm_reads_every_time_form_as_cluster_train_does(slurm_cluster, time):
+    """Slurm's own parser (a held job's TimeLimit, never run) and Scheduler.time_seconds give one limit; Slurm counts
+    whole minutes, rounding up."""
+    from train.host.schedulers import adapter
+
+    done = subprocess.run(["sbatch", "--parsable", "--hold", f"--time={time}", "-p", "ci", "--output=/dev/null",
+                           "--chdir=/tmp", "--wrap", "true"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip().split(";")[0]
+    try:
+        limit = slurm_job(job_id)["TimeLimit"]  # D-HH:MM:SS or HH:MM:SS
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+    slurm = adapter("slurm")
+    assert slurm.time_seconds(limit) == -(-slurm.time_seconds(time) // 60) * 60, limit
+
+
 def test_check_cluster_has_slurm_parse_every_profile(slurm_cluster, tmp_path):
     done = run_cluster("check-cluster", "ci-slurm")
     assert done.returncode == 0, done.stderr

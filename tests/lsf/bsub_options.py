@@ -16,7 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 QUEUES = json.loads((HERE / "queues.json").read_text())
 GPU = re.compile(r"^num=\d+(:(mode=(shared|exclusive_process)|mps=(yes|no)|j_exclusive=(yes|no)|gmodel=[\w-]+|gmem=\d+[MG]?))*$")
-RUNLIMIT = re.compile(r"^(\d+:)?\d+$")
+RUNLIMIT = re.compile(r"^(\d+:)?\d+(/[A-Za-z0-9_.-]+)?$")  # [hour:]minute[/host_name | /host_model]
 RES_SECTION = re.compile(r"(select|order|rusage|span|same|cu|affinity)\[([^\]]*)\]")
 RUSAGE = re.compile(r"^mem=\d+(\.\d+)?(KB|MB|GB|TB)?$")
 SPAN = re.compile(r"^(hosts=1|ptile=\d+)$")
@@ -32,8 +32,8 @@ def refuse(message: str) -> None:
 
 
 def minutes(value: str) -> int:
-    """[hour:]minute -> minutes."""
-    hours, _, mins = value.rpartition(":")
+    """[hour:]minute[/host] -> minutes (the stand-in's hosts all have CPU factor 1: no normalizing)."""
+    hours, _, mins = value.split("/")[0].rpartition(":")
     return int(hours or 0) * 60 + int(mins)
 
 
@@ -91,7 +91,7 @@ def check(opts: dict) -> None:
         refuse(f"Bad argument for option -n: {opts['-n']}. Job not submitted.")
     if "-W" in opts and not RUNLIMIT.match(opts["-W"]):
         refuse(f"{opts['-W']}: Bad RUNLIMIT specification. Job not submitted.")
-    if "-wt" in opts and not RUNLIMIT.match(opts["-wt"]):
+    if "-wt" in opts and not re.match(r"^(\d+:)?\d+$", opts["-wt"]):  # -wt [hour:]minute
         refuse(f"{opts['-wt']}: Bad job action warning time. Job not submitted.")
     if "-wa" in opts and signal_number(opts["-wa"]) not in {int(s) for s in signal.Signals}:
         refuse(f"{opts['-wa']}: Bad job warning action. Job not submitted.")

@@ -43,13 +43,15 @@ class Partition:
     image: str  # image flavor whose CUDA can drive this partition's GPUs
     partition: str = ""  # the scheduler's name for it: the entry's own name by default; "none": name none
     gpus_per_node: int = field(default=0, metadata={"min": 0})
-    gpu_type: str = "none"  # a GPU model of containers/flavors.yaml or the site's alias (rendered in typed requests)
+    gpu_type: str = "none"  # a GPU model of containers/flavors.yaml or one of its aliases: the image checks read it
+    scheduler_gpu_name: str = ""  # what typed requests name (a100:4, gmodel=); "": gpu_type, where it is a model
     gpu_request: str = "count"  # count | typed | gres | typed-gres (GPU_REQUESTS)
     gpu_mem_gb: int = field(default=0, metadata={"min": 0})
     cpus_per_node: int = field(default=1, metadata={"min": 1})  # cores
     threads_per_core: int = field(default=1, metadata={"min": 1})  # hardware threads: Slurm's CPUs are threads
-    mem_per_node_gb: int = field(default=1, metadata={"min": 1})
+    mem_per_node_gb: Optional[int] = field(default=None, metadata={"min": 1})  # None: the site does not say
     nodes: int = field(default=1, metadata={"min": 1})
+    max_time: str = ""  # the longest time limit it takes, in the scheduler's format (sbatch --time, bsub -W)
     constraint: str = ""  # node features that pick these nodes out of a shared partition (-C gpu)
     driver: str = ""  # the NVIDIA driver its nodes run, where the site states it: checked against the image's CUDA
     fabric: str = ""  # the network between its nodes (FABRICS), where the site states it
@@ -73,16 +75,19 @@ class Profile:
     ranks_per_node: Optional[int] = field(default=None, metadata={"min": 1})  # default: the GPUs per node (or 1)
     cpus_per_task: int = field(default=1, metadata={"min": 1})  # logical CPUs (hardware threads where a node has them)
     hint: Optional[str] = None  # multithread | nomultithread (Slurm --hint): nomultithread gives each CPU a core
-    # Memory: per node (mem_gb), or per GPU or per CPU as the site prefers; one of the three (default mem_gb: 1)
+    # Memory: per node (mem_gb), per GPU or per CPU as the site prefers, all of each node's (whole_node: Slurm's
+    # --mem=0), or none of these: no memory request at all, the site's default
     mem_gb: Optional[int] = field(default=None, metadata={"min": 1})
     mem_per_gpu_gb: Optional[int] = field(default=None, metadata={"min": 1})
     mem_per_cpu_gb: Optional[int] = field(default=None, metadata={"min": 1})
+    whole_node: bool = False
     gpu_mem_gb: int = field(default=0, metadata={"min": 0})  # the least memory each GPU must have
     qos: str = ""
     constraint: str = ""  # node features, added to the partition's own (Slurm --constraint, LSF select[])
     reservation: str = ""
     exclusive: bool = False  # whole nodes, shared with no other job
-    time: str = "01:00:00"
+    time: str = "01:00:00"  # in the scheduler's format; at most the partition's max_time
+    cpu_bind: str = ""  # how srun binds each task to CPUs (--cpu-bind=cores); "": the site's default
     launch: Optional[str] = None  # srun | lightning | blaunch | independent; default from the scheduler
     description: str = ""
     trainer: Dict[str, Any] = field(default_factory=dict)  # forced onto the run config
@@ -104,7 +109,8 @@ class Profile:
 
     @property
     def memory_keys(self) -> List[str]:
-        return [key for key in ("mem_gb", "mem_per_gpu_gb", "mem_per_cpu_gb") if getattr(self, key) is not None]
+        return [key for key in ("mem_gb", "mem_per_gpu_gb", "mem_per_cpu_gb", "whole_node")
+                if getattr(self, key) not in (None, False)]
 
 
 @dataclass
@@ -188,7 +194,7 @@ def load(path: Path) -> Cluster:
     errors = []  # every partition's and profile's problems at once: a site maintainer fixes them in one go
     for name, spec in fields.mapping(raw.get("partitions"), f"{where}: partitions").items():
         try:
-            cluster.partitions[name] = _partition(name, spec, f"{where}: partition {name!r}")
+            cluster.partitions[name] = _partition(name, spec, f"{where}: partition {name!r}", cluster.scheduler)
         except UserError as err:
             errors.append(err)
     for name, spec in fields.mapping(raw.get("profiles"), f"{where}: profiles").items():
@@ -202,8 +208,11 @@ def load(path: Path) -> Cluster:
     return cluster
 
 
-def _partition(name: str, spec: Any, where: str) -> Partition:
+def _partition(name: str, spec: Any, where: str, scheduler: str) -> Partition:
     part = fields.record(Partition, name, spec, where)
+    if part.max_time and adapter(scheduler).time_seconds(part.max_time) is None:
+        raise UserError(f"{where} max_time {part.max_time!r} is not a {scheduler} time limit; write it like "
+                        f"{adapter(scheduler).time_example} (UNLIMITED where there is none)")
     fields.choice(part.image, flavors.image_flavors(), f"{where} image")
     fields.choice(part.gpu_request, GPU_REQUESTS, f"{where} gpu_request")
     fields.constraint(part.constraint, f"{where} constraint")

@@ -41,8 +41,10 @@ def typed(value: Any, hint: Any, meta: Dict[str, Any], where: str) -> Any:
         if value < meta.get("min", value):
             raise UserError(f"{where} = {value} must be at least {meta['min']}")
     elif wanted is str:
-        if isinstance(value, int) and not isinstance(value, bool) and where.endswith(": time"):
-            raise UserError(f"{where} = {value}: YAML read an unquoted time as a number; quote it, e.g. time: \"12:00:00\"")
+        if isinstance(value, int) and not isinstance(value, bool) and where.endswith((": time", ": max_time")):
+            key = where.rsplit(": ", 1)[1]
+            raise UserError(f"{where} = {value}: YAML read an unquoted time as a number; quote it, e.g. "
+                            f"{key}: \"12:00:00\"")
         value = text(value, where)
     elif wanted is bool:
         value = flag(value, where)

@@ -37,4 +37,5 @@ def gpu_model(gpu_type: str) -> Tuple[str, Any]:
         if wanted == model.lower() or wanted in (alias.lower() for alias in spec.get("aliases", ())):
             return model, spec["capability"]
     raise UserError(f"gpu_type {gpu_type!r} is not a GPU model or alias of containers/flavors.yaml; use one of: "
-                    f"{', '.join(flavor_table()['gpus'])} (or add the model, or the site's name to its aliases, there)")
+                    f"{', '.join(flavor_table()['gpus'])} (a name only the site's scheduler uses goes in "
+                    f"scheduler_gpu_name; or add the site's name to the model's aliases there)")

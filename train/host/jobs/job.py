@@ -35,7 +35,9 @@ class Job:
     ranks_per_node: int
     tasks_per_node: int  # scheduler tasks per node: one per rank under srun/blaunch, one under Lightning
     cpus_per_task: int
-    mem_gb: int  # per node, however the profile gives it
+    # memory per node, however the profile gives it; whole_node: the partition's mem_per_node_gb; None where it is
+    # not known: no memory request (the site's default), or a whole node of unstated memory
+    mem_gb: Optional[int]
     time: str
     launch: str
     job_name: str
@@ -61,11 +63,14 @@ class Job:
     image_signed_from: str = ""  # a signed image: the sha256 of the build it was signed from
     image_parent_sha256: str = ""  # a derived image (images derive): the sha256 of the image it was built on
     signing: Policy = field(default_factory=Policy)  # require_signed and the allowed signers
-    gpu_type: str = ""  # the site's name of the GPU, for typed requests
+    gpu_type: str = ""  # the scheduler's name of the GPU, for typed requests (scheduler_gpu_name, else gpu_type)
     gpu_request: str = "count"
     gpu_mem_gb: int = 0  # the least memory each GPU must have (LSF gmem)
     mem_per_gpu_gb: Optional[int] = None  # the profile's own way to give memory, rendered as such
     mem_per_cpu_gb: Optional[int] = None
+    whole_node: bool = False  # all of each node's memory (Slurm --mem=0)
+    node_mem_gb: Optional[int] = None  # the partition's mem_per_node_gb, where the cluster file states it
+    cpu_bind: str = ""  # srun --cpu-bind
     hint: Optional[str] = None
     qos: str = ""
     constraint: str = ""  # the partition's features and the profile's, joined

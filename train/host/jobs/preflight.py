@@ -1,6 +1,6 @@
 """Checks run on every submission and on --dry-run: refuse, with the cause and the fix, any job that would
-hang, run N silent copies, be rejected by the scheduler, or run the wrong image. Nothing is queued before these pass."""
-import math
+hang, run N silent copies, be rejected by the scheduler, or run the wrong image. Nothing is queued before these pass.
+The rules about memory are in jobs/memory.py; time limits, CPU binding and typed GPU names in jobs/requests.py."""
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -11,7 +11,7 @@ from train.host.clusters import Cluster
 from train.host.clusters.flavors import driver_version, flavor_table, gpu_model
 from train.host.images import signing
 from train.host.images.store import base_flavor
-from train.host.jobs import config_check, reads
+from train.host.jobs import config_check, memory, reads, requests
 from train.host.jobs.job import Job
 from train.host.schedulers import SAFE_NAME, adapter
 from train.host.schedulers.launches import LAUNCHES
@@ -64,8 +64,6 @@ def fits_partition(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
             f"{where} asks for {job.gpus_per_node} GPUs per node but a node has {part.gpus_per_node}; "
             f"lower gpus_per_node or add nodes"
         )
-    if job.mem_gb > part.mem_per_node_gb:
-        raise UserError(f"{where} asks for {job.mem_gb} GB per node but a node has {part.mem_per_node_gb} GB; lower mem_gb")
     cpus, unit = _node_cpus(job, part)
     if job.cpus_per_task * job.tasks_per_node > cpus:
         raise UserError(
@@ -85,9 +83,6 @@ def gpus_as_asked(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     """What the profile asks of each GPU is something the partition's GPUs and the scheduler can give."""
     part = cluster.partition(job.partition)
     where = f"profile {job.profile!r} on {job.partition!r}"
-    if job.gpu_request.startswith("typed") and part.gpu_type in ("none", "fake"):
-        raise UserError(f"partition {job.partition!r} has gpu_request: {job.gpu_request} but no gpu_type to "
-                        f"name; set gpu_type to the scheduler's name of the GPU (e.g. a100)")
     if job.gpu_mem_gb and job.gpu_mem_gb > part.gpu_mem_gb:
         have = f"{part.gpu_mem_gb} GB GPUs" if part.gpu_mem_gb else "GPUs of unstated memory (gpu_mem_gb)"
         raise UserError(f"{where} needs GPUs with {job.gpu_mem_gb} GB but the partition has {have}; choose a "
@@ -98,7 +93,8 @@ def scheduler_can_express(job: Job, cluster: Cluster, run: cfg.RunConfig) -> Non
     for (key, value), fix in adapter(job.scheduler).unsupported.items():
         have = getattr(job, key)
         if have and (not value or have == value):
-            raise UserError(f"profile {job.profile!r}: {key}: {have} cannot be asked of {job.scheduler}; {fix}")
+            shown = str(have).lower() if isinstance(have, bool) else have  # as the cluster file writes it
+            raise UserError(f"profile {job.profile!r}: {key}: {shown} cannot be asked of {job.scheduler}; {fix}")
 
 
 def one_rank_per_gpu(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
@@ -140,18 +136,12 @@ def launcher_starts_every_rank(job: Job, cluster: Cluster, run: cfg.RunConfig) -
         raise UserError(f"{where} has launch: {shape.name} but no tasks; list them under tasks:")
 
 
-def time_limit_is_valid(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
-    scheduler = adapter(job.scheduler)
-    if not scheduler.time_format.match(job.time):
-        raise UserError(f"profile {job.profile!r}: time limit {job.time!r} is malformed; write it like "
-                        f"{scheduler.time_example}")
-
-
 def names_are_safe(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     # Directive lines are read by the scheduler, not a shell, so they cannot be quoted: refuse what needs quoting.
     typed = job.gpu_type if job.gpu_request.startswith("typed") else None
+    gpu_key = "scheduler_gpu_name" if cluster.partition(job.partition).scheduler_gpu_name else "gpu_type"
     for what, value in (("partition", job.queue or None), ("job name", job.job_name), ("account", job.account),
-                        ("qos", job.qos or None), ("reservation", job.reservation or None), ("gpu_type", typed)):
+                        ("qos", job.qos or None), ("reservation", job.reservation or None), (gpu_key, typed)):
         if value is not None and not SAFE_NAME.match(value):
             raise UserError(f"{what} {value!r} has characters a scheduler directive cannot carry; use letters, digits, '_.-+'")
 
@@ -197,24 +187,6 @@ def gpu_has_bf16(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
                         f"capability {capability}), which have no bf16; set trainer.precision=16-mixed, 32 or auto")
 
 
-def host_ram_fits(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
-    """Each rank on a node runs its main process plus num_workers dataloader workers, all in host RAM."""
-    data = run.data
-    ranks = processes_per_node(job)
-    need = host_ram_gb(job, run)
-    if need <= job.mem_gb:
-        return
-    node_gb = cluster.partition(job.partition).mem_per_node_gb
-    spare = job.mem_gb / ranks - data.rank_mem_gb
-    fix = f"raise mem_gb (the node has {node_gb} GB)"
-    if spare >= 0 and data.worker_mem_gb > 0:
-        fix = f"set data.num_workers={math.floor(spare / data.worker_mem_gb)} or fewer, or {fix}"
-    raise UserError(
-        f"host RAM: {ranks} rank(s) per node x ({data.rank_mem_gb:g} GB + {data.num_workers} dataloader workers x "
-        f"{data.worker_mem_gb:g} GB) needs {need:g} GB per node but the job has {job.mem_gb} GB; {fix}"
-    )
-
-
 def workers_have_cpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     cpus = job.cpus_per_task if job.tasks_per_node >= job.ranks_per_node else job.cpus_per_task // job.ranks_per_node
     if run.data.num_workers > cpus:
@@ -254,22 +226,17 @@ def image_missing(job: Job) -> Optional[UserError]:
 # What a profile asks of its cluster (check-cluster runs these for every profile), then what a run asks of it.
 CLUSTER_RULES: List[Callable] = [
     fits_partition,
+    memory.memory_fits_node,
+    memory.packed_tasks_share_memory,
     gpus_as_asked,
+    requests.typed_request_names_the_schedulers_gpu,
     scheduler_can_express,
     one_rank_per_gpu,
     launcher_starts_every_rank,
-    time_limit_is_valid,
+    requests.time_limit_is_valid,
+    requests.cpu_bind_is_valid,
     names_are_safe,
     image_can_drive_the_gpus,
     driver_runs_the_image,
 ]
-RULES: List[Callable] = CLUSTER_RULES + [gpu_has_bf16, host_ram_fits, workers_have_cpus]
-
-
-def processes_per_node(job: Job) -> int:
-    return job.tasks_per_node if job.tasks else job.ranks_per_node
-
-
-def host_ram_gb(job: Job, run: cfg.RunConfig) -> float:
-    """What the ranks and their dataloader workers take of one node's memory, as the run config estimates it."""
-    return processes_per_node(job) * (run.data.rank_mem_gb + run.data.num_workers * run.data.worker_mem_gb)
+RULES: List[Callable] = CLUSTER_RULES + [gpu_has_bf16, memory.host_ram_fits, workers_have_cpus]

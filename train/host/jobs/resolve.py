@@ -14,6 +14,7 @@ from train.host.clusters import Cluster, Partition, Profile
 from train.host.clusters.flavors import min_driver
 from train.host.clusters.signing_policy import policy
 from train.host.images import store
+from train.host.jobs import memory
 from train.host.jobs.job import Job, Task, job_name
 from train.host.schedulers import Scheduler, adapter
 from train.host.schedulers.launches import LAUNCHES, Launch
@@ -40,20 +41,21 @@ def resolve(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: L
         binds=bind_mounts(cluster, task_runs or [run], run_dir, user)  # packed: only the tasks run
         + (net.binds if net else []),
         entry="command" if run.command else "fit",
-        **shape_fields(profile, launch_of(profile, scheduler), run_dir),
+        **shape_fields(profile, part, launch_of(profile, scheduler), run_dir),
         **request_fields(cluster, profile, part, scheduler, user),
         **image_fields(image, image_flavor, profile.gpus_per_node, cluster, user),
         **environment_fields(cluster, profile, part, run, run_dir, user, net),
     )
 
 
-def shape_fields(profile: Profile, shape: Launch, run_dir: Path) -> Dict[str, Any]:
+def shape_fields(profile: Profile, part: Partition, shape: Launch, run_dir: Path) -> Dict[str, Any]:
     """How many processes start where: packed tasks, one task per rank, or one process per host."""
     tasks = independent_tasks(profile, run_dir) if shape.packed else []
     tasks_per_node = len(tasks) or (profile.ranks if shape.task_per_rank else 1)
     return dict(launch=shape.name, tasks=tasks, nodes=profile.nodes, gpus_per_node=profile.gpus_per_node,
                 ranks_per_node=1 if tasks else profile.ranks, tasks_per_node=tasks_per_node,
-                cpus_per_task=profile.cpus_per_task, mem_gb=node_memory_gb(profile, tasks_per_node))
+                cpus_per_task=profile.cpus_per_task, mem_gb=memory.node_memory_gb(profile, part, tasks_per_node),
+                whole_node=profile.whole_node, node_mem_gb=part.mem_per_node_gb)
 
 
 def request_fields(cluster: Cluster, profile: Profile, part: Partition, scheduler: Scheduler,
@@ -61,7 +63,8 @@ def request_fields(cluster: Cluster, profile: Profile, part: Partition, schedule
     """What the job asks of the scheduler besides its shape: queue, time, GPU type, QOS, account..."""
     return dict(
         partition=part.name, queue=part.scheduler_name, time=profile.time, directives=list(profile.directives),
-        gpu_type=part.gpu_type, gpu_request=part.gpu_request, gpu_mem_gb=profile.gpu_mem_gb,
+        gpu_type=part.scheduler_gpu_name or part.gpu_type,  # the scheduler's word, in typed requests
+        gpu_request=part.gpu_request, gpu_mem_gb=profile.gpu_mem_gb, cpu_bind=profile.cpu_bind,
         mem_per_gpu_gb=profile.mem_per_gpu_gb, mem_per_cpu_gb=profile.mem_per_cpu_gb, hint=profile.hint,
         qos=profile.qos, constraint=scheduler.constraint_join.join(filter(None, (part.constraint, profile.constraint))),
         reservation=profile.reservation, exclusive=profile.exclusive, account=user.get("account"),
@@ -105,15 +108,6 @@ def slingshot_of(cluster: Cluster, profile: Profile, part: Partition,
         return None
     return fabric.slingshot(part, lambda path: settings.expand(path, user, cluster.name), cluster.path,
                             f"profile {profile.name!r} ({profile.nodes} nodes)")
-
-
-def node_memory_gb(profile: Profile, tasks_per_node: int) -> int:
-    """Memory per node, however the profile gives it (per node, per GPU or per CPU); 1 GB when it gives none."""
-    if profile.mem_per_gpu_gb is not None:
-        return profile.mem_per_gpu_gb * profile.gpus_per_node
-    if profile.mem_per_cpu_gb is not None:
-        return profile.mem_per_cpu_gb * profile.cpus_per_task * tasks_per_node
-    return profile.mem_gb if profile.mem_gb is not None else 1
 
 
 def bind_mounts(cluster: Cluster, runs: List[cfg.RunConfig], run_dir: Path, user: Dict[str, Any]) -> List[str]:

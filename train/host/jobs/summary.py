@@ -1,10 +1,11 @@
 """The summary a user reads before a job is queued (and on a dry run): where, what shape, the effective batch, host
-RAM against the request, the image, the run directory, and each --set that replaced a profile's value."""
+RAM against the request (or the site's default), the image, the run directory, and each --set that replaced a
+profile's value."""
 from typing import Any, Dict
 
 from train import config as cfg
+from train.host.jobs import memory
 from train.host.jobs.job import Job
-from train.host.jobs.preflight import host_ram_gb
 
 
 def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any], batch_known: bool = True) -> str:
@@ -21,7 +22,7 @@ def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any], batch_know
             f"shape: {job.nodes} node(s) x {job.ranks_per_node} rank(s) = {job.total_ranks} rank(s), "
             f"{gpus} GPU(s), launch {job.launch}, time {job.time}",
             batch,
-            f"host RAM: about {host_ram_gb(job, run):g} GB per node of {job.mem_gb} GB requested",
+            memory.summary_line(job, run),
             f"image: {job.image} ({job.image_flavor}) sha256 {job.image_sha256}",
             f"run dir: {job.run_dir}",
         ]

@@ -5,7 +5,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Optional, Pattern, Tuple
+from typing import Dict, Optional, Tuple
 
 from train.errors import UserError
 
@@ -39,6 +39,7 @@ FINISHED = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIME
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # what may appear unquoted in a scheduler directive
 MODULE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/@-]*$")  # `module load NAME` (e.g. cuda/12.8)
 NOT_STARTED = frozenset({State.PENDING, State.CONFIGURING, State.UNKNOWN})
+SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")  # [D-]N[:N[:N]], read by time_seconds
 
 
 def run_or_refuse(cmd, what: str) -> str:
@@ -81,7 +82,11 @@ class Scheduler:
       unsupported      the profile/partition keys it cannot express, each with the fix the user is told.
       directive_prefix, short_options, option_groups, repeatable, option_keys
                        how its script lines hand options to it, for preflight's check of the rendered directives.
-      time_format, time_example, partition_word, job_id_var, hosts_var, constraint_join, follow_by_default,
+      time_seconds(), time_example, max_warning_s, warning_seconds()
+                       its time limits: read into seconds, bounds on the time-limit warning.
+      cpu_bind_problem()
+                       whether a profile's cpu_bind is a binding it understands.
+      partition_word, job_id_var, hosts_var, constraint_join, follow_by_default,
       test_script()    the remaining facts, each documented where it is declared below.
     """
 
@@ -90,9 +95,8 @@ class Scheduler:
     partition_word = "partition"  # what the cluster file's `partitions:` are called in this scheduler's manuals
     default_launch: str
     launches: Tuple[str, ...]  # launch shapes this scheduler can start
-    # sbatch --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
-    time_format: Pattern = re.compile(r"^\d+(:[0-5]\d){0,2}$|^\d+-(1?\d|2[0-3])(:[0-5]\d){0,2}$")
-    time_example = "04:00:00 or 1-12:00:00"
+    time_example = "04:00:00 or 1-12:00:00"  # a time limit as time_seconds() reads it, for messages
+    max_warning_s: Optional[int] = None  # the longest time-limit warning (grace_s) it can give; None: no bound
     follow_by_default = False  # --wait unless --no-wait
     requeue_command = ""  # how the batch shell puts its own job back in the queue ("": it cannot)
     job_id_var = "$$"  # the job's id, as the batch shell reads it
@@ -110,6 +114,39 @@ class Scheduler:
     def template_dir(self) -> Path:
         """The folder of this adapter's template: `templates/` beside the module that defines its class."""
         return Path(sys.modules[type(self).__module__].__file__).resolve().parent / "templates"
+
+    def time_seconds(self, text: str) -> Optional[int]:
+        """A time limit in this scheduler's own format as seconds; 0 for "no limit"; None where it is malformed.
+        The default reads sbatch --time, every form Slurm takes: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, and 0, -1,
+        INFINITE, UNLIMITED. The first field has any size (90 minutes is "90"; 36 hours "36:00:00"); the ones after
+        it are clock fields (minutes and seconds to 59, hours after a day to 23): Slurm would also add up 99:99:99,
+        which is a typo, not a time anyone means."""
+        if text.upper() in ("-1", "INFINITE", "UNLIMITED"):
+            return 0
+        found = SLURM_TIME.match(text)
+        if not found:
+            return None
+        days, first, *rest = found.groups()
+        numbers = [int(first)] + [int(n) for n in rest if n is not None]
+        if days is not None:  # D-H, D-H:M, D-H:M:S
+            hours, minutes, seconds = (numbers + [0, 0])[:3]
+            if hours > 23 or minutes > 59 or seconds > 59:
+                return None
+            return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+        if any(number > 59 for number in numbers[1:]):
+            return None
+        if len(numbers) == 3:  # H:M:S
+            return (numbers[0] * 60 + numbers[1]) * 60 + numbers[2]
+        return numbers[0] * 60 + (numbers[1] if len(numbers) == 2 else 0)  # M or M:S
+
+    def warning_seconds(self, grace_s: int) -> int:
+        """How long before the limit the warning comes, as the script renders grace_s (LSF: whole minutes)."""
+        return grace_s
+
+    def cpu_bind_problem(self, value: str) -> str:
+        """What is wrong with a profile's cpu_bind for this scheduler ("": nothing); one that cannot bind CPUs at
+        all lists cpu_bind in `unsupported` instead, with the fix."""
+        return f"cpu_bind {value!r} is not a binding {self.name} understands"
 
     def option(self, directive: str) -> str:
         """The option a directive sets, in one spelling: '-p gpu', '--partition=gpu' -> 'partition'."""

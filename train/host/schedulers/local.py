@@ -19,7 +19,7 @@ class Local(Scheduler):
     launches = ("lightning",)
     follow_by_default = True
     unsupported = {(key, ""): "this machine has no scheduler to ask; remove it"
-                   for key in ("qos", "constraint", "reservation", "exclusive", "hint")}
+                   for key in ("qos", "constraint", "reservation", "exclusive", "hint", "cpu_bind")}
 
     def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
         return ()  # no scheduler: the sweep's script runs the elements itself, at most cap at once

@@ -8,6 +8,8 @@ from typing import Dict, Optional, Tuple
 from train.errors import UserError
 from train.host.schedulers.base import Scheduler, State, run_or_refuse
 
+RUN_LIMIT = re.compile(r"^(?:(\d+):)?(\d+)(?:/[A-Za-z0-9_.-]+)?$")  # bsub -W [hour:]minute[/host]
+
 
 class Lsf(Scheduler):
     name = "lsf"
@@ -15,8 +17,7 @@ class Lsf(Scheduler):
     partition_word = "queue"
     default_launch = "lightning"
     launches = ("lightning", "blaunch")
-    time_format = re.compile(r"^\d+(:[0-5]\d)?$")  # bsub -W [hour:]minute
-    time_example = "4:00"
+    time_example = "4:00 or 36:00"
     # an array element is JOBID[index] (LSB_JOBINDEX is 0 or unset outside an array): brequeue JOBID would requeue all
     requeue_command = 'brequeue "$LSB_JOBID$([ "${LSB_JOBINDEX:-0}" = 0 ] || echo "[$LSB_JOBINDEX]")"'
     job_id_var = "$LSB_JOBID"
@@ -28,6 +29,11 @@ class Lsf(Scheduler):
         ("hint", ""): "LSF has no --hint; give cpus_per_task in the slots (cores) you want",
         ("gpu_request", "gres"): "LSF asks for GPUs with -gpu; use gpu_request: count or typed (gmodel=)",
         ("gpu_request", "typed-gres"): "LSF asks for GPUs with -gpu; use gpu_request: count or typed (gmodel=)",
+        # LSF documents no rusage[mem] value for "all of the host's memory" (Slurm's --mem=0)
+        ("whole_node", ""): "LSF has no request for all of a host's memory; give mem_gb (the host's memory, which "
+                            "rusage[mem] reserves), with exclusive: true for the host to yourself",
+        ("cpu_bind", ""): "LSF binds tasks to CPUs with an affinity[] requirement; remove cpu_bind and add a "
+                          "directive such as -R \"affinity[core(4)]\" (4 cores per task)",
     }
     repeatable = ("R",)  # LSF merges the sections of several -R strings
     option_keys = {"q": "partition", "P": "account (your settings file)", "gpu": "gpus_per_node, gpu_type, gpu_mem_gb",
@@ -50,6 +56,17 @@ class Lsf(Scheduler):
 
     def log_name(self, job_name: str) -> str:
         return f"{job_name}_%J.out"
+
+    def time_seconds(self, text: str) -> Optional[int]:
+        """bsub -W [hour:]minute[/host_name | /host_model]: minutes alone may pass 59 (210 is 3:30), after hours
+        they run to 59; a host's name normalizes the limit to that host's CPU factor: seconds on such a host."""
+        found = RUN_LIMIT.match(text)
+        if not found or (found.group(1) is not None and int(found.group(2)) > 59):
+            return None
+        return (int(found.group(1) or 0) * 60 + int(found.group(2))) * 60
+
+    def warning_seconds(self, grace_s: int) -> int:
+        return (grace_s + 59) // 60 * 60  # -wt takes whole minutes: the template rounds grace_s up
 
     def submit(self, script: Path, run_dir: Path) -> str:
         # `bsub < script`: only then does bsub read the #BSUB lines of the script.

@@ -11,6 +11,14 @@ from train.host.schedulers.base import Scheduler, State, run_or_refuse
 
 # sbatch's words when it is installed but no controller answers (this machine is no cluster's login node)
 SLURM_UNREACHABLE = ("Could not establish a configuration source", "Unable to contact slurm controller")
+# srun --cpu-bind=[{quiet|verbose},]<type> (srun(1)); the lists take an item*count repeat, masks are hexadecimal
+_IDS, _MASKS = r"\d+(\*\d+)?(,\d+(\*\d+)?)*", r"(0x)?[0-9a-fA-F]+(\*\d+)?(,(0x)?[0-9a-fA-F]+(\*\d+)?)*"
+_LDOMS = r"(0x[0-9a-fA-F]+|\d+)(,(0x[0-9a-fA-F]+|\d+))*"
+_BIND = (rf"(no|none|rank|rank_ldom|sockets|cores|threads|ldoms|map_cpu:{_IDS}|mask_cpu:{_MASKS}|map_ldom:{_LDOMS}"
+         rf"|mask_ldom:{_MASKS})")
+CPU_BIND = re.compile(rf"^(q|quiet|v|verbose)$|^((q|quiet|v|verbose),)?{_BIND}$")
+CPU_BIND_WORDS = ("none, cores, threads, sockets, ldoms, rank, rank_ldom, map_cpu:IDS, mask_cpu:MASKS, map_ldom:IDS, "
+                  "mask_ldom:MASKS, each optionally after verbose, (e.g. cores, verbose,cores, map_cpu:0,16,32,48)")
 
 
 class Slurm(Scheduler):
@@ -19,6 +27,7 @@ class Slurm(Scheduler):
     default_launch = "srun"
     launches = ("srun", "lightning", "independent")
     requeue_command = 'scontrol requeue "$SLURM_JOB_ID"'
+    max_warning_s = 65535  # sbatch --signal=B:USR1@sig_time: "an integer between 0 and 65535"
     job_id_var = "$SLURM_JOB_ID"
     hosts_var = "$SLURM_JOB_NODELIST"
     directive_prefix = "#SBATCH"
@@ -31,7 +40,7 @@ class Slurm(Scheduler):
                    "constraint": "constraint", "reservation": "reservation", "nodes": "nodes", "exclusive": "exclusive",
                    "gpus/gpus-per-node/gres": "gpus_per_node, and the partition's gpu_type and gpu_request",
                    "cpus-per-task": "cpus_per_task", "hint": "hint", "time": "time", "signal": "grace_s",
-                   "mem/mem-per-cpu/mem-per-gpu": "mem_gb, mem_per_gpu_gb or mem_per_cpu_gb",
+                   "mem/mem-per-cpu/mem-per-gpu": "mem_gb, mem_per_gpu_gb, mem_per_cpu_gb or whole_node",
                    "mail-type": "notify", "mail-user": "email (your settings file)"}
 
     # scontrol and sacct show a job's flags in place of its base state (slurm's job_state_string)
@@ -55,6 +64,11 @@ class Slurm(Scheduler):
 
     def log_name(self, job_name: str) -> str:
         return "job-%j.out"
+
+    def cpu_bind_problem(self, value: str) -> str:
+        if CPU_BIND.match(value):
+            return ""
+        return f"cpu_bind {value!r} is not one of srun's --cpu-bind values; use one of: {CPU_BIND_WORDS}"
 
     def test_script(self, script: Path) -> Optional[Tuple[bool, str]]:
         if not shutil.which("sbatch"):

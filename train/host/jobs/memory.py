@@ -1,0 +1,88 @@
+"""A job's memory: how the profile asks for it (per node, per GPU, per CPU, all of each node's with `whole_node`, or
+not at all, which leaves it to the site's default), what the job then gets per node (`Job.mem_gb`: a number where
+one is known, None where not; nothing here makes one up), and preflight's checks of it against the node and
+against what the ranks and their dataloader workers need; the summary's line about it."""
+import math
+from typing import Optional
+
+from train import config as cfg
+from train.errors import UserError
+from train.host.clusters import Cluster, Partition, Profile
+from train.host.jobs.job import Job
+
+
+def node_memory_gb(profile: Profile, part: Partition, tasks_per_node: int) -> Optional[int]:
+    """Memory per node, however the profile gives it; a whole node's is the partition's mem_per_node_gb (None where
+    the cluster file does not state it); None where the profile asks for none (the site's default)."""
+    if profile.whole_node:
+        return part.mem_per_node_gb
+    if profile.mem_per_gpu_gb is not None:
+        return profile.mem_per_gpu_gb * profile.gpus_per_node
+    if profile.mem_per_cpu_gb is not None:
+        return profile.mem_per_cpu_gb * profile.cpus_per_task * tasks_per_node
+    return profile.mem_gb
+
+
+def memory_key(job: Job) -> str:
+    """The profile key the job's memory came from, for the fix a message names."""
+    if job.whole_node:
+        return "whole_node"
+    return "mem_per_gpu_gb" if job.mem_per_gpu_gb else "mem_per_cpu_gb" if job.mem_per_cpu_gb else "mem_gb"
+
+
+def memory_fits_node(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+    if job.whole_node or job.mem_gb is None or job.node_mem_gb is None or job.mem_gb <= job.node_mem_gb:
+        return
+    raise UserError(f"profile {job.profile!r} on {job.partition!r} asks for {job.mem_gb} GB per node but a node has "
+                    f"{job.node_mem_gb} GB; lower {memory_key(job)}")
+
+
+def packed_tasks_share_memory(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+    """Packed tasks each ask srun for their share of the job's memory (else each step takes all of it and they run
+    one after another): the share needs the job's memory as a number the site grants exactly."""
+    if not job.tasks or (job.mem_gb is not None and not job.whole_node):
+        return
+    given = "whole_node, whose exact size only the scheduler knows" if job.whole_node else "no memory"
+    raise UserError(f"profile {job.profile!r} packs {len(job.tasks)} tasks, each given its share of the job's memory, "
+                    f"but asks for {given}; set mem_gb (per node) or mem_per_gpu_gb")
+
+
+def processes_per_node(job: Job) -> int:
+    return job.tasks_per_node if job.tasks else job.ranks_per_node
+
+
+def host_ram_gb(job: Job, run: cfg.RunConfig) -> float:
+    """What the ranks and their dataloader workers take of one node's memory, as the run config estimates it."""
+    return processes_per_node(job) * (run.data.rank_mem_gb + run.data.num_workers * run.data.worker_mem_gb)
+
+
+def host_ram_fits(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+    """Each rank on a node runs its main process plus num_workers dataloader workers, all in host RAM: checked
+    against the job's memory, or, with no request, the node's (the site's default gives no more)."""
+    data, ranks, need = run.data, processes_per_node(job), host_ram_gb(job, run)
+    have = job.mem_gb if job.mem_gb is not None else job.node_mem_gb
+    if have is None or need <= have:
+        return  # nothing known to check against: the summary says so
+    requested = job.mem_gb is not None and not job.whole_node
+    node = f" (the node has {job.node_mem_gb} GB)" if job.node_mem_gb else ""
+    fix = f"raise {memory_key(job)}{node}" if requested else "choose a partition with more memory per node"
+    spare = have / ranks - data.rank_mem_gb
+    if spare >= 0 and data.worker_mem_gb > 0:
+        fix = f"set data.num_workers={math.floor(spare / data.worker_mem_gb)} or fewer, or {fix}"
+    holder = ("the job has" if requested else "a whole node has" if job.whole_node
+              else "a node (the site's default at most) has")
+    raise UserError(
+        f"host RAM: {ranks} rank(s) per node x ({data.rank_mem_gb:g} GB + {data.num_workers} dataloader workers x "
+        f"{data.worker_mem_gb:g} GB) needs {need:g} GB per node but {holder} {have} GB; {fix}"
+    )
+
+
+def summary_line(job: Job, run: cfg.RunConfig) -> str:
+    """The summary's line: the estimate against what the job gets, or what it leaves to the site."""
+    estimate = f"host RAM: about {host_ram_gb(job, run):g} GB per node"
+    node = f"a node has {job.node_mem_gb} GB" if job.node_mem_gb else "the cluster file states no mem_per_node_gb"
+    if job.whole_node:
+        return f"{estimate} of a whole node's memory (whole_node: {node})"
+    if job.mem_gb is None:
+        return f"{estimate}; memory is the site's default (no memory request; {node})"
+    return f"{estimate} of {job.mem_gb} GB requested"
