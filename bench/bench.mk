@@ -1,8 +1,12 @@
-# Included from the Makefile (`-include bench/bench.mk`): `make bench` measures every strategy on this machine, and
-# the demo's epoch time with four 1-CPU ranks against one alone, before and after per-rank threads (bench-threads).
-.PHONY: bench bench-threads
-bench: venv bench-threads
+# Included from the Makefile (`-include bench/bench.mk`): `make bench` measures every strategy on this machine, the
+# demo's epoch time with four 1-CPU ranks against one alone, before and after per-rank threads (bench-threads), and
+# a 1000-element sweep's preparation and status on the test Slurm cluster (bench-sweeps).
+.PHONY: bench bench-threads bench-sweeps
+bench: venv bench-threads bench-sweeps
 	USE_LIBUV=0 $(PY) -m train bench
+bench-sweeps: venv slurm
+	bash tests/slurm/cluster.sh status >/dev/null 2>&1 || bash tests/slurm/cluster.sh start
+	$(PY) bench/sweep_scale.py
 bench-threads: venv $(DEMO_DATA)/cifar-100-python/meta
 	$(PY) bench/rank_threads.py --data $(DEMO_DATA)
 

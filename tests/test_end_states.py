@@ -14,8 +14,8 @@ import pytest
 from conftest import ROOT
 
 from train.errors import UserError
-from train.host.runs.commands import print_status
 from train.host.runs import causes, ending, segments
+from train.host.runs.commands import print_status
 from train.host.schedulers import Lsf, Slurm, State
 
 FORGOTTEN = {"state": State.UNKNOWN, "gone": True}  # scontrol: Invalid job id specified (past MinJobAge)
@@ -231,6 +231,24 @@ def test_slurm_reads_sacct_for_a_job_and_for_an_array_element_that_never_started
         assert said["state"] == State.CANCELLED and said["nodes"] == nodes, (job_id, said)
         assert said["said"].startswith("sacct: CANCELLED by uid 0"), said
     assert slurm.accounting("9_4") is None and slurm.accounting("8") is None
+
+
+def test_a_sweeps_status_asks_slurm_once_for_the_whole_array(tmp_path, monkeypatch):
+    """One scontrol (the elements not started yet are one line) and one sacct answer every element."""
+    fake_commands(tmp_path, monkeypatch,
+                  scontrol='echo call >> "$CALLS"; printf "JobId=10 ArrayJobId=9 ArrayTaskId=0 JobState=RUNNING '
+                           'ExitCode=0:0 NodeList=n1\\nJobId=9 ArrayJobId=9 ArrayTaskId=2-4%%2 JobState=PENDING '
+                           'Reason=JobArrayTaskLimit ExitCode=0:0 NodeList=\\n"',
+                  sacct='echo call >> "$CALLS"; printf "9_1|CANCELLED by 0|0:15|n2\\n"')
+    monkeypatch.setenv("CALLS", str(tmp_path / "calls"))
+    from train.host.runs.sweep_state import ArrayView
+
+    view = ArrayView(Slurm(), {"array_job_id": "9", "elements": [{"job_id": f"9_{i}"} for i in range(6)]})
+    assert [view.state(f"9_{i}")["state"] for i in range(6)] == [
+        State.RUNNING, State.UNKNOWN, State.PENDING, State.PENDING, State.PENDING, State.UNKNOWN]
+    assert view.state("9_3")["reason"] == "JobArrayTaskLimit" and view.state("9_1")["gone"]
+    assert view.accounting("9_1")["said"].startswith("sacct: CANCELLED") and view.accounting("9_5") is None
+    assert (tmp_path / "calls").read_text().count("call") == 2
 
 
 def test_slurm_tells_a_forgotten_job_from_a_controller_that_does_not_answer(tmp_path, monkeypatch):

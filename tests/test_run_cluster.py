@@ -171,3 +171,44 @@ def test_rerun_applies_and_records_extra_set_values(store, tmp_path, monkeypatch
     sub = seen["sub"]
     assert sub.run.trainer.max_epochs == 7 and sub.overrides == ["trainer.max_epochs=7"] and sub.rerun_of == "old"
     assert sub.job.image_sha256 == record.sha256 and sub.job.profile == "cpu_1proc"
+
+
+def test_runs_go_to_the_run_root_of_the_settings_or_cluster_file_and_are_found_by_id(store, tmp_path, monkeypatch,
+                                                                                      capsys):
+    """`runs:` (the user's settings over the cluster file, ${scratch} filled in) is where a run directory goes;
+    status, logs and --rerun then find the run by its id alone. The checkout's runs/ with a scratch set is warned."""
+    from train.host import cli
+    from train.host.schedulers import SCHEDULERS
+
+    monkeypatch.delenv("CT_RUNS_DIR")
+    monkeypatch.setattr(SCHEDULERS["local"], "submit", lambda script, run_dir: "4242")
+    scratch = tmp_path / "scratch"
+    (store / "settings.yaml").write_text(f"scratch: {scratch}\n")
+    assert cli.main(["local", "cpu_1proc", "demo", "--dry-run", "--run-id", "home"]) == 0
+    out, err = capsys.readouterr()
+    assert f"run dir: {ROOT / 'runs' / 'home'}" in out and "inside the checkout" in err and "runs: ${scratch}" in err
+    cluster = tmp_path / "lab.yaml"
+    cluster.write_text((ROOT / "clusters" / "local.yaml").read_text() + "runs: ${scratch}/lab-runs\n")
+    assert cli.main([str(cluster), "cpu_1proc", "demo", "--dry-run", "--run-id", "lab"]) == 0
+    out, err = capsys.readouterr()
+    assert f"run dir: {scratch / 'lab-runs' / 'lab'}" in out and "inside the checkout" not in err
+    (store / "settings.yaml").write_text(f"scratch: {scratch}\nruns: ${{scratch}}/mine\n")
+    assert cli.main(["local", "cpu_1proc", "demo", "--run-id", "by-id", "--no-wait", "--stale-image-ok"]) == 0
+    assert (scratch / "mine" / "by-id" / "manifest.json").is_file()
+    capsys.readouterr()
+    assert cli.main(["status", "by-id"]) == 0 and capsys.readouterr().out.startswith("by-id: local job 4242")
+    assert cli.main(["status", "no-such-id"]) == 2 and f"no run 'no-such-id' in" in capsys.readouterr().err
+
+
+def test_a_profile_made_for_one_experiment_runs_it_by_default_and_names_it_beside_another(store, tmp_path, capsys):
+    from train.host import cli
+
+    for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
+        (tmp_path / "experts" / arch).mkdir(parents=True)
+    (store / "settings.yaml").write_text(f"experts: {tmp_path / 'experts'}\n")
+    assert cli.main(["slurm-4gpu", "fusion_4gpu", "--dry-run", "--run-id", "own"]) == 0
+    out, err = capsys.readouterr()
+    assert "--job-name=cifar100_fusion" in out and "made for" not in err
+    cli.main(["slurm-4gpu", "fusion_4gpu", "demo", "--dry-run", "--run-id", "other"])
+    assert "profile fusion_4gpu is made for experiment cifar100_fusion, not demo; leave the experiment out" in \
+        capsys.readouterr().err

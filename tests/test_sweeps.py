@@ -75,6 +75,7 @@ def test_array_scripts_pick_their_element_and_cap_it(store, capsys):
 def test_queued_sweep_records_every_element_and_status_is_one_table(store, capsys, monkeypatch):
     slurm = SCHEDULERS["slurm"]
     monkeypatch.setattr(type(slurm), "submit", lambda self, script, run_dir: "77")
+    monkeypatch.setattr(type(slurm), "array_states", lambda self, array_id: None)  # ask per element
     monkeypatch.setattr(type(slurm), "state", lambda self, job_id, run_dir=None: {
         "state": State.COMPLETED if job_id == "77_0" else State.PENDING})
     assert cli.main(["ci-slurm", "n1_gpu1", "demo", *SWEEP, "--run-id", "sw", "--no-wait"]) == 0
@@ -101,6 +102,7 @@ def test_resume_of_a_sweep_resumes_the_elements_that_did_not_complete(store, cap
     slurm = SCHEDULERS["slurm"]
     ended = {"77_0": State.COMPLETED, "77_1": State.FAILED, "77_2": State.TIMEOUT}
     monkeypatch.setattr(type(slurm), "submit", lambda self, script, run_dir: "88" if "e" in run_dir.name else "77")
+    monkeypatch.setattr(type(slurm), "array_states", lambda self, array_id: None)  # ask per element
     monkeypatch.setattr(type(slurm), "state", lambda self, job_id, run_dir=None: {
         "state": ended.get(job_id, State.PENDING)})
     monkeypatch.setattr(type(slurm), "accounting", lambda self, job_id: None)  # not the test cluster's jobs 77_*
@@ -120,6 +122,7 @@ def test_resume_of_a_sweep_resumes_the_elements_that_did_not_complete(store, cap
 def test_a_sweep_file_lists_the_runs(store, capsys, monkeypatch, tmp_path):
     slurm = SCHEDULERS["slurm"]
     monkeypatch.setattr(type(slurm), "submit", lambda self, script, run_dir: "77")
+    monkeypatch.setattr(type(slurm), "array_states", lambda self, array_id: None)  # ask per element
     monkeypatch.setattr(type(slurm), "state", lambda self, job_id, run_dir=None: {"state": State.PENDING})
     runs = tmp_path / "runs.yaml"
     runs.write_text("runs:\n  - {optim.lr: 0.1, model.params.width: 4}\n  - {optim.lr: 0.05}\n")

@@ -12,7 +12,7 @@ from train.errors import UserError
 from train.host import clusters, project, settings
 from train.host.clusters import Cluster, Profile
 from train.host.jobs import preflight
-from train.host.jobs.build import Site, job_of
+from train.host.jobs.build import Site, experiment_config, job_of
 from train.host.jobs.resolve import launch_of, run_config
 from train.host.schedulers import adapter
 
@@ -41,6 +41,8 @@ def check_cluster(name_or_path: str, scheduler_check: bool = True) -> Tuple[List
 def check_profile(site: Site, profile: Profile, tmp: Path, scheduler_check: bool) -> Tuple[List[str], List[str]]:
     cluster = site.cluster
     try:
+        if profile.experiment:
+            experiment_config(profile.experiment)  # the experiment it is made for exists
         shape = launch_of(profile, adapter(cluster.scheduler))
         run = run_config(cfg.read(project.EXPERIMENTS / f"{EXPERIMENT}.yaml"), {}, profile, shape, tmp / profile.name)
         job, _, script = job_of(site, profile, run, None, cluster.partition(profile.partition).image)

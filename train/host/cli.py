@@ -25,18 +25,17 @@ from typing import Callable, Dict, List, Optional
 from train.errors import UserError, raise_all
 from train.host import runs
 from train.host.images.locations import run_image
-from train.host.jobs.build import Request, Site, build
+from train.host.jobs.build import DEFAULT_EXPERIMENT, Request, Site, build
 from train.host.runs.queue import one_run, show_and_queue
 from train.host.usage import Parser
-
-DEFAULT_EXPERIMENT = "cifar100_resnet"
 
 
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog="run-cluster", description=__doc__.split("\n\n")[0])
     p.add_argument("cluster", nargs="?", help="a name in clusters/ or the path of a cluster YAML file")
     p.add_argument("profile", nargs="?", help="a profile of that cluster")
-    p.add_argument("experiment", nargs="?", help=f"a name in experiments/ or a YAML path (default {DEFAULT_EXPERIMENT})")
+    p.add_argument("experiment", nargs="?", help="a name in experiments/ or a YAML path (default: the profile's own "
+                                                  f"experiment, else {DEFAULT_EXPERIMENT})")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set trainer.max_epochs=5 (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="check and print the job and its script; submit nothing")
@@ -139,9 +138,9 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
 
 
 def refuse_mixed(args, command: Optional[List[str]]) -> None:
-    if (args.sweeps or args.sweep_file or args.max_parallel) and (args.rerun or args.first_to_start):
+    if (args.sweeps or args.sweep_file or args.max_parallel is not None) and (args.rerun or args.first_to_start):
         raise UserError("--sweep starts new runs; --rerun and --first-to-start take none")
-    if args.max_parallel and not (args.sweeps or args.sweep_file):
+    if args.max_parallel is not None and not (args.sweeps or args.sweep_file):
         raise UserError("--max-parallel caps a sweep; add --sweep KEY=V1,V2,...")
     if command and (args.rerun or args.first_to_start):
         raise UserError("a command after -- starts a new run; --rerun and --first-to-start take none")
@@ -152,7 +151,7 @@ def request(args, profile: str, experiment: Optional[str], **recorded) -> Reques
     default experiment."""
     asked = dict(overrides=list(args.overrides), run_id=args.run_id, flavor=args.flavor, dry_run=args.dry_run,
                  stale_image_ok=args.stale_image_ok, command=args.command, dev=args.dev)
-    return Request(profile, experiment or (None if args.command else DEFAULT_EXPERIMENT), **{**asked, **recorded})
+    return Request(profile, experiment, **{**asked, **recorded})
 
 
 def split_command(argv: List[str]):
@@ -185,7 +184,7 @@ def first_to_start(args, site: Site) -> int:
     """Seed 004's hybrid: queue two shapes of the same training, keep whichever the scheduler starts first."""
     from train.host.runs.race import race_plan
 
-    experiment = args.profile or args.experiment or DEFAULT_EXPERIMENT
+    experiment = args.profile or args.experiment  # None: each profile's own, else the default
     subs = [build(site, request(args, name, experiment, run_id=None)) for name in args.first_to_start]
     return show_and_queue(race_plan(subs, args.first_to_start, args.timeout), args.dry_run, False, args.timeout)
 
@@ -197,7 +196,8 @@ def rerun(args) -> int:
     if extra:
         raise UserError(f"--rerun takes the run's own cluster, profile and image; drop {', '.join(extra)} "
                         f"(or submit anew without --rerun)")
-    manifest = runs.read_manifest(Path(args.rerun))
+    args.rerun = runs.find(args.rerun)
+    manifest = runs.read_manifest(args.rerun)
     site = Site.load(manifest["cluster_file"])
     record = run_image(manifest, f"the image of {args.rerun}", site.image_store)
     # The run's config.yaml already holds every override it was submitted with; new ones go on top.

@@ -20,17 +20,20 @@ def images_dir(*configured: Optional[str]) -> Path:
     return Path(chosen).expanduser() if chosen else ROOT / "images"
 
 
-def runs_dir() -> Path:
-    return Path(os.environ.get("CT_RUNS_DIR", ROOT / "runs"))
+def runs_dir(*configured: Optional[str]) -> Path:
+    """Where run directories go: $CT_RUNS_DIR, else the first root configured (the user's settings `runs:`, then the
+    cluster file's, usually on scratch), else runs/ of this checkout."""
+    chosen = os.environ.get("CT_RUNS_DIR") or next((c for c in configured if c), None)
+    return Path(chosen).expanduser() if chosen else ROOT / "runs"
 
 
-def run_dir_for(run_id: str) -> Path:
+def run_dir_for(run_id: str, root: Optional[Path] = None) -> Path:
     """runs/<run_id>, refusing an id that could leave runs/ or break the script it is written into."""
     if not RUN_ID.match(run_id):
         shown = run_id if len(run_id) <= 60 else run_id[:60] + "..."
         raise UserError(f"run id {shown!r} must be 1-120 letters, digits, '.', '_' or '-' (starting with a letter "
                         f"or digit); choose another --run-id")
-    return (runs_dir() / run_id).resolve()
+    return ((root or runs_dir()) / run_id).resolve()
 
 
 def git_state() -> Dict[str, object]:

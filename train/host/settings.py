@@ -23,7 +23,7 @@ def path() -> Path:
     return base / "cluster-train" / "settings.yaml"
 
 
-BUILT_IN = ("email", "account", "modules", "images", "require_signed", "signers", "clusters")  # every other key is a value cluster files refer to
+BUILT_IN = ("email", "account", "modules", "images", "runs", "require_signed", "signers", "clusters")  # every other key is a value cluster files refer to
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 
 

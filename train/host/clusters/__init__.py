@@ -90,6 +90,7 @@ class Profile:
     cpu_bind: str = ""  # how srun binds each task to CPUs (--cpu-bind=cores); "": the site's default
     launch: Optional[str] = None  # srun | lightning | blaunch | independent; default from the scheduler
     description: str = ""
+    experiment: str = ""  # the experiment this profile is made for (packed tasks, a seed's shape): the default
     trainer: Dict[str, Any] = field(default_factory=dict)  # forced onto the run config
     data: Dict[str, Any] = field(default_factory=dict)
     env: Dict[str, str] = field(default_factory=dict)
@@ -124,6 +125,8 @@ class Cluster:
     modules: List[str] = field(default_factory=list)  # `module load` before the job starts (e.g. apptainer)
     module_init: str = ""  # the module system's init script, where a batch shell starts without `module`
     images: str = ""  # the image store this cluster's users share (a group directory); "": each user's own
+    runs: str = ""  # where run directories go, e.g. ${scratch}/cluster-train/runs; "": the checkout's runs/
+    max_array_size: Optional[int] = None  # the site's job-array limit (Slurm MaxArraySize); default: the scheduler's
     require_signed: bool = False  # run only images signed by a key of the user's keyring (train/host/images/signing.py)
     signers: List[str] = field(default_factory=list)  # ... and, if given, only by these key fingerprints
     binds: List[str] = field(default_factory=list)
@@ -185,6 +188,8 @@ def load(path: Path) -> Cluster:
         modules=fields.texts(raw.get("modules"), f"{where}: modules"),
         module_init=fields.text(raw.get("module_init", ""), f"{where}: module_init"),
         images=fields.text(raw.get("images", ""), f"{where}: images"),
+        runs=fields.text(raw.get("runs", ""), f"{where}: runs"),
+        max_array_size=fields.typed(raw.get("max_array_size"), Optional[int], {"min": 1}, f"{where}: max_array_size"),
         require_signed=signing_policy.flag(raw.get("require_signed", False), where),
         signers=signing_policy.fingerprints(raw.get("signers"), where),
     )

@@ -1,13 +1,14 @@
 """The one job builder: a `Site` (the cluster file and the user's settings, loaded once per command) and a typed
 `Request` (a new run, a rerun, a resume, a sweep element, a scaling job) become one checked `Submission` (the Job,
 its script, the summary, the warnings). Nothing is written here: train/host/runs/queue.py writes and submits it."""
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from train import config as cfg
-from train.errors import UserError
+from train.errors import UserError, UserErrors
 from train.host import clusters, project, settings
 from train.host.clusters import Cluster, Profile
 from train.host.images import locations, store
@@ -15,11 +16,12 @@ from train.host.images.content_key import stale_inputs
 from train.host.jobs import code_snapshot, config_check, preflight, user_code
 from train.host.jobs.job import Job, new_run_id
 from train.host.jobs.render import render
-from train.host.jobs.summary import summary as job_summary
 from train.host.jobs.resolve import independent_tasks, launch_of, resolve, run_config, task_configs
+from train.host.jobs.summary import summary as job_summary
 from train.host.schedulers import adapter
 from train.registry import unknown_name
 
+DEFAULT_EXPERIMENT = "cifar100_resnet"  # where neither the command line nor the profile names one
 DERIVED = ("trainer.devices", "trainer.num_nodes", "output_dir")
 PROFILE_KEYS = {f.name for f in dataclasses.fields(Profile)} - {"name", "trainer", "data", "description"}
 
@@ -30,6 +32,8 @@ class Site:
 
     cluster: Cluster
     user: Dict[str, Any]
+    checked_images: Dict[Tuple[str, bool], Any] = field(default_factory=dict, compare=False)
+    experiments: Dict[Path, Dict[str, Any]] = field(default_factory=dict, compare=False)
 
     @classmethod
     def load(cls, name_or_path: str) -> "Site":
@@ -39,6 +43,49 @@ class Site:
     @property
     def image_store(self) -> Path:
         return locations.cluster_store(self.cluster, self.user)
+
+    @property
+    def runs_root(self) -> Path:
+        """Where this cluster's runs go: $CT_RUNS_DIR, your settings' `runs:`, the cluster file's (usually
+        ${scratch}/...), else the checkout's runs/."""
+        configured = []
+        for where, value in (("your settings", self.user.get("runs")), (self.cluster.path, self.cluster.runs)):
+            path = Path(settings.expand(str(value), self.user, self.cluster.name)).expanduser() if value else None
+            if path and not path.is_absolute():
+                raise UserError(f"runs: {value!r} in {where} is not an absolute path; write it like "
+                                f"runs: ${{scratch}}/cluster-train/runs")
+            configured.append(str(path) if path else None)
+        return project.runs_dir(*configured)
+
+    def runs_root_warnings(self) -> List[str]:
+        """Run directories in the checkout (usually a home directory with a small quota) where the user has a
+        scratch directory: sites ask that job I/O stay off home."""
+        root = self.runs_root.resolve()
+        if "scratch" not in self.user or not (root == project.ROOT or project.ROOT in root.parents):
+            return []
+        return [f"warning: runs go to {root}, inside the checkout (home quotas are small and sites keep job I/O off "
+                f"them); set runs: ${{scratch}}/cluster-train/runs in {self.cluster.path} or your settings"]
+
+    def experiment(self, path: Path) -> Dict[str, Any]:
+        """An experiment file's mapping, read once per command (a sweep's elements share it); each caller gets its
+        own copy to resolve."""
+        if path not in self.experiments:
+            self.experiments[path] = cfg.read(path)
+        return copy.deepcopy(self.experiments[path])
+
+    def stale_warnings(self, image: Optional[store.ImageRecord], allowed: bool) -> List[str]:
+        """stale_image, once per image and command: a sweep's thousand elements share one image, and comparing its
+        content key with the checkout's hashes every file of the train package."""
+        key = (image.sha256 if image else "", allowed)
+        if key not in self.checked_images:
+            try:
+                self.checked_images[key] = stale_image(image, allowed)
+            except UserError as err:
+                self.checked_images[key] = err
+        found = self.checked_images[key]
+        if isinstance(found, UserError):
+            raise found
+        return list(found)
 
 
 @dataclass
@@ -80,15 +127,29 @@ class Submission:
 
 
 def build(site: Site, request: Request) -> Submission:
-    """Everything up to submission, in one pass; raises UserError (and writes nothing) on any bad input or check."""
+    """Everything up to submission, in one pass; raises UserError (and writes nothing) on any bad input or check.
+    A profile made for another experiment than the one named says so first, as a warning or beside the errors."""
+    profile = site.cluster.profile(request.profile)
+    try:
+        sub = build_on(site, profile, request)
+    except UserError as err:
+        mismatch = not_its_experiment(profile, request)
+        if mismatch:
+            raise UserErrors([UserError(mismatch), err]) from None
+        raise
+    sub.warnings[:0] = [f"warning: {line}" for line in filter(None, [not_its_experiment(profile, request)])]
+    return sub
+
+
+def build_on(site: Site, profile: Profile, request: Request) -> Submission:
     cluster = site.cluster
     user_set = user_overrides(request.overrides, cluster.path)
-    profile = cluster.profile(request.profile)
     shape = launch_of(profile, adapter(cluster.scheduler))
     run_id = request.run_id if request.run_id is not None else new_run_id(cluster.name, profile.name)
-    run_dir = request.run_dir or project.run_dir_for(run_id)
-    config_file = experiment_config(request.experiment) if request.experiment else None
-    raw = user_code.experiment_raw(cfg.read(config_file) if config_file else {}, request.command, request.dev,
+    run_dir = request.run_dir or project.run_dir_for(run_id, site.runs_root)
+    named = request.experiment or (None if request.command else profile.experiment or DEFAULT_EXPERIMENT)
+    config_file = experiment_config(named) if named else None
+    raw = user_code.experiment_raw(site.experiment(config_file) if config_file else {}, request.command, request.dev,
                                    config_file.resolve().parent if config_file else Path.cwd())
     run = run_config(raw, user_set, profile, shape, run_dir)
     code = user_code.prepare_code(run, shape, request.recorded_code, request.code_from)
@@ -117,7 +178,8 @@ def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str
     image, warnings = request.image, []
     if image is None:  # a new run takes the current image; a rerun or resume, the one it recorded
         image = store.current(flavor, site.image_store)
-        warnings = stale_image(image, request.stale_image_ok or request.dev or request.dry_run)
+        warnings = site.stale_warnings(image, request.stale_image_ok or request.dev or request.dry_run)
+    warnings += site.runs_root_warnings() if request.run_dir is None else []
     job, task_runs, script = job_of(site, profile, run, image, flavor)
     read = code.read if code else None
     warnings += preflight.check(job, site.cluster, run, task_runs, user_set, script,
@@ -128,6 +190,16 @@ def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str
     experiment = str(config_file) if config_file else "(command line)"
     return Submission(job, run, script, summary, experiment, list(request.overrides), task_runs, warnings,
                       request.rerun_of, code)
+
+
+def not_its_experiment(profile: Profile, request: Request) -> str:
+    """A profile made for one experiment (packed tasks, a seed's shape) asked to run another by name."""
+    if not profile.experiment or not request.experiment or request.run_dir or request.rerun_of:
+        return ""
+    if Path(request.experiment).stem == profile.experiment:
+        return ""
+    return (f"profile {profile.name} is made for experiment {profile.experiment}, not {request.experiment}; leave "
+            f"the experiment out to run its own")
 
 
 def experiment_config(name: str) -> Path:

@@ -1,5 +1,6 @@
 """Render a Job into its scheduler's script: the template the adapter names (train/host/schedulers/templates/ for the
 built-in ones), which includes the shared partials of that folder."""
+import functools
 import re
 import shlex
 from pathlib import Path
@@ -29,6 +30,7 @@ def render(job: Job) -> str:
                            forward_patterns="|".join(FORWARDED + sorted(job.env)), fabric=fabric)
 
 
+@functools.lru_cache(maxsize=None)  # one per template folder: compiling the templates is most of a render's time
 def environment(own: Optional[Path] = None):
     """The templates' Jinja environment: every value reaching a script goes through `| q` (or `| env_word`). `own`:
     an adapter's template folder, searched first, so that an adapter defined outside train/host/schedulers/ still

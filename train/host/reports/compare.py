@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from train.errors import UserError
+from train.host import runs
 from train.host.reports.run_facts import (
     Run, code_version, differing, flat, load_run, lower_is_better, short_digest, show)
 from train.host.usage import Parser
@@ -55,6 +56,6 @@ def compare(paths: Sequence[Path]) -> str:
 def main(argv: List[str]) -> int:
     p = Parser(prog="run-cluster compare", description="what differs between runs (config keys, image, code) and "
                                                         "their metrics, as one table")
-    p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    p.add_argument("run_dirs", nargs="+", type=runs.find, metavar="RUN_DIR", help="run directories or ids")
     print(compare(p.parse_args(argv).run_dirs))
     return 0

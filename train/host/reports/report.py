@@ -26,7 +26,7 @@ DEFAULT_METRIC = re.compile(r"^(best|final)_.*val")  # best_val_acc, final_val_l
 
 def main(argv: List[str]) -> int:
     p = Parser(prog="run-cluster report", description=__doc__.split("\n\n")[0])
-    p.add_argument("path", type=Path, help="a run directory (runs/<id>) or a directory of runs (sweeps/<id>)")
+    p.add_argument("path", type=runs.find, help="a run directory (runs/<id>, or the id), or a directory of runs")
     p.add_argument("--metric", help="the results.json metric a group is sorted by (default: the first best_*/final_* "
                                     "validation metric)")
     args = p.parse_args(argv)

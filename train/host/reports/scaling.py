@@ -50,7 +50,7 @@ def main(argv: List[str]) -> int:
     if args.dry_run:
         print("\n".join(f"{s.job.profile}: {s.job.total_ranks} rank(s), checked" for s in subs))
         return 0
-    out = project.runs_dir().parent / "scaling" / f"{time.strftime('%Y%m%d-%H%M%S')}-{cluster.name}"
+    out = site.runs_root.parent / "scaling" / f"{time.strftime('%Y%m%d-%H%M%S')}-{cluster.name}"
     rows = [measure(sub, args.timeout) for sub in subs]
     table = efficiency(rows)
     write(out, cluster.name, experiment, table)

@@ -4,7 +4,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 from train import config as cfg
 from train.errors import UserError
@@ -14,6 +14,32 @@ MANIFEST = "manifest.json"
 # What --rerun, status, logs and cancel read from a manifest: key -> type (nested keys dotted).
 MANIFEST_KEYS = {"run_id": str, "cluster_file": str, "profile": str, "image.sha256": str, "scheduler.name": str,
                  "scheduler.job_id": str}
+
+
+def find(arg: str) -> Path:
+    """A run (or sweep) directory named by its path, or by its id in any cluster's run root (on scratch, where the
+    cluster file or your settings say `runs:`); a name that is neither is returned as typed, for the caller's error."""
+    path = Path(arg)
+    if path.exists() or not project.RUN_ID.match(arg):
+        return path
+    roots = run_roots()
+    for root in roots:
+        if (root / arg).is_dir():
+            return root / arg
+    raise UserError(f"no run {arg!r} in {', '.join(str(r) for r in roots)}; give the path of its run directory")
+
+
+def run_roots() -> List[Path]:
+    """$CT_RUNS_DIR or the checkout's runs/, then every cluster's run root as this user's settings make it."""
+    from train.host.jobs.build import Site  # here: reading every cluster file is only for a run named by its id
+
+    roots = [project.runs_dir()]
+    for file in sorted(project.CLUSTERS.glob("*.yaml")):
+        try:
+            roots.append(Site.load(str(file)).runs_root)
+        except UserError:
+            continue  # a cluster whose file or settings do not load has no run root to look in
+    return list(dict.fromkeys(roots))
 
 
 def create(run_dir: Path) -> Path:

@@ -37,7 +37,7 @@ def run_command(argv: List[str]) -> int:
 
 def parser(command: str) -> Parser:
     p = Parser(prog=f"run-cluster {command}")
-    p.add_argument("run_dir", type=Path)
+    p.add_argument("run_dir", type=runs.find, help="a run's (or a sweep's) directory, or its id")
     p.add_argument("--follow", "-f", action="store_true", help="logs: keep printing until the job ends")
     if command == "resume":
         p.add_argument("--profile", help="resume on another shape of the same cluster (strategies that re-shard)")

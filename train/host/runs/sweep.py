@@ -17,7 +17,7 @@ from train.host import project, runs
 from train.host.jobs.build import Request, Site, Submission, build
 from train.host.jobs.job import new_run_id
 from train.host.runs.queue import Plan, show_and_queue, write_manifest, write_run
-from train.host.runs.sweep_state import SWEEP, ended_uncompleted, read_sweep, status_table, wait
+from train.host.runs.sweep_state import SWEEP, ArrayView, ended_uncompleted, read_sweep, status_table, wait
 from train.host.schedulers import adapter
 from train.yaml_file import load_yaml
 
@@ -81,20 +81,32 @@ def prepare_sweep(site: Site, base: Request, specs: List[str], sweep_file: Optio
     reported at once, once. The cluster file and settings are read once, for all elements."""
     if specs and sweep_file:
         raise UserError("give the runs by --sweep or by --sweep-file, not both")
+    if cap is not None and cap < 1:
+        raise UserError(f"--max-parallel {cap} runs nothing; give 1 or more")
     settings = read_sweep_file(sweep_file) if sweep_file else combinations(parse_axes(specs))
+    fits_one_array(site, len(settings))
     sweep_id = base.run_id or new_run_id(Path(site.cluster.path).stem, base.profile)
-    sweep_dir = project.run_dir_for(sweep_id)
+    sweep_dir = project.run_dir_for(sweep_id, site.runs_root)
     if sweep_dir.exists():
         raise UserError(f"sweep directory {sweep_dir} already exists; choose another --run-id or remove it")
     elements = build_elements(site, base, settings, sweep_dir)
     scheduler = adapter(elements[0].job.scheduler)
-    cap = cap or scheduler.array_cap(elements[0].job.cpus_per_task * elements[0].job.tasks_per_node)
-    if cap < 1:
-        raise UserError(f"--max-parallel {cap} runs nothing; give 1 or more")
+    cap = cap if cap is not None else scheduler.array_cap(elements[0].job.cpus_per_task * elements[0].job.tasks_per_node)
     if elements[0].job.tasks:
         raise UserError(f"profile {base.profile} packs independent tasks into one job; sweep on a one-training profile")
     script = render_sweep(sweep_id, sweep_dir, elements, min(cap, len(elements)))
     return Sweep(sweep_id, sweep_dir, axes_of(settings), settings, elements, min(cap, len(elements)), script)
+
+
+def fits_one_array(site: Site, count: int) -> None:
+    """Refuse, before building any element, a sweep larger than one job array may be here: the cluster file's
+    max_array_size or the scheduler's own limit (Slurm's MaxArraySize as scontrol says it), whichever is lower."""
+    limit = site.cluster.max_array_size
+    if not limit or count <= limit:  # the scheduler is asked only where the file's limit allows the sweep
+        limit = min(filter(None, (limit, adapter(site.cluster.scheduler).array_limit())), default=None)
+    if limit and count > limit:
+        raise UserError(f"the sweep has {count} runs and a job array on {site.cluster.name} holds at most {limit}; "
+                        f"split it into sweeps of at most {limit} runs (--sweep-file) or sweep fewer values")
 
 
 def build_elements(site: Site, base: Request, settings: List[Dict[str, str]], sweep_dir: Path) -> List[Submission]:
@@ -179,13 +191,20 @@ def queue_sweep(sweep: Sweep) -> str:
 
 def sweep_plan(site: Site, base: Request, specs: List[str], sweep_file: Optional[str], cap: Optional[int]) -> Plan:
     sweep = prepare_sweep(site, base, specs, sweep_file, cap)
-    listed = f"from {sweep_file}" if sweep_file else " x ".join(f"{k}: {', '.join(v)}" for k, v in sweep.axes)
+    listed = f"from {sweep_file}" if sweep_file else " x ".join(f"{k}: {shown(v)}" for k, v in sweep.axes)
     head = f"sweep {sweep.sweep_id}: {len(sweep.elements)} runs ({listed}), at most {sweep.cap} at once"
     return Plan(f"{head}\n{sweep.elements[0].summary}", [w for sub in sweep.elements for w in sub.warnings],
                 f"--- sweep script (dry run: nothing submitted) ---\n{sweep.script}", queue=lambda: queue_sweep(sweep),
                 discard=lambda: [sub.discard() for sub in sweep.elements],
                 follow=lambda _, timeout_s: wait(sweep.sweep_dir, timeout_s),
                 follow_by_default=adapter(sweep.elements[0].job.scheduler).follow_by_default)
+
+
+def shown(values: List[str], most: int = 8) -> str:
+    """A swept key's values for the summary line: all of a few, the ends of many."""
+    if len(values) <= most:
+        return ", ".join(values)
+    return f"{', '.join(values[:3])}, ..., {values[-1]} ({len(values)} values)"
 
 
 def resume(args) -> int:
@@ -195,7 +214,8 @@ def resume(args) -> int:
 
     record = read_sweep(args.run_dir)
     scheduler = adapter(record["scheduler"])
-    ended = [Path(e["run_dir"]) for e in record["elements"] if ended_uncompleted(scheduler, Path(e["run_dir"]))]
+    view = ArrayView(scheduler, record)
+    ended = [Path(e["run_dir"]) for e in record["elements"] if ended_uncompleted(view, Path(e["run_dir"]))]
     if not ended:
         print(status_table(args.run_dir))
         raise UserError(f"no element of {args.run_dir} ended without completing; nothing to resume")

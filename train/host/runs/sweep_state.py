@@ -3,7 +3,7 @@ table, waiting for every element, cancelling the array, every element's logs (tr
 import json
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from train.errors import UserError
 from train.host import runs
@@ -26,16 +26,41 @@ def read_sweep(sweep_dir: Path) -> Dict:
         raise UserError(f"{Path(sweep_dir) / SWEEP} is not valid JSON; it is damaged, restore it") from None
 
 
+class ArrayView:
+    """The scheduler as run_state() asks it, answering for the array's own elements from one question for the whole
+    array (Slurm: one scontrol, then one sacct) instead of one per element; any other job (a resumed element's) and
+    every adapter without array_states() is asked as usual."""
+
+    def __init__(self, scheduler, record: Dict):
+        self.scheduler, self.array_id = scheduler, record["array_job_id"]
+        self.name, self.accounting_name = scheduler.name, scheduler.accounting_name
+        self.elements = {e["job_id"] for e in record["elements"]}
+        self.live = scheduler.array_states(self.array_id)
+        self.said: Optional[Dict] = None
+
+    def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict:
+        if self.live is None or job_id not in self.elements:
+            return self.scheduler.state(job_id, run_dir)
+        return self.live.get(job_id) or {"state": State.UNKNOWN, "gone": True}
+
+    def accounting(self, job_id: str) -> Optional[Dict]:
+        if job_id not in self.elements:
+            return self.scheduler.accounting(job_id)
+        if self.said is None:
+            self.said = self.scheduler.array_accounting(self.array_id) or {}
+        return self.said.get(job_id) if self.said else self.scheduler.accounting(job_id)
+
+
 def element_rows(sweep_dir: Path) -> List[Dict]:
     """Per element: index, swept values, state, segments, best metric."""
     record = read_sweep(sweep_dir)
-    scheduler = adapter(record["scheduler"])
+    view = ArrayView(adapter(record["scheduler"]), record)
     keys = [axis["key"] for axis in record["axes"]]
     rows = []
     for element in record["elements"]:
         run_dir = Path(element["run_dir"])
         job_id = runs.read_manifest(run_dir)["scheduler"]["job_id"]  # a resumed element's new job
-        state = run_state(scheduler, job_id, run_dir)["state"]
+        state = run_state(view, job_id, run_dir)["state"]
         swept = {key: element["values"].get(key, "-") for key in keys}  # a sweep file's run may leave a key out
         rows.append({"element": f"e{element['index']}", **swept, "state": state.value,
                      "segments": str(len(read_segments(run_dir))), "best": best_metric(run_dir)})
@@ -53,8 +78,8 @@ def best_metric(run_dir: Path) -> str:
     return "-"
 
 
-def status_table(sweep_dir: Path) -> str:
-    rows = element_rows(sweep_dir)
+def status_table(sweep_dir: Path, rows: Optional[List[Dict]] = None) -> str:
+    rows = rows if rows is not None else element_rows(sweep_dir)
     columns = list(rows[0])
     widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in columns}
     lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
@@ -70,9 +95,10 @@ def cancel(sweep_dir: Path) -> None:
     element still running or queued records the cancel first (train/host/runs/ending.py)."""
     record = read_sweep(sweep_dir)
     scheduler = adapter(record["scheduler"])
+    view = ArrayView(scheduler, record)
     unended = [(Path(e["run_dir"]), e["job_id"]) for e in record["elements"]  # elements still the array's job
                if runs.read_manifest(Path(e["run_dir"]))["scheduler"]["job_id"] == e["job_id"]
-               and not has_ended(run_state(scheduler, e["job_id"], Path(e["run_dir"])))]
+               and not has_ended(run_state(view, e["job_id"], Path(e["run_dir"])))]
     if not unended:
         print(f"every element of {record['sweep_id']} has ended or been resumed; nothing to cancel")
         return
@@ -94,7 +120,7 @@ def wait(sweep_dir: Path, timeout_s: float, poll_s: float = 2.0) -> int:
             break
         time.sleep(poll_s)
     rows = element_rows(sweep_dir)
-    print(status_table(sweep_dir))
+    print(status_table(sweep_dir, rows))
     return 0 if all(r["state"] == "COMPLETED" for r in rows) else 1
 
 

@@ -78,6 +78,8 @@ class Scheduler:
                        the record of ended jobs that outlives state() (sacct, bhist); None: no accounting.
       array_directives(), element_id(), array_index, array_log, array_replaces, array_cap(), cancel_array()
                        job arrays for sweeps; without them `--sweep` is refused.
+      array_states(), array_accounting()
+                       a whole array's states in one question (a 1000-element sweep's status); else per element.
       requeue_command  how the batch shell puts its own job back in the queue ("": a time-limited run just ends).
       unsupported      the profile/partition keys it cannot express, each with the fix the user is told.
       directive_prefix, short_options, option_groups, repeatable, option_keys
@@ -172,9 +174,23 @@ class Scheduler:
         """The id of the array's element `index` (0-based), as the scheduler's commands take it."""
         raise NotImplementedError
 
+    def array_limit(self) -> Optional[int]:
+        """The most elements one array may hold here (None: no limit): the scheduler's own default, or what its
+        controller says where it answers."""
+        return None
+
     def array_cap(self, cpus_per_run: int) -> int:
         """How many elements of a sweep run at once unless --max-parallel says: a cluster's queue takes a few."""
         return 4
+
+    def array_states(self, array_id: str) -> Optional[Dict[str, Dict[str, str]]]:
+        """Every element's state() from one question to the scheduler (element id -> state; {}: it has forgotten the
+        array); None: ask per element (a sweep's status then costs one command per element)."""
+        return None
+
+    def array_accounting(self, array_id: str) -> Optional[Dict[str, Dict[str, str]]]:
+        """Every element's accounting() from one question; None: ask per element."""
+        return None
 
     def cancel_array(self, array_id: str, sweep_dir: Path, run_dirs) -> None:
         self.cancel(array_id, sweep_dir)  # the scheduler ends every element

@@ -51,6 +51,9 @@ class Lsf(Scheduler):
         return (f'#BSUB -J "{name}[1-{count}]%{cap}"', f"#BSUB -o {logs}/array_%J_%I.out",
                 f"#BSUB -e {logs}/array_%J_%I.err")
 
+    def array_limit(self) -> Optional[int]:
+        return 1000  # lsb.params MAX_JOB_ARRAY_SIZE, LSF's documented default
+
     def element_id(self, array_id: str, index: int) -> str:
         return f"{array_id}[{index + 1}]"
 

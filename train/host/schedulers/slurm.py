@@ -5,7 +5,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from train.host.schedulers.base import Scheduler, State, run_or_refuse
 
@@ -59,6 +59,15 @@ class Slurm(Scheduler):
         return (f"#SBATCH --job-name={name}", f"#SBATCH --array=0-{count - 1}%{cap}",
                 f"#SBATCH --output={logs}/array-%A_%a.out")
 
+    def array_limit(self) -> Optional[int]:
+        """MaxArraySize (indices 0 to MaxArraySize - 1) as the controller says it, else Slurm's default, 1001."""
+        try:
+            done = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return 1001
+        found = re.search(r"^MaxArraySize\s*=\s*(\d+)", done.stdout, re.M)
+        return int(found.group(1)) if done.returncode == 0 and found else 1001
+
     def element_id(self, array_id: str, index: int) -> str:
         return f"{array_id}_{index}"
 
@@ -88,41 +97,84 @@ class Slurm(Scheduler):
         done = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True)
         if done.returncode != 0:
             return {"state": State.UNKNOWN, "gone": any(word in done.stderr + done.stdout for word in self.FORGOTTEN)}
-        fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
+        return self.live(dict(re.findall(r"(\w+)=(\S*)", done.stdout)))
+
+    def live(self, fields: Dict[str, str]) -> Dict[str, str]:
+        """One job's line of `scontrol show job -o`, as state() answers."""
         state = State.of(fields.get("JobState", ""), self.STATES)
         return {"state": state, "exit_code": fields.get("ExitCode", ""), "nodes": fields.get("NodeList", ""),
                 "reason": fields.get("Reason", "") if state == State.PENDING else "",
                 "restarts": fields.get("Restarts", "0") if fields.get("Restarts", "0") != "0" else ""}
 
+    def array_states(self, array_id: str) -> Optional[Dict[str, Dict[str, str]]]:
+        """Every element the controller still knows, from one scontrol call (the elements not started yet are one
+        line, ArrayTaskId=5-999%4); {} when it has forgotten the whole array, None when it did not answer."""
+        done = subprocess.run(["scontrol", "show", "job", "-o", array_id], capture_output=True, text=True)
+        if done.returncode != 0:
+            return {} if any(word in done.stderr + done.stdout for word in self.FORGOTTEN) else None
+        found = {}
+        for line in done.stdout.splitlines():
+            fields = dict(re.findall(r"(\w+)=(\S*)", line))
+            for index in array_indices(fields.get("ArrayTaskId", "")):
+                found[f"{array_id}_{index}"] = self.live(fields)
+        return found
+
+    def array_accounting(self, array_id: str) -> Optional[Dict[str, Dict[str, str]]]:
+        """sacct's record of every element, from one call; None without accounting."""
+        lines = self.sacct_lines(array_id)
+        if lines is None:
+            return None
+        found = {}
+        for listed, said, exit_code, nodes in lines:
+            record = self.accounting_record(said, exit_code, nodes)
+            _, _, tasks = listed.partition("_")
+            for index in array_indices(tasks.strip("[]")):
+                found[f"{array_id}_{index}"] = record
+        return found
+
     def accounting(self, job_id: str) -> Optional[Dict[str, str]]:
         """sacct's line for the job; an array element that never started is only in its array's line (2_[1-3%2])."""
         array, _, index = job_id.partition("_")
+        for listed, said, exit_code, nodes in self.sacct_lines(array) or []:
+            if listed == job_id or (index and index_in(listed, array, int(index))):
+                return self.accounting_record(said, exit_code, nodes)
+        return None
+
+    def sacct_lines(self, job: str) -> Optional[List[Tuple[str, str, str, str]]]:
+        """(JobID, State, ExitCode, NodeList) of the job (an array: each element's line); None without sacct."""
         try:
-            done = subprocess.run(["sacct", "-X", "-n", "-P", "-j", array, "-o", "JobID,State,ExitCode,NodeList"],
+            done = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "JobID,State,ExitCode,NodeList"],
                                   capture_output=True, text=True)
         except FileNotFoundError:
             return None
-        for line in done.stdout.splitlines() if done.returncode == 0 else []:
-            listed, said, exit_code, nodes = (line.split("|") + ["", "", ""])[:4]
-            if listed == job_id or (index and index_in(listed, array, int(index))):
-                word, _, uid = said.partition(" by ")  # CANCELLED by 1234
-                return {"state": State.of(word, self.STATES), "exit_code": exit_code, "nodes": nodes,
-                        "said": f"sacct: {word}" + (f" by {user_of(uid)}" if uid else "")}
-        return None
+        if done.returncode != 0:
+            return []
+        return [tuple((line.split("|") + ["", "", ""])[:4]) for line in done.stdout.splitlines()]
+
+    def accounting_record(self, said: str, exit_code: str, nodes: str) -> Dict[str, str]:
+        word, _, uid = said.partition(" by ")  # CANCELLED by 1234
+        return {"state": State.of(word, self.STATES), "exit_code": exit_code, "nodes": nodes,
+                "said": f"sacct: {word}" + (f" by {user_of(uid)}" if uid else "")}
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         run_or_refuse(["scancel", job_id], "scancel")
 
 
+def array_indices(tasks: str) -> List[int]:
+    """Slurm's ArrayTaskId (`3`, `5-999%4`, `1,3-7:2`) as the indices it holds."""
+    found = []
+    for part in tasks.split("%")[0].split(",") if tasks else []:
+        first, _, rest = part.partition("-")
+        last, _, step = rest.partition(":")
+        if first.isdigit() and (last or first).isdigit():
+            found.extend(range(int(first), int(last or first) + 1, int(step or 1)))
+    return found
+
+
 def index_in(listed: str, array: str, index: int) -> bool:
     """Whether sacct's `ARRAY_[1-3,5%2]` (the elements not started yet, as one line) holds `index`."""
     found = re.fullmatch(re.escape(array) + r"_\[([\d,:-]+)(%\d+)?\]", listed)
-    for part in found.group(1).split(",") if found else []:
-        first, _, rest = part.partition("-")
-        last, _, step = rest.partition(":")
-        if int(first) <= index <= int(last or first) and (index - int(first)) % int(step or 1) == 0:
-            return True
-    return False
+    return bool(found) and index in array_indices(found.group(1))
 
 
 def user_of(uid: str) -> str:
