@@ -16,15 +16,25 @@ RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")  # a file name, a dir
 def images_dir(*configured: Optional[str]) -> Path:
     """The image store: $CT_IMAGES, else the first store configured (the user's settings `images:`, then the
     cluster file's `images:`, a lab's shared store), else images/ of this checkout."""
-    chosen = os.environ.get("CT_IMAGES") or next((c for c in configured if c), None)
-    return Path(chosen).expanduser() if chosen else ROOT / "images"
+    return chosen_dir("CT_IMAGES", "images", configured, ROOT / "images")
 
 
 def runs_dir(*configured: Optional[str]) -> Path:
     """Where run directories go: $CT_RUNS_DIR, else the first root configured (the user's settings `runs:`, then the
     cluster file's, usually on scratch), else runs/ of this checkout."""
-    chosen = os.environ.get("CT_RUNS_DIR") or next((c for c in configured if c), None)
-    return Path(chosen).expanduser() if chosen else ROOT / "runs"
+    return chosen_dir("CT_RUNS_DIR", "runs", configured, ROOT / "runs")
+
+
+def chosen_dir(variable: str, key: str, configured, default: Path) -> Path:
+    """$variable, else the first value configured, else the default; one that names a file is refused."""
+    value = os.environ.get(variable)
+    named = f"${variable}" if value else f"{key}:"
+    value = value or next((c for c in configured if c), None)
+    path = Path(value).expanduser() if value else default
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{named} {path} is a file, not a directory; point {named.rstrip(':')} at a directory "
+                        f"(it is created if missing)")
+    return path
 
 
 def run_dir_for(run_id: str, root: Optional[Path] = None) -> Path:

@@ -18,7 +18,11 @@ from train.yaml_file import load_yaml
 
 def path() -> Path:
     if os.environ.get("CT_SETTINGS"):
-        return Path(os.environ["CT_SETTINGS"])
+        chosen = Path(os.environ["CT_SETTINGS"])
+        if chosen.is_dir():
+            raise UserError(f"$CT_SETTINGS {chosen} is a directory, not a settings file; point it at a YAML file "
+                            f"(or unset it)")
+        return chosen
     base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
     return base / "cluster-train" / "settings.yaml"
 
