@@ -87,7 +87,9 @@ def test_input_wait_tells_a_slow_loader_from_a_fast_one():
     slow = input_wait(SlowSamples())
     fast = input_wait(TensorDataset(torch.randn(32, 16), torch.randint(0, 4, (32,))))
     assert slow["steps"] == fast["steps"] == 8
-    assert slow["input_bound"] and slow["wait_fraction"] > 0.5, slow
+    # the verdict and the data waits' ratio, not a share of wall time: a loaded machine slows the compute too (CI
+    # saw a slow loader's share at 0.46 under load; a fast loader's 1 ms of waiting is a large share of tiny steps)
+    assert slow["input_bound"], slow
     assert fast["data_wait_s"] < slow["data_wait_s"] / 5, (fast, slow)
 
 
