@@ -218,6 +218,15 @@ def test_lsf_time_forms_and_their_bounds():
     assert lsf.warning_seconds(61) == 120 and slurm.warning_seconds(61) == 61
 
 
+def test_a_profile_without_a_time_gets_one_hour_in_its_schedulers_words(store, tmp_path):
+    path = Path(site(tmp_path))
+    path.write_text(path.read_text().replace(', time: "04:00:00"', ""))
+    assert "#SBATCH --time=01:00:00\n" in script_of(run_cluster(str(path), "p", "demo", "--dry-run"))
+    path.write_text("name: q\nscheduler: lsf\napptainer: {nv: false}\npartitions:\n  q: {image: cpu, cpus_per_node: 4, "
+                    "mem_per_node_gb: 8, nodes: 1}\nprofiles:\n  one: {partition: q, mem_gb: 4}\n")
+    assert "#BSUB -W 1:00\n" in script_of(run_cluster(str(path), "one", "demo", "--dry-run"))  # 01:00:00 is no LSF time
+
+
 @pytest.mark.parametrize("bind", ["cores", "verbose,cores", "none", "map_cpu:0,16,32,48", "mask_cpu:0xf*4,0xf0*4",
                                   "v", "rank_ldom", "map_ldom:0,0x1"])
 def test_cpu_bind_is_on_every_srun_line(store, tmp_path, bind):

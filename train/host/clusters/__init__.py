@@ -86,7 +86,7 @@ class Profile:
     constraint: str = ""  # node features, added to the partition's own (Slurm --constraint, LSF select[])
     reservation: str = ""
     exclusive: bool = False  # whole nodes, shared with no other job
-    time: str = "01:00:00"  # in the scheduler's format; at most the partition's max_time
+    time: str = ""  # in the scheduler's format; at most the partition's max_time; "": one hour (default_time)
     cpu_bind: str = ""  # how srun binds each task to CPUs (--cpu-bind=cores); "": the site's default
     launch: Optional[str] = None  # srun | lightning | blaunch | independent; default from the scheduler
     description: str = ""

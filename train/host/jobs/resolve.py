@@ -62,7 +62,7 @@ def request_fields(cluster: Cluster, profile: Profile, part: Partition, schedule
                    user: Dict[str, Any]) -> Dict[str, Any]:
     """What the job asks of the scheduler besides its shape: queue, time, GPU type, QOS, account..."""
     return dict(
-        partition=part.name, queue=part.scheduler_name, time=profile.time, directives=list(profile.directives),
+        partition=part.name, queue=part.scheduler_name, time=profile.time or scheduler.default_time, directives=list(profile.directives),
         gpu_type=part.scheduler_gpu_name or part.gpu_type,  # the scheduler's word, in typed requests
         gpu_request=part.gpu_request, gpu_mem_gb=profile.gpu_mem_gb, cpu_bind=profile.cpu_bind,
         mem_per_gpu_gb=profile.mem_per_gpu_gb, mem_per_cpu_gb=profile.mem_per_cpu_gb, hint=profile.hint,

@@ -84,7 +84,7 @@ class Scheduler:
       unsupported      the profile/partition keys it cannot express, each with the fix the user is told.
       directive_prefix, short_options, option_groups, repeatable, option_keys
                        how its script lines hand options to it, for preflight's check of the rendered directives.
-      time_seconds(), time_example, max_warning_s, warning_seconds()
+      time_seconds(), time_example, default_time, max_warning_s, warning_seconds()
                        its time limits: read into seconds, bounds on the time-limit warning.
       cpu_bind_problem()
                        whether a profile's cpu_bind is a binding it understands.
@@ -98,6 +98,7 @@ class Scheduler:
     default_launch: str
     launches: Tuple[str, ...]  # launch shapes this scheduler can start
     time_example = "04:00:00 or 1-12:00:00"  # a time limit as time_seconds() reads it, for messages
+    default_time = "01:00:00"  # one hour, a profile's time limit where it gives none
     max_warning_s: Optional[int] = None  # the longest time-limit warning (grace_s) it can give; None: no bound
     follow_by_default = False  # --wait unless --no-wait
     requeue_command = ""  # how the batch shell puts its own job back in the queue ("": it cannot)

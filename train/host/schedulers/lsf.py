@@ -18,6 +18,7 @@ class Lsf(Scheduler):
     default_launch = "lightning"
     launches = ("lightning", "blaunch")
     time_example = "4:00 or 36:00"
+    default_time = "1:00"  # bsub -W [hour:]minute: one hour
     # an array element is JOBID[index] (LSB_JOBINDEX is 0 or unset outside an array): brequeue JOBID would requeue all
     requeue_command = 'brequeue "$LSB_JOBID$([ "${LSB_JOBINDEX:-0}" = 0 ] || echo "[$LSB_JOBINDEX]")"'
     job_id_var = "$LSB_JOBID"
