@@ -1,0 +1,16 @@
+"""The jobs room: from "this cluster, this profile, this experiment" to a checked script, writing nothing.
+
+    build.py          the one job builder: a Site (cluster file + settings, read once per command) and a Request
+                      become a Submission; submit, --rerun, resume, sweeps, scaling and check-cluster all use it
+    resolve.py        the numbers: the run config resolved once, then the Job (shape, requests, image, environment)
+    job.py            the Job itself: every number and path one script needs; the manifest records it
+    memory.py         a job's memory as the site wants it asked (per node, GPU or CPU, the whole node, or none)
+    requests.py       what a profile asks of the scheduler, in its words: time limits, the warning, CPU binding
+    preflight.py      the checks a job must pass before it is queued (partition fit, GPUs, launch, image, driver...)
+    config_check.py   the run config's own checks: every registered name and parameter, without torch
+    summary.py        what a user reads before queuing (the shape, the effective batch, host RAM, the image)
+    render.py         the Job into its scheduler's script (Jinja; every value quoted)
+    user_code.py      your own code (a command after --, or --dev): its snapshot and what preflight reads of it
+    reads.py          `reads:`: which keys of your own YAML mean the numbers preflight checks
+    code_snapshot.py  the code a run executes, frozen at submission (a tar and its sha256)
+"""

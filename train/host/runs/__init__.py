@@ -1,4 +1,17 @@
-"""Run directories and their manifests: everything needed to rerun a job exactly."""
+"""Run directories and their manifests: everything needed to rerun a job exactly (this module), and the rooms of a
+run's life after it is built (train/host/jobs/):
+
+    queue.py        write the run directory, submit, record the manifest; Plan, the one show-and-queue path
+    ending.py       how a job ended and whose word that is (the scheduler, the run's own record, the accounting)
+    segments.py     the run's own record of its allocations (logs/segments.jsonl)
+    causes.py       why a run failed, read from its logs, with the fix
+    follow.py       a job's log followed while it runs, and the wait for its end
+    resume.py       `resume runs/<id>`: the same run continued in its own directory, same image and code
+    sweep.py        sweeps: every element built and checked, queued as one job array
+    sweep_state.py  a queued sweep afterwards: its table (one scheduler question per array), wait, cancel, logs
+    race.py         `--first-to-start`: two shapes queued, the first to start kept
+    commands.py     `run-cluster status|logs|cancel|resume`
+"""
 import json
 import shutil
 import sys

@@ -3,7 +3,8 @@ supports, time-limit format, log file names, state names mapped onto one `State`
 (submit, state, accounting, cancel) and its job-script template (templates/<name>.sh.j2 beside it).
 
 The contract a new scheduler fills in is documented once, on `Scheduler` in base.py; each adapter is its own module
-(slurm.py, lsf.py, local.py). Nothing else in `train/host/` branches on a scheduler's name: it asks the adapter
+(slurm.py, lsf.py, local.py); launches.py is the table of launch shapes (srun, lightning, blaunch, independent) an
+adapter names the ones it can start from. Nothing else in `train/host/` branches on a scheduler's name: it asks the adapter
 (`adapter(job.scheduler)`).
 """
 from pathlib import Path
