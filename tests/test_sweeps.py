@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import manifest, run_cluster, wait_for_slurm_job
+from conftest import ROOT, manifest, run_cluster, wait_for_slurm_job
 
 from train.host import cli
 from train.host.runs import sweep
@@ -70,6 +70,18 @@ def test_array_scripts_pick_their_element_and_cap_it(store, capsys):
     for script in (slurm, lsf):
         body = script.split("nothing submitted) ---\n", 1)[1]
         assert subprocess.run(["bash", "-n"], input=body, text=True).returncode == 0
+
+
+def test_a_sweep_over_the_array_limit_is_split_into_arrays_that_fit_each_after_the_one_before(store, capsys,
+                                                                                             tmp_path):
+    small = tmp_path / "small.yaml"
+    small.write_text((ROOT / "clusters" / "ci-slurm.yaml").read_text() + "max_array_size: 4\n")
+    assert cli.main([str(small), "n1_gpu1", "demo", *SWEEP, "--max-parallel", "3", "--dry-run", "--run-id", "s"]) == 0
+    out = capsys.readouterr().out
+    assert "--- sweep script 1 of 2: e0-e3 (dry run" in out and "--- sweep script 2 of 2: e4-e5, after the array" in out
+    first, second = out.split("--- sweep script ")[1:]
+    assert "#SBATCH --array=0-3%3" in first and first.count("/e") == 4 and "/e4" not in first
+    assert "#SBATCH --array=0-1%2" in second and "/e4" in second and "/e5" in second and "/e0" not in second
 
 
 def test_queued_sweep_records_every_element_and_status_is_one_table(store, capsys, monkeypatch):
@@ -158,18 +170,26 @@ def completed_elements(sweep_dir: Path):
 
 @pytest.mark.image
 @pytest.mark.slurm
-def test_a_sweep_is_one_slurm_array_capped_at_two(cpu_image, slurm_cluster, demo_data, runs_dir):
-    done = run_cluster("ci-slurm", "n1_gpu1", "demo", "--set", f"data.root={demo_data}", *TINY, *REAL,
+def test_a_sweep_is_slurm_arrays_capped_at_two_and_split_at_the_array_limit(cpu_image, slurm_cluster, demo_data,
+                                                                           runs_dir, tmp_path):
+    """Three runs on a cluster whose arrays hold two: an array of two at most two at once, then one of one that
+    waits for it; status reads both arrays in one question each."""
+    small = tmp_path / "ci-slurm.yaml"
+    small.write_text((ROOT / "clusters" / "ci-slurm.yaml").read_text() + "max_array_size: 2\n")
+    done = run_cluster(str(small), "n1_gpu1", "demo", "--set", f"data.root={demo_data}", *TINY, *REAL,
                        "--max-parallel", "2", "--run-id", "sw", "--no-wait")
     assert done.returncode == 0, done.stderr
     record = json.loads((runs_dir / "sw" / "sweep.json").read_text())
-    shown = subprocess.run(["scontrol", "show", "job", "-o", record["array_job_id"]], capture_output=True,
-                           text=True).stdout
+    first, second = [array["job_id"] for array in record["arrays"]]
+    shown = subprocess.run(["scontrol", "show", "job", "-o", first], capture_output=True, text=True).stdout
     assert "ArrayTaskThrottle=2" in shown, shown
+    assert f"#SBATCH --dependency=afterany:{first}\n" in (runs_dir / "sw" / "sweep.1.sh").read_text()
+    assert [e["job_id"] for e in record["elements"]] == [f"{first}_0", f"{first}_1", f"{second}_0"]
     states = [wait_for_slurm_job(e["job_id"]) for e in record["elements"]]
     assert states == ["COMPLETED"] * 3, states
     completed_elements(runs_dir / "sw")
     table = run_cluster("status", runs_dir / "sw").stdout
+    assert table.startswith(f"sw: slurm arrays {first}, {second}, 3 runs"), table
     assert len(re.findall(r"^e\d .* COMPLETED +1 +best_", table, re.M)) == 3, table
 
 

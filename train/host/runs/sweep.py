@@ -30,7 +30,11 @@ class Sweep:
     settings: List[Dict[str, str]]  # per element: key -> value (as typed)
     elements: List[Submission]
     cap: int
-    script: str
+    chunks: List[Tuple[int, int]]  # each job array's (first element, element count): one unless the sweep is split
+
+    def scripts(self, after: Optional[str] = None) -> List[str]:
+        """Each array's script; `after`: the job id the first array waits for (a chained array's predecessor)."""
+        return [render_sweep(self, first, count, after) for first, count in self.chunks]
 
 
 def parse_axes(specs: List[str]) -> List[Tuple[str, List[str]]]:
@@ -84,7 +88,7 @@ def prepare_sweep(site: Site, base: Request, specs: List[str], sweep_file: Optio
     if cap is not None and cap < 1:
         raise UserError(f"--max-parallel {cap} runs nothing; give 1 or more")
     settings = read_sweep_file(sweep_file) if sweep_file else combinations(parse_axes(specs))
-    fits_one_array(site, len(settings))
+    limit = array_limit(site, len(settings))
     sweep_id = base.run_id or new_run_id(Path(site.cluster.path).stem, base.profile)
     sweep_dir = project.run_dir_for(sweep_id, site.runs_root)
     if sweep_dir.exists():
@@ -94,19 +98,25 @@ def prepare_sweep(site: Site, base: Request, specs: List[str], sweep_file: Optio
     cap = cap if cap is not None else scheduler.array_cap(elements[0].job.cpus_per_task * elements[0].job.tasks_per_node)
     if elements[0].job.tasks:
         raise UserError(f"profile {base.profile} packs independent tasks into one job; sweep on a one-training profile")
-    script = render_sweep(sweep_id, sweep_dir, elements, min(cap, len(elements)))
-    return Sweep(sweep_id, sweep_dir, axes_of(settings), settings, elements, min(cap, len(elements)), script)
+    chunks = [(first, min(limit, len(elements) - first)) for first in range(0, len(elements), limit)]
+    sweep = Sweep(sweep_id, sweep_dir, axes_of(settings), settings, elements, min(cap, len(elements)), chunks)
+    shared_directives(elements)  # one shape for every element, whichever array it lands in
+    return sweep
 
 
-def fits_one_array(site: Site, count: int) -> None:
-    """Refuse, before building any element, a sweep larger than one job array may be here: the cluster file's
-    max_array_size or the scheduler's own limit (Slurm's MaxArraySize as scontrol says it), whichever is lower."""
+def array_limit(site: Site, count: int) -> int:
+    """The most elements one job array holds here: the cluster file's max_array_size or the scheduler's own limit
+    (Slurm's MaxArraySize as scontrol says it), whichever is lower. A larger sweep is split into arrays that fit,
+    each waiting for the one before (so --max-parallel still holds), where the scheduler can chain jobs; elsewhere
+    it is refused, before any element is built."""
+    scheduler = adapter(site.cluster.scheduler)
     limit = site.cluster.max_array_size
     if not limit or count <= limit:  # the scheduler is asked only where the file's limit allows the sweep
-        limit = min(filter(None, (limit, adapter(site.cluster.scheduler).array_limit())), default=None)
-    if limit and count > limit:
+        limit = min(filter(None, (limit, scheduler.array_limit())), default=None)
+    if limit and count > limit and scheduler.after_directive("0") is None:
         raise UserError(f"the sweep has {count} runs and a job array on {site.cluster.name} holds at most {limit}; "
                         f"split it into sweeps of at most {limit} runs (--sweep-file) or sweep fewer values")
+    return limit or count
 
 
 def build_elements(site: Site, base: Request, settings: List[Dict[str, str]], sweep_dir: Path) -> List[Submission]:
@@ -150,43 +160,57 @@ def shared_directives(elements: List[Submission]) -> List[str]:
     return first
 
 
-def render_sweep(sweep_id: str, sweep_dir: Path, elements: List[Submission], cap: int) -> str:
+def render_sweep(sweep: "Sweep", first: int, count: int, after: Optional[str] = None) -> str:
+    """One job array's script: elements first .. first + count - 1, its own index counting from 0."""
     from train.host.jobs.render import environment
 
+    elements = sweep.elements[first:first + count]
     scheduler = adapter(elements[0].job.scheduler)
     name = elements[0].job.job_name
-    directives = [*scheduler.array_directives(name, len(elements), cap, str(sweep_dir / "logs")),
-                  *shared_directives(elements)]
+    directives = [*scheduler.array_directives(name, count, min(sweep.cap, count), str(sweep.sweep_dir / "logs")),
+                  *([scheduler.after_directive(after)] if after else []), *shared_directives(elements)]
     return environment().get_template("sweep.sh.j2").render(
-        directives=directives, sweep_id=sweep_id, cap=cap, scheduler=scheduler,
+        directives=directives, sweep_id=sweep.sweep_id, cap=min(sweep.cap, count), scheduler=scheduler,
         runs=[sub.job.run_dir for sub in elements], log=scheduler.array_log.format(name=name))
 
 
 def queue_sweep(sweep: Sweep) -> str:
-    """Write every element's run directory and the sweep's, submit the one array, record every manifest."""
+    """Write every element's run directory and the sweep's, submit the array (or the chained arrays of a split
+    sweep, each waiting for the one before), record every manifest."""
     scheduler = adapter(sweep.elements[0].job.scheduler)
     (sweep.sweep_dir / "logs").mkdir(parents=True)
     try:
         for sub in sweep.elements:
             write_run(sub)
-        (sweep.sweep_dir / "sweep.sh").write_text(sweep.script)
-        array_id = scheduler.submit(sweep.sweep_dir / "sweep.sh", sweep.sweep_dir)
+        arrays = submit_arrays(sweep, scheduler)
     except BaseException:
         runs.discard(sweep.sweep_dir)
         raise
-    for i, (sub, setting) in enumerate(zip(sweep.elements, sweep.settings)):
-        write_manifest(sub, scheduler.element_id(array_id, i),
-                       sweep={"sweep_id": sweep.sweep_id, "index": i, "values": setting})
-    record = {"sweep_id": sweep.sweep_id, "scheduler": scheduler.name, "array_job_id": array_id,
-              "max_parallel": sweep.cap, "axes": [{"key": k, "values": v} for k, v in sweep.axes],
+    job_ids = [scheduler.element_id(array["job_id"], i - array["first"])
+               for array in arrays for i in range(array["first"], array["first"] + array["count"])]
+    for i, (sub, setting, job_id) in enumerate(zip(sweep.elements, sweep.settings, job_ids)):
+        write_manifest(sub, job_id, sweep={"sweep_id": sweep.sweep_id, "index": i, "values": setting})
+    record = {"sweep_id": sweep.sweep_id, "scheduler": scheduler.name, "array_job_id": arrays[0]["job_id"],
+              "arrays": arrays, "max_parallel": sweep.cap, "axes": [{"key": k, "values": v} for k, v in sweep.axes],
               "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "elements": [{"index": i, "run_dir": sub.job.run_dir, "values": setting,
-                            "job_id": scheduler.element_id(array_id, i)}
-                           for i, (sub, setting) in enumerate(zip(sweep.elements, sweep.settings))]}
+              "elements": [{"index": i, "run_dir": sub.job.run_dir, "values": setting, "job_id": job_id}
+                           for i, (sub, setting, job_id) in enumerate(zip(sweep.elements, sweep.settings, job_ids))]}
     (sweep.sweep_dir / SWEEP).write_text(json.dumps(record, indent=2) + "\n")
-    print(f"submitted {scheduler.name} array {array_id}: {len(sweep.elements)} runs, at most {sweep.cap} at once; "
-          f"sweep directory {sweep.sweep_dir}")
-    return array_id
+    ids = ", ".join(a["job_id"] for a in arrays)
+    print(f"submitted {scheduler.name} array{'s' if len(arrays) > 1 else ''} {ids}: {len(sweep.elements)} runs, at "
+          f"most {sweep.cap} at once; sweep directory {sweep.sweep_dir}")
+    return arrays[0]["job_id"]
+
+
+def submit_arrays(sweep: Sweep, scheduler) -> List[Dict]:
+    """sweep.sh (a split sweep: sweep.sh, sweep.1.sh, ...), each array after the one before."""
+    arrays, after = [], None
+    for k, (first, count) in enumerate(sweep.chunks):
+        script = sweep.sweep_dir / ("sweep.sh" if k == 0 else f"sweep.{k}.sh")
+        script.write_text(render_sweep(sweep, first, count, after))
+        after = scheduler.submit(script, sweep.sweep_dir)
+        arrays.append({"job_id": after, "first": first, "count": count})
+    return arrays
 
 
 def sweep_plan(site: Site, base: Request, specs: List[str], sweep_file: Optional[str], cap: Optional[int]) -> Plan:
@@ -194,10 +218,18 @@ def sweep_plan(site: Site, base: Request, specs: List[str], sweep_file: Optional
     listed = f"from {sweep_file}" if sweep_file else " x ".join(f"{k}: {shown(v)}" for k, v in sweep.axes)
     head = f"sweep {sweep.sweep_id}: {len(sweep.elements)} runs ({listed}), at most {sweep.cap} at once"
     return Plan(f"{head}\n{sweep.elements[0].summary}", [w for sub in sweep.elements for w in sub.warnings],
-                f"--- sweep script (dry run: nothing submitted) ---\n{sweep.script}", queue=lambda: queue_sweep(sweep),
+                dry_run_text(sweep), queue=lambda: queue_sweep(sweep),
                 discard=lambda: [sub.discard() for sub in sweep.elements],
                 follow=lambda _, timeout_s: wait(sweep.sweep_dir, timeout_s),
                 follow_by_default=adapter(sweep.elements[0].job.scheduler).follow_by_default)
+
+
+def dry_run_text(sweep: Sweep) -> str:
+    if len(sweep.chunks) == 1:
+        return f"--- sweep script (dry run: nothing submitted) ---\n{sweep.scripts()[0]}"
+    return "".join(f"--- sweep script {k + 1} of {len(sweep.chunks)}: e{first}-e{first + count - 1}"
+                   f"{', after the array before' if k else ''} (dry run: nothing submitted) ---\n{script}"
+                   for k, ((first, count), script) in enumerate(zip(sweep.chunks, sweep.scripts())))
 
 
 def shown(values: List[str], most: int = 8) -> str:

@@ -32,10 +32,10 @@ class ArrayView:
     every adapter without array_states() is asked as usual."""
 
     def __init__(self, scheduler, record: Dict):
-        self.scheduler, self.array_id = scheduler, record["array_job_id"]
+        self.scheduler, self.arrays = scheduler, array_ids(record)
         self.name, self.accounting_name = scheduler.name, scheduler.accounting_name
         self.elements = {e["job_id"] for e in record["elements"]}
-        self.live = scheduler.array_states(self.array_id)
+        self.live = merged(scheduler.array_states(array) for array in self.arrays)
         self.said: Optional[Dict] = None
 
     def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict:
@@ -47,8 +47,23 @@ class ArrayView:
         if job_id not in self.elements:
             return self.scheduler.accounting(job_id)
         if self.said is None:
-            self.said = self.scheduler.array_accounting(self.array_id) or {}
+            self.said = merged(self.scheduler.array_accounting(array) for array in self.arrays) or {}
         return self.said.get(job_id) if self.said else self.scheduler.accounting(job_id)
+
+
+def array_ids(record: Dict) -> List[str]:
+    """The sweep's job arrays: one, or a split sweep's chained arrays (sweep.json before splits named one)."""
+    return [array["job_id"] for array in record.get("arrays") or [{"job_id": record["array_job_id"]}]]
+
+
+def merged(answers) -> Optional[Dict]:
+    """Several arrays' answers as one (None: the scheduler did not answer for one of them, so ask per element)."""
+    found: Dict = {}
+    for answer in answers:
+        if answer is None:
+            return None
+        found.update(answer)
+    return found
 
 
 def element_rows(sweep_dir: Path) -> List[Dict]:
@@ -85,7 +100,8 @@ def status_table(sweep_dir: Path, rows: Optional[List[Dict]] = None) -> str:
     lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
     lines += ["  ".join(str(r[c]).ljust(widths[c]) for c in columns) for r in rows]
     record = read_sweep(sweep_dir)
-    head = (f"{record['sweep_id']}: {record['scheduler']} array {record['array_job_id']}, "
+    arrays = array_ids(record)
+    head = (f"{record['sweep_id']}: {record['scheduler']} array{'s' if len(arrays) > 1 else ''} {', '.join(arrays)}, "
             f"{len(rows)} runs, at most {record['max_parallel']} at once")
     return "\n".join([head, *(line.rstrip() for line in lines)])
 
@@ -102,10 +118,10 @@ def cancel(sweep_dir: Path) -> None:
     if not unended:
         print(f"every element of {record['sweep_id']} has ended or been resumed; nothing to cancel")
         return
-    ending.cancel(unended, lambda: scheduler.cancel_array(record["array_job_id"], Path(sweep_dir),
-                                                          [e["run_dir"] for e in record["elements"]]))
-    print(f"cancelled {record['scheduler']} array {record['array_job_id']} ({record['sweep_id']}, "
-          f"{len(unended)} of its {len(record['elements'])} runs had not ended)")
+    arrays, run_dirs = array_ids(record), [e["run_dir"] for e in record["elements"]]
+    ending.cancel(unended, lambda: [scheduler.cancel_array(array, Path(sweep_dir), run_dirs) for array in arrays])
+    print(f"cancelled {record['scheduler']} array{'s' if len(arrays) > 1 else ''} {', '.join(arrays)} "
+          f"({record['sweep_id']}, {len(unended)} of its {len(record['elements'])} runs had not ended)")
 
 
 def wait(sweep_dir: Path, timeout_s: float, poll_s: float = 2.0) -> int:

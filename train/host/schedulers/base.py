@@ -78,6 +78,8 @@ class Scheduler:
                        the record of ended jobs that outlives state() (sacct, bhist); None: no accounting.
       array_directives(), element_id(), array_index, array_log, array_replaces, array_cap(), cancel_array()
                        job arrays for sweeps; without them `--sweep` is refused.
+      array_limit(), after_directive()
+                       the most elements one array holds; how an array waits for the one before (split sweeps).
       array_states(), array_accounting()
                        a whole array's states in one question (a 1000-element sweep's status); else per element.
       requeue_command  how the batch shell puts its own job back in the queue ("": a time-limited run just ends).
@@ -174,6 +176,11 @@ class Scheduler:
     def element_id(self, array_id: str, index: int) -> str:
         """The id of the array's element `index` (0-based), as the scheduler's commands take it."""
         raise NotImplementedError
+
+    def after_directive(self, job_id: str) -> Optional[str]:
+        """The script line that holds a job until `job_id` has ended, however it ended (a split sweep's next
+        array); None: this scheduler cannot chain jobs here, so a sweep over the array limit is refused."""
+        return None
 
     def array_limit(self) -> Optional[int]:
         """The most elements one array may hold here (None: no limit): the scheduler's own default, or what its

@@ -59,6 +59,9 @@ class Slurm(Scheduler):
         return (f"#SBATCH --job-name={name}", f"#SBATCH --array=0-{count - 1}%{cap}",
                 f"#SBATCH --output={logs}/array-%A_%a.out")
 
+    def after_directive(self, job_id: str) -> Optional[str]:
+        return f"#SBATCH --dependency=afterany:{job_id}"  # afterany: a failed or cancelled element still ends it
+
     def array_limit(self) -> Optional[int]:
         """MaxArraySize (indices 0 to MaxArraySize - 1) as the controller says it, else Slurm's default, 1001."""
         try:
