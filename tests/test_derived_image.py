@@ -103,6 +103,9 @@ def test_an_unhashed_requirement_is_refused_with_one_line_before_any_build(fake_
     ("# pinned\n\nfire==0.7.1 --hash=sha256:" + "b" * 64 + " --hash=md5:abc\n", "line 3: 'fire==0.7.1"),
     ("fire==0.7.1 --hash=sha256:" + "b" * 63 + "\n", "has no --hash"),
     ("-e ./myproject\n", "uses -e"),
+    ("--index-url https://mirror.example/simple\ntqdm==4.67.1 --hash=sha256:" + "a" * 64 + "\n",
+     "uses --index-url with an index other than PyPI"),
+    ("--extra-index-url https://download.pytorch.org/whl/cu116\n", "uses --extra-index-url with an index other"),
     ("-r other.txt\n", "uses -r"),
     ("# nothing but comments\n", "lists no packages"),
 ])
@@ -285,6 +288,7 @@ def test_derive_builds_on_the_real_cpu_image_and_records_its_parent(cpu_image, d
 
     manifest = {"cluster_file": "local", "image": {"sha256": derived.sha256, "flavor": derived.flavor}}
     monkeypatch.setenv("CT_IMAGES", str(root))
+    (tmp_path / "settings.yaml").touch()  # $CT_SETTINGS must name a file
     monkeypatch.setenv("CT_SETTINGS", str(tmp_path / "settings.yaml"))
     assert run_image(manifest, "the image of runs/x").sha256 == derived.sha256
     Path(base.path).unlink()  # the test store's link only; the checkout's store keeps its file

@@ -261,6 +261,7 @@ def test_a_stated_driver_new_enough_for_the_image_passes_preflight(tmp_path, mon
 def test_the_job_ends_before_apptainer_exec_on_a_node_whose_driver_is_too_old(slurm_cluster, demo_data, runs_dir,
                                                                             tmp_path, monkeypatch):
     monkeypatch.setenv("CT_IMAGES", str(tmp_path / "store"))
+    (tmp_path / "settings.yaml").touch()  # $CT_SETTINGS must name a file
     monkeypatch.setenv("CT_SETTINGS", str(tmp_path / "settings.yaml"))
     labels = "    org.cluster-train.flavor cuda12.8\n    org.cluster-train.git-commit c0ffee\n"
     assert images_command("import", build_sif(tmp_path / "cuda12.8.sif", labels=labels)).returncode == 0
@@ -279,6 +280,7 @@ def test_every_node_of_a_multi_node_job_checks_its_own_driver(slurm_cluster, dem
                                                               monkeypatch):
     """The batch host (node 0) has a new driver, the second node an old one: its task ends before apptainer exec."""
     monkeypatch.setenv("CT_IMAGES", str(tmp_path / "store"))
+    (tmp_path / "settings.yaml").touch()  # $CT_SETTINGS must name a file
     monkeypatch.setenv("CT_SETTINGS", str(tmp_path / "settings.yaml"))
     labels = "    org.cluster-train.flavor cuda12.8\n    org.cluster-train.git-commit c0ffee\n"
     assert images_command("import", build_sif(tmp_path / "cuda12.8.sif", labels=labels)).returncode == 0

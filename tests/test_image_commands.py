@@ -36,6 +36,7 @@ def store_files(store: Path) -> dict:
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     monkeypatch.setenv("CT_IMAGES", str(tmp_path / "store"))
+    (tmp_path / "settings.yaml").write_text("{}\n")  # none of the user's own: $CT_SETTINGS must name a file
     monkeypatch.setenv("CT_SETTINGS", str(tmp_path / "settings.yaml"))
     return tmp_path / "store"
 
@@ -104,6 +105,7 @@ def test_the_store_comes_from_the_environment_the_settings_or_the_cluster_file(t
 
     monkeypatch.delenv("CT_IMAGES", raising=False)
     settings = tmp_path / "settings.yaml"
+    settings.write_text("{}\n")
     monkeypatch.setenv("CT_SETTINGS", str(settings))
     cluster = tmp_path / "lab.yaml"
     cluster.write_text((ROOT / "clusters" / "ci-slurm.yaml").read_text().replace(

@@ -147,6 +147,7 @@ def test_lsf_time_limit_uses_lsf_syntax(store, tmp_path):
 
 
 def test_missing_account_names_the_settings_file_and_key(store, tmp_path):
+    (tmp_path / "empty.yaml").write_text("")
     env = {**os.environ, "CT_SETTINGS": str(tmp_path / "empty.yaml")}
     refused(run_cluster("gilbreth", "n1_gpu1", "--dry-run", env=env), "cluster 'gilbreth' needs your account",
             str(tmp_path / "empty.yaml"), "clusters: {gilbreth: {account: ...}}")

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.registry
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     monkeypatch.setenv("CT_IMAGES", str(tmp_path / "store"))
+    (tmp_path / "settings.yaml").touch()  # $CT_SETTINGS must name a file
     monkeypatch.setenv("CT_SETTINGS", str(tmp_path / "settings.yaml"))
     return tmp_path / "store"
 

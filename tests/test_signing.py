@@ -31,6 +31,7 @@ def keys(tmp_path_factory):
 @pytest.fixture
 def store(tmp_path, monkeypatch, keys):
     monkeypatch.setenv("CT_IMAGES", str(tmp_path / "store"))
+    (tmp_path / "settings.yaml").write_text("{}\n")  # $CT_SETTINGS must name a file
     monkeypatch.setenv("CT_SETTINGS", str(tmp_path / "settings.yaml"))
     monkeypatch.setenv("CT_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("APPTAINER_KEYSDIR", str(keys["lab"][0]))

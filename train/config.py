@@ -15,7 +15,7 @@ import yaml
 
 from train.errors import UserError, raise_all
 from train.registry import unknown_name
-from train.yaml_file import load_yaml
+from train.yaml_file import MAX_DEPTH, check_bounds, load_yaml
 
 
 @dataclass
@@ -163,10 +163,16 @@ def parse_overrides(overrides: Union[Mapping[str, Any], List[str], None]) -> Dic
 
 
 def yaml_scalar(text: str) -> Any:
+    """A --set value as YAML reads it (a number, a list...), else the text itself; bounded as every YAML file is."""
+    shown = f"--set value {text[:40]!r}" + ("..." if len(text) > 40 else "")
     try:
-        return yaml.safe_load(text) if text != "" else ""
+        value = yaml.safe_load(text) if text != "" else ""
     except yaml.YAMLError:
         return text
+    except RecursionError:
+        raise UserError(f"{shown} nests deeper than {MAX_DEPTH} levels; flatten it") from None
+    check_bounds(value, shown)
+    return value
 
 
 def to_dict(config: RunConfig) -> Dict[str, Any]:

@@ -19,9 +19,9 @@ from train.yaml_file import load_yaml
 def path() -> Path:
     if os.environ.get("CT_SETTINGS"):
         chosen = Path(os.environ["CT_SETTINGS"])
-        if chosen.is_dir():
-            raise UserError(f"$CT_SETTINGS {chosen} is a directory, not a settings file; point it at a YAML file "
-                            f"(or unset it)")
+        if chosen.is_dir() or not chosen.exists():
+            said = "is a directory, not a settings file" if chosen.is_dir() else "does not exist"
+            raise UserError(f"$CT_SETTINGS {chosen} {said}; point it at your settings YAML file (or unset it)")
         return chosen
     base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
     return base / "cluster-train" / "settings.yaml"
@@ -29,6 +29,7 @@ def path() -> Path:
 
 BUILT_IN = ("email", "account", "modules", "images", "runs", "require_signed", "signers", "clusters")  # every other key is a value cluster files refer to
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
+PATHS = ("scratch", "images")  # settings read as directories (runs: is checked once ${scratch} is filled in)
 
 
 def load(cluster: str) -> Dict[str, Any]:
@@ -61,6 +62,9 @@ def check(key: str, value: Any, where: str) -> None:
     text = _scalar(f"{where}: {key}", value)
     if key == "email" and not EMAIL.match(text):
         raise UserError(f"{where}: email {text!r} is not one address like you@university.edu; fix email")
+    if key in PATHS and "${" not in text and not Path(text).expanduser().is_absolute():
+        raise UserError(f"{where}: {key} {text!r} is not an absolute path; jobs run elsewhere, so write it like "
+                        f"{key}: /scratch/$USER (or ~/...)")
     if key == "account" and not SAFE_NAME.match(text):
         raise UserError(f"{where}: account {text!r} has characters a scheduler directive cannot carry; "
                         f"use letters, digits, '_.-+'")

@@ -28,6 +28,7 @@ GPU_REQUESTS = ("count", "typed", "gres", "typed-gres")
 HINTS = ("multithread", "nomultithread")
 FABRICS = ("infiniband", "ethernet", "slingshot")  # between a partition's nodes; multi-node jobs check NCCL used
 # the fast ones (train/host/fabric.py); slingshot: they bind the host's NCCL plugin and libfabric
+PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 NO_PARTITION = "none"  # a partition entry whose jobs name no partition: the site's default, or a site without any
 # An NVIDIA driver version as nvidia-smi prints it (535.104.05, 470.82.01, 550.54).
 DRIVER = re.compile(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
@@ -235,6 +236,9 @@ def _partition(name: str, spec: Any, where: str, scheduler: str) -> Partition:
 
 
 def _profile(name: str, spec: Any, where: str) -> Profile:
+    if not PROFILE_NAME.match(str(name)):
+        raise UserError(f"{where}: a profile's name goes into run ids, job names and file names; use letters, "
+                        f"digits, '_', '.' and '-' (starting with a letter or digit)")
     profile = fields.record(Profile, name, spec, where)
     if profile.launch is not None:
         fields.choice(profile.launch, tuple(LAUNCHES), f"{where} launch")

@@ -35,8 +35,11 @@ FIX_HASHES = ("generate it with hashes: make lock-derived REQS=requirements.in, 
               "requirements.in -o {lock} (or pip-compile --generate-hashes)")
 HASH = re.compile(r"--hash[= ](sha256:[0-9a-f]{64}|sha384:[0-9a-f]{96}|sha512:[0-9a-f]{128})$")
 PINNED = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,\s-]*\])?\s*===?\s*[^\s;=<>!~,]+\s*(;.*)?")
-# where pip finds the files (their hashes decide what is installed), and what the build asks for anyway
-ALLOWED_OPTIONS = ("--index-url", "-i", "--extra-index-url", "--require-hashes")
+# what the build asks for anyway, and PyPI named as the index (as lock tools write it): the packages come from PyPI
+# by hash, or from --wheels; any other index is refused (a lock is hash-pinned requirements, not where to look)
+ALLOWED_OPTIONS = ("--require-hashes",)
+INDEX_OPTIONS = ("--index-url", "-i")
+PYPI = re.compile(r"https://pypi\.org/simple/?")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -83,13 +86,14 @@ def logical_lines(text: str) -> List[Tuple[int, str]]:
 
 
 def line_problem(line: str) -> str:
-    """"" for a hash-pinned requirement or an index option; else what is wrong with the line."""
+    """"" for a hash-pinned requirement, --require-hashes or PyPI named as the index; else what is wrong."""
     if line.startswith("-"):
-        option = re.split(r"[=\s]", line, 1)[0]
-        if option in ALLOWED_OPTIONS:
+        option, value = (re.split(r"[=\s]+", line, 1) + [""])[:2]
+        if option in ALLOWED_OPTIONS or (option in INDEX_OPTIONS and PYPI.fullmatch(value)):
             return ""
-        return f"uses {option}, which a derived image's lock cannot (only pinned requirements with --hash, and " \
-               f"{', '.join(ALLOWED_OPTIONS)})"
+        other = " with an index other than PyPI" if option in INDEX_OPTIONS + ("--extra-index-url",) else ""
+        return f"uses {option}{other}, which a derived image's lock cannot: only requirements pinned by --hash " \
+               f"(from PyPI, or your --wheels DIR)"
     requirement, _, options = line.partition(" --")
     options = [f"--{o}" for o in options.split(" --")] if options else []
     if not PINNED.fullmatch(requirement.strip()):
