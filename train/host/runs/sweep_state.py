@@ -36,7 +36,8 @@ class ArrayView:
         self.name, self.accounting_name = scheduler.name, scheduler.accounting_name
         self.elements = {e["job_id"] for e in record["elements"]}
         self.live = merged(scheduler.array_states(array) for array in self.arrays)
-        self.said: Optional[Dict] = None
+        self.said: Optional[Dict] = None  # the arrays' accounting, once asked (None: ask per element)
+        self.asked = False
 
     def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict:
         if self.live is None or job_id not in self.elements:
@@ -46,9 +47,9 @@ class ArrayView:
     def accounting(self, job_id: str) -> Optional[Dict]:
         if job_id not in self.elements:
             return self.scheduler.accounting(job_id)
-        if self.said is None:
-            self.said = merged(self.scheduler.array_accounting(array) for array in self.arrays) or {}
-        return self.said.get(job_id) if self.said else self.scheduler.accounting(job_id)
+        if not self.asked:  # an answer without this element is the answer: per-element sacct reads the same lines
+            self.said, self.asked = merged(self.scheduler.array_accounting(array) for array in self.arrays), True
+        return self.scheduler.accounting(job_id) if self.said is None else self.said.get(job_id)
 
 
 def array_ids(record: Dict) -> List[str]:
