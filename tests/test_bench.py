@@ -10,11 +10,12 @@ pytestmark = pytest.mark.slow  # real processes per case
 
 
 def test_bench_measures_the_registered_loop_against_a_plain_one(tmp_path):
-    out = bench(models="resnet_cifar_d8_w4", strategies="ddp", variants="fp32", ranks=2, batch=8, steps=2,
+    out = bench(models="resnet_cifar_d8_w4", strategies="ddp,no_such", variants="fp32", ranks=2, batch=8, steps=2,
                 warmup=1, out_dir=str(tmp_path))
     result = json.loads(out.read_text())
     rows = {(r["kind"], r["strategy"]): r for r in result["rows"]}
-    assert set(rows) == {("strategy", "ddp"), ("variant", "single"), ("plain", "none")}
+    assert set(rows) == {("strategy", "ddp"), ("strategy", "no_such"), ("variant", "single"), ("plain", "none")}
+    assert "no_such" in rows[("strategy", "no_such")]["error"]  # a case that fails is a row, and the rest still run
     assert rows[("strategy", "ddp")]["ranks"] == 2 and rows[("strategy", "ddp")]["state_bytes_per_rank"] > 0
     variant, plain = rows[("variant", "single")], rows[("plain", "none")]
     assert variant["vs_fp32"] == 1.0 and plain["samples_per_s"] > 0

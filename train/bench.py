@@ -1,4 +1,5 @@
-"""`python -m train bench`: throughput, step time and peak memory -> bench/results/<host>-<date>.json.
+"""`python -m train bench`: throughput, step time and peak memory -> bench/results/<host>[-<gpu>]-<date>.json, written
+after every case; a case that fails (a strategy this device cannot run) is a row naming its error.
 
 Three kinds of rows, each case in fresh processes:
 - strategy: every registered strategy trains the first model with the run defaults (on a GPU: bf16 + channels-last),
@@ -217,9 +218,10 @@ def _settings(variant) -> dict:
 
 def compare(rows: list) -> list:
     """vs_fp32: each variant against the model's fp32 row; loop_vs_plain: the registered loop against the plain one
-    at the same settings."""
-    for row in rows:
-        same = [r for r in rows if r["model"] == row["model"] and r["ranks"] == 1]
+    at the same settings (rows that failed take part in neither)."""
+    measured = [r for r in rows if "error" not in r]
+    for row in measured:
+        same = [r for r in measured if r["model"] == row["model"] and r["ranks"] == 1]
         fp32 = next((r for r in same if r["kind"] == "variant" and r["variant"] == "fp32"), None)
         plain = next((r for r in same if r["kind"] == "plain"), None)
         if row["kind"] == "variant" and fp32:
@@ -241,9 +243,27 @@ def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=Non
     variants = (list(VARIANTS) if cuda else ["fp32"]) if variants is None else _names(variants)
     strategies = STRATEGY_ORDER if strategies is None else _names(strategies)
     started, rows = time.time(), []
+    out = Path(out_dir) / f"{socket.gethostname()}{_device_tag(cuda)}-{datetime.date.today().isoformat()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     for case in cases(chosen, strategies, variants, ranks, batch, steps, warmup, cuda):
-        rows.append(run_case(case))
+        rows.append(_measured(case))
         print(_row(rows[-1]), flush=True)
+        _write(out, cuda, started, steps, warmup, rows)  # after every case: a bench cut short keeps what it measured
+    print(f"wrote {out} in {round(time.time() - started, 1)} s")
+    return out
+
+
+def _measured(case) -> dict:
+    """The case's row, or one naming its error: one case that fails (a strategy on this device) stops no other."""
+    try:
+        return run_case(case)
+    except Exception as err:  # a rank's exception arrives as torch.multiprocessing's ProcessRaisedException
+        last = [line for line in str(err).strip().splitlines() if line.strip()][-1:] or [type(err).__name__]
+        return {"kind": case["kind"], "model": case["label"], "strategy": case["strategy"],
+                "variant": case["variant"], "ranks": case["ranks"], "error": last[0].strip()[:300]}
+
+
+def _write(out: Path, cuda: bool, started: float, steps: int, warmup: int, rows: list) -> None:
     result = {
         "host": socket.gethostname(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(0) if cuda else "cpu", "cpu_count": os.cpu_count(),
@@ -252,11 +272,15 @@ def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=Non
         "note": "CPU: gloo; fsdp and zero* = Lightning's FSDP and DeepSpeed strategies with their CUDA checks "
                 "relaxed; state bytes = live parameter + optimizer tensors on the rank (train.memory)",
     }
-    out = Path(out_dir) / f"{socket.gethostname()}-{datetime.date.today().isoformat()}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out} in {result['total_s']} s")
-    return out
+
+
+def _device_tag(cuda: bool) -> str:
+    """'-h200' for an NVIDIA H200: the file names the GPU its figures came from."""
+    if not cuda:
+        return ""
+    words = torch.cuda.get_device_name(0).lower().replace("nvidia", "").split()
+    return "-" + (words[0] if words else "gpu")
 
 
 def _names(value) -> list:
@@ -265,6 +289,8 @@ def _names(value) -> list:
 
 
 def _row(r) -> str:
+    if "error" in r:
+        return f"{r['kind']:8s} {r['model']:28s} {r['strategy']:14s} {r['variant']:27s} ranks {r['ranks']}  FAILED: {r['error']}"
     dev = "" if r["device_peak_mb_per_rank"] is None else f" dev {r['device_peak_mb_per_rank']:>8.1f} MB"
     return (f"{r['kind']:8s} {r['model']:28s} {r['strategy']:14s} {r['variant']:27s} ranks {r['ranks']}  "
             f"{r['samples_per_s']:>9.1f} samples/s  {r['step_ms']:>8.1f} ms/step  "

@@ -5,7 +5,9 @@
   gpu_type is known).
 - channels_last (on by default, GPUs only): the convolution weights of any model with Conv2d/Conv3d layers are stored
   channels-last (NHWC/NDHWC), which Tensor Cores run without transposes; cuDNN then picks channels-last kernels for
-  the inputs too.
+  the inputs too. Under DeepSpeed the weights stay contiguous (ZeRO flattens and broadcasts them as bytes, which a
+  channels-last weight cannot be viewed as: every ZeRO run on a GPU failed at its start, H200, 2026-11-26) and each
+  convolution's input is made channels-last instead, which cuDNN follows the same way.
   The CPU keeps NCHW: torch's CPU backward of a channels-last ResNet crashed (double free) in torch 2.13.
 - compile: `torch.compile` of the LightningModule's submodules in place (nn.Module.compile, so checkpoint keys stay
   the same); the strategies it cannot work under are refused before anything runs (train.strategies.check_compile).
@@ -16,6 +18,7 @@ import time
 
 import torch
 from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.strategies import DeepSpeedStrategy
 
 from train.config import TrainerConfig
 from train.errors import UserError
@@ -49,18 +52,19 @@ def speed_callbacks(t: TrainerConfig) -> list:
 
 
 class FastLayout(Callback):
-    """Channels-last convolution weights and torch.compile, applied once before the strategy wraps the module."""
+    """Channels-last convolutions and torch.compile, applied once before the strategy wraps the module."""
 
     def __init__(self, channels_last: bool, compile: bool):
         self.channels_last, self.compile = channels_last, compile
-        self.converted = 0  # convolution layers stored channels-last
+        self.converted = 0  # convolution layers run channels-last
 
     def setup(self, trainer, pl_module, stage):
         if getattr(pl_module, "_ct_fast_layout", False):  # validate, then fit: the same module once
             return
         pl_module._ct_fast_layout = True
         if self.channels_last:
-            self.converted = to_channels_last(pl_module)
+            zero = isinstance(trainer.strategy, DeepSpeedStrategy)
+            self.converted = channels_last_inputs(pl_module) if zero else to_channels_last(pl_module)
         if self.compile:
             for child in pl_module.children():
                 child.compile()
@@ -76,6 +80,24 @@ def to_channels_last(module: torch.nn.Module) -> int:
             layer.weight.data = layer.weight.data.contiguous(memory_format=layout)
             count += 1
     return count
+
+
+def channels_last_inputs(module: torch.nn.Module) -> int:
+    """Each convolution's input made channels-last as it arrives (a no-op once the activations are), weights untouched."""
+    formats = {torch.nn.Conv2d: torch.channels_last, torch.nn.Conv3d: torch.channels_last_3d}
+    count = 0
+    for layer in module.modules():
+        layout = formats.get(type(layer))
+        if layout is not None:
+            layer.register_forward_pre_hook(_input_layout(layout))
+            count += 1
+    return count
+
+
+def _input_layout(layout):
+    def hook(layer, args):
+        return (args[0].contiguous(memory_format=layout), *args[1:])
+    return hook
 
 
 class InputWait(Callback):
