@@ -9,6 +9,12 @@ Three kinds of rows, each case in fresh processes:
 - plain: the same model, batch and data in a hand-written PyTorch loop (autocast, the same optimizer), at the
   settings of the fastest eager variant: `loop_vs_plain` in each row is the framework's cost as a ratio.
 
+`steps` timed steps after `warmup` (default 20 after 3 on a GPU; 100 after 3 on the CPU, whose ~20 ms steps would
+otherwise be timed over 0.4 s). `repeats` (default 1 on a GPU, 5 on the CPU): the plain case and the variant at its
+settings run alternately that many times, each run in fresh processes, so both sides see the same drift of a shared
+machine; their rows keep every run's figures (`samples_per_s_runs`, `step_ms_runs`) and the medians as
+`samples_per_s` and `step_ms`, and `loop_vs_plain` is the ratio of the two medians. Every other case runs once.
+
 On a GPU the models are the seeds' at their real sizes (the CIFAR experts from experiments/cifar100_experts.yaml,
 seed 002's MobileNet-v3 and EfficientNet-B0, ResNet-50 at 224 px); on the CPU one small model, so `make bench` stays
 under 10 minutes. Inputs are random batches made once and reused (the input pipeline is `fit`'s InputWait).
@@ -17,6 +23,7 @@ import datetime
 import json
 import os
 import socket
+import statistics
 import time
 from pathlib import Path
 
@@ -227,12 +234,53 @@ def compare(rows: list) -> list:
         if row["kind"] == "variant" and fp32:
             row["vs_fp32"] = round(row["samples_per_s"] / fp32["samples_per_s"], 3)
         if row["kind"] == "variant" and plain and row["variant"] == plain["variant"]:
-            row["loop_vs_plain"] = round(row["samples_per_s"] / plain["samples_per_s"], 3)
+            row["loop_vs_plain"] = round(row["samples_per_s"] / plain["samples_per_s"], 3)  # of the medians
+            runs, plain_runs = row.get("samples_per_s_runs", []), plain.get("samples_per_s_runs", [])
+            if len(runs) > 1 and len(runs) == len(plain_runs):  # run i of each side ran one after the other
+                row["loop_vs_plain_runs"] = [round(a / b, 3) for a, b in zip(runs, plain_runs)]
     return rows
 
 
-def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=None, steps: int = 20, warmup: int = 3,
-          out_dir: str = "bench/results") -> Path:
+def schedule(planned: list, repeats: int) -> list:
+    """The groups of cases `bench` measures, in order: each case alone and once, except each model's plain case and
+    the variant at its settings, which form one group run alternately `repeats` times (a plain case with no such
+    variant, `--variants` without it, is repeated alone)."""
+    def partner(case):
+        return next((p for p in planned if p["kind"] == "plain" and p["label"] == case["label"]
+                     and p["variant"] == case["variant"]), None)
+
+    paired = [partner(c) for c in planned if c["kind"] == "variant"]
+    groups = []
+    for case in planned:
+        if case["kind"] == "variant" and partner(case) is not None:
+            groups.append(([case, partner(case)], repeats))
+        elif case["kind"] == "plain":
+            if not any(p is case for p in paired):
+                groups.append(([case], repeats))
+        else:
+            groups.append(([case], 1))
+    return groups
+
+
+def median_row(runs: list) -> dict:
+    """One case's row from its runs: the median samples/s and step time with every run's figures beside them, the
+    largest memory, the summed wall time. A run that failed makes the row its error (the case stopped repeating)."""
+    failed = [r for r in runs if "error" in r]
+    if failed or len(runs) == 1:
+        return {**failed[0], "runs": len(runs)} if failed else runs[0]
+    row = dict(runs[0])
+    speeds, steps = [r["samples_per_s"] for r in runs], [r["step_ms"] for r in runs]
+    row.update(samples_per_s=round(statistics.median(speeds), 1), step_ms=round(statistics.median(steps), 2),
+               host_peak_mb_per_rank=max(r["host_peak_mb_per_rank"] for r in runs),
+               wall_s=round(sum(r["wall_s"] for r in runs), 1), runs=len(runs), samples_per_s_runs=speeds,
+               step_ms_runs=steps)
+    peaks = [r["device_peak_mb_per_rank"] for r in runs if r["device_peak_mb_per_rank"] is not None]
+    row["device_peak_mb_per_rank"] = max(peaks) if peaks else None
+    return row
+
+
+def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=None, steps=None, warmup: int = 3,
+          repeats=None, out_dir: str = "bench/results") -> Path:
     cuda = torch.cuda.is_available()
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if cuda else "cpu")
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.expanduser("~/.cache/torch_extensions"))
@@ -242,15 +290,31 @@ def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=Non
         ranks = min(ranks, torch.cuda.device_count())
     variants = (list(VARIANTS) if cuda else ["fp32"]) if variants is None else _names(variants)
     strategies = STRATEGY_ORDER if strategies is None else _names(strategies)
+    repeats = max(1, int(repeats if repeats is not None else 1 if cuda else 5))
+    steps = int(steps if steps is not None else 20 if cuda else 100)  # the CPU's steps are short: a longer window
     started, rows = time.time(), []
     out = Path(out_dir) / f"{socket.gethostname()}{_device_tag(cuda)}-{datetime.date.today().isoformat()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    for case in cases(chosen, strategies, variants, ranks, batch, steps, warmup, cuda):
-        rows.append(_measured(case))
-        print(_row(rows[-1]), flush=True)
-        _write(out, cuda, started, steps, warmup, rows)  # after every case: a bench cut short keeps what it measured
+    for group, times in schedule(list(cases(chosen, strategies, variants, ranks, batch, steps, warmup, cuda)), repeats):
+        runs = [[] for _ in group]
+        for n in range(times):  # alternately: case 1, case 2, case 1, ...
+            for case, done in zip(group, runs):
+                if done and "error" in done[-1]:
+                    continue  # a case that failed fails again: no repeat
+                done.append(_measured(case))
+                print(_row(done[-1]) + (f"  (run {n + 1}/{times})" if times > 1 else ""), flush=True)
+                # after every run: a bench cut short keeps what it measured
+                _write(out, cuda, started, steps, warmup, repeats, rows + [median_row(r) for r in runs if r])
+        rows += [median_row(r) for r in runs]
+        if times > 1:
+            for row in compare(list(rows))[-len(group):]:
+                print(f"median of {times}: " + _row(row) + _ratio(row), flush=True)
     print(f"wrote {out} in {round(time.time() - started, 1)} s")
     return out
+
+
+def _ratio(row) -> str:
+    return f"  loop_vs_plain {row['loop_vs_plain']}" if "loop_vs_plain" in row else ""
 
 
 def _measured(case) -> dict:
@@ -263,12 +327,12 @@ def _measured(case) -> dict:
                 "variant": case["variant"], "ranks": case["ranks"], "error": last[0].strip()[:300]}
 
 
-def _write(out: Path, cuda: bool, started: float, steps: int, warmup: int, rows: list) -> None:
+def _write(out: Path, cuda: bool, started: float, steps: int, warmup: int, repeats: int, rows: list) -> None:
     result = {
         "host": socket.gethostname(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(0) if cuda else "cpu", "cpu_count": os.cpu_count(),
         "torch": torch.__version__, "cuda": torch.version.cuda, "total_s": round(time.time() - started, 1),
-        "steps": steps, "warmup": warmup, "rows": compare(rows),
+        "steps": steps, "warmup": warmup, "repeats": repeats, "rows": compare(rows),
         "note": "CPU: gloo; fsdp and zero* = Lightning's FSDP and DeepSpeed strategies with their CUDA checks "
                 "relaxed; state bytes = live parameter + optimizer tensors on the rank (train.memory)",
     }

@@ -49,14 +49,16 @@ def export(checkpoint: str, out: str):
     print(f"wrote {export_weights(checkpoint, out)}")
 
 
-def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=None, steps: int = 20, warmup: int = 3,
-          out_dir="bench/results"):
+def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=None, steps=None, warmup: int = 3,
+          repeats=None, out_dir="bench/results"):
     """Throughput, step time, peak memory per model, strategy and variant, and a plain PyTorch loop for reference:
-    `bench [--models=resnet50_224,...] [--strategies=ddp,zero3] [--variants=fp32,bf16] [--batch=N]`."""
+    `bench [--models=resnet50_224,...] [--strategies=ddp,zero3] [--variants=fp32,bf16] [--batch=N] [--steps=N]
+    [--repeats=N]`: steps timed (default 20 on a GPU, 100 on the CPU); repeats: the loop comparison's runs, alternately
+    (default 1 on a GPU, 5 on the CPU)."""
     from train.bench import bench as run_bench
 
     run_bench(models=models, strategies=strategies, variants=variants, ranks=ranks, batch=batch, steps=steps,
-              warmup=warmup, out_dir=out_dir)
+              warmup=warmup, repeats=repeats, out_dir=out_dir)
 
 
 def models():
