@@ -349,7 +349,8 @@ def _device_tag(cuda: bool) -> str:
 
 def _names(value) -> list:
     """fire gives "a,b" as a tuple and "a" as a string."""
-    return [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value).split(",")
+    names = [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value).split(",")
+    return [n for n in names if n]  # --strategies= : none
 
 
 def _row(r) -> str:
