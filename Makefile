@@ -15,7 +15,7 @@ MOTION_DATA := data/smart-synthetic
 -include containers/images.mk
 -include bench/bench.mk
 
-.PHONY: help demo deps apptainer slurm registry chromium venv data test test-all test-fast golden clean
+.PHONY: help demo deps apptainer slurm registry chromium sshd venv data test test-all test-fast golden clean
 help:
 	@echo "make demo       install what is missing, build the CPU image, train the demo via bin/run-cluster local"
 	@echo "make test       every test: installs Apptainer and Slurm, builds the image, starts the test cluster"
@@ -45,6 +45,13 @@ chromium:  # headless Chromium: the report test opens report.html and takes a sc
 	@dpkg-query -W -f '$${Status}' chromium 2>/dev/null | grep -q "install ok installed" || \
 	  { apt-get -y -q -o DPkg::Lock::Timeout=120 install --no-install-recommends chromium >/dev/null 2>&1 || \
 	    { apt-get -y -q update >/dev/null && apt-get -y -q install --no-install-recommends chromium >/dev/null; }; }
+
+sshd:  # a real OpenSSH server plays a cluster's login node; rsync sends code; the login side's Python runs the launcher
+	@dpkg-query -W -f '$${Status}\n' openssh-server openssh-client rsync python3-yaml python3-jinja2 2>/dev/null | \
+	  grep -c "install ok installed" | grep -qx 5 || \
+	  { apt-get -y -q -o DPkg::Lock::Timeout=120 install --no-install-recommends openssh-server openssh-client rsync \
+	      python3-yaml python3-jinja2 >/dev/null 2>&1 || { apt-get -y -q update >/dev/null && apt-get -y -q install \
+	      --no-install-recommends openssh-server openssh-client rsync python3-yaml python3-jinja2 >/dev/null; }; }
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml tests/requirements.txt
@@ -77,9 +84,9 @@ test-fast: venv
 # tests/suite_report.py does not allow by name fails the run (CT_NO_SKIPS).
 TEST_TIMES := $(CURDIR)/.test-times
 test test-all:
-	@set -e; start=$$(date +%s); $(MAKE) --no-print-directory apptainer slurm registry chromium; \
+	@set -e; start=$$(date +%s); $(MAKE) --no-print-directory apptainer slurm registry chromium sshd; \
 	  mid=$$(date +%s); $(MAKE) --no-print-directory -j2 venv image; end=$$(date +%s); \
-	  printf 'installs: Apptainer, Slurm, registry, Chromium %s\nhost venv and CPU image, side by side %s\n' \
+	  printf 'installs: Apptainer, Slurm, registry, Chromium, sshd %s\nhost venv and CPU image, side by side %s\n' \
 	    $$((mid - start)) $$((end - mid)) > $(TEST_TIMES)
 	CT_TIMES=$(TEST_TIMES) CT_NO_SKIPS=1 $(if $(filter test-all,$@),CT_CUDA_BUILD=always) \
 	  $(PYTEST) -q -rs -p no:cacheprovider -m "not image_copy" tests

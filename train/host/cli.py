@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from train.errors import UserError, raise_all
-from train.host import runs
+from train.host import project, runs
+from train.host.images import store
 from train.host.images.locations import run_image
 from train.host.jobs.build import DEFAULT_EXPERIMENT, Request, Site, build
 from train.host.runs.queue import one_run, show_and_queue
@@ -80,6 +81,16 @@ def main(argv: Optional[List[str]] = None) -> int:
 def dispatch(argv: List[str]) -> int:
     try:
         argv, command = split_command(argv)
+        if argv and (argv[0] in RUN_COMMANDS or "--rerun" in argv):
+            from train.host.remote.commands import proxied  # a run that lives on a cluster over SSH
+
+            done = proxied(argv)
+            if done is not None:
+                return done
+        if argv and argv[0] in ("report", "compare"):
+            from train.host.remote.commands import fetched  # runs on a cluster over SSH: their small files here
+
+            argv = fetched(argv)
         if argv and argv[0] in SUBCOMMANDS:
             return SUBCOMMANDS[argv[0]](argv)
         return submit_command(argv, command)
@@ -103,10 +114,11 @@ def names(argv: List[str]) -> int:
     return 0
 
 
+RUN_COMMANDS = ("status", "logs", "cancel", "resume")
 SUBCOMMANDS: Dict[str, Callable[[List[str]], int]] = {
-    **{name: lazily("train.host.runs.commands", "run_command", skip_name=False)
-       for name in ("status", "logs", "cancel", "resume")},
+    **{name: lazily("train.host.runs.commands", "run_command", skip_name=False) for name in RUN_COMMANDS},
     "images": lazily("train.host.images.commands"),
+    "runs": lazily("train.host.runs.table"),
     "report": lazily("train.host.reports.report"),
     "compare": lazily("train.host.reports.compare"),
     "scaling": lazily("train.host.reports.scaling"),
@@ -125,6 +137,8 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
     if not args.cluster or not (args.profile or args.first_to_start):
         raise UserError("name a cluster and a profile: run-cluster CLUSTER PROFILE [EXPERIMENT] (or --rerun runs/<id>)")
     site = Site.load(args.cluster)
+    if site.user.get("ssh"):
+        return over_ssh(site, args, argv)
     if args.first_to_start:
         return first_to_start(args, site)
     if args.sweeps or args.sweep_file:
@@ -135,6 +149,26 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
         return show_and_queue(plan, args.dry_run, args.wait, args.timeout)
     sub = build(site, request(args, args.profile, args.experiment))
     return show_and_queue(one_run(sub), args.dry_run, args.wait, args.timeout)
+
+
+def over_ssh(site: Site, args, argv: List[str]) -> int:
+    """A cluster your settings reach over SSH: what needs only the config is checked here, then the same command
+    runs on its login node (train/host/remote)."""
+    from train.host.jobs.build import config_of
+    from train.host.jobs.job import new_run_id
+    from train.host.remote import commands as remote
+
+    unsupported = [name for name, value in (("--first-to-start", args.first_to_start), ("--dev", args.dev),
+                                            ("a command after --", args.command)) if value]
+    if unsupported:
+        raise UserError(f"{', '.join(unsupported)} does not run over ssh yet; run it on {site.cluster.name}'s login "
+                        f"node (or drop ssh: for {site.cluster.name} from your settings)")
+    profile = site.cluster.profile(args.profile)
+    config_of(site, profile, request(args, args.profile, args.experiment))
+    run_id = args.run_id or new_run_id(site.cluster.name, args.profile)
+    flavor = args.flavor or site.cluster.partition(profile.partition).image
+    image = store.current(flavor, project.images_dir())  # this machine's store; `images:` of ssh settings is theirs
+    return remote.submit(site, argv, run_id, args.dry_run, image)
 
 
 def refuse_mixed(args, command: Optional[List[str]]) -> None:

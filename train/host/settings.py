@@ -12,6 +12,7 @@ from typing import Any, Dict, List
 
 from train.errors import UserError
 from train.host.clusters import signing_policy
+from train.host import reach
 from train.host.schedulers import MODULE_NAME, SAFE_NAME
 from train.yaml_file import load_yaml
 
@@ -27,7 +28,7 @@ def path() -> Path:
     return base / "cluster-train" / "settings.yaml"
 
 
-BUILT_IN = ("email", "account", "modules", "images", "runs", "require_signed", "signers", "clusters")  # every other key is a value cluster files refer to
+BUILT_IN = ("email", "account", "modules", "images", "runs", "require_signed", "signers", "clusters", *reach.KEYS)  # every other key is a value cluster files refer to
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 PATHS = ("scratch", "images")  # settings read as directories (runs: is checked once ${scratch} is filled in)
 
@@ -65,6 +66,8 @@ def check(key: str, value: Any, where: str) -> None:
     if key in PATHS and "${" not in text and not Path(text).expanduser().is_absolute():
         raise UserError(f"{where}: {key} {text!r} is not an absolute path; jobs run elsewhere, so write it like "
                         f"{key}: /scratch/$USER (or ~/...)")
+    if key in reach.KEYS:
+        reach.check(key, text, where)
     if key == "account" and not SAFE_NAME.match(text):
         raise UserError(f"{where}: account {text!r} has characters a scheduler directive cannot carry; "
                         f"use letters, digits, '_.-+'")

@@ -142,6 +142,19 @@ def build(site: Site, request: Request) -> Submission:
 
 
 def build_on(site: Site, profile: Profile, request: Request) -> Submission:
+    run, user_set, config_file = config_of(site, profile, request)
+    shape = launch_of(profile, adapter(site.cluster.scheduler))
+    code = user_code.prepare_code(run, shape, request.recorded_code, request.code_from)
+    try:
+        return checked(site, profile, run, user_set, code, request, config_file)
+    except BaseException:
+        code_snapshot.discard(code.snapshot if code else None)
+        raise
+
+
+def config_of(site: Site, profile: Profile, request: Request) -> Tuple[cfg.RunConfig, Dict[str, Any], Optional[Path]]:
+    """The run's config resolved from the experiment, the profile and every --set: the checks that need only the
+    config (a cluster reached over SSH has them made on the laptop before anything is sent)."""
     cluster = site.cluster
     user_set = user_overrides(request.overrides, cluster.path)
     shape = launch_of(profile, adapter(cluster.scheduler))
@@ -151,13 +164,7 @@ def build_on(site: Site, profile: Profile, request: Request) -> Submission:
     config_file = experiment_config(named) if named else None
     raw = user_code.experiment_raw(site.experiment(config_file) if config_file else {}, request.command, request.dev,
                                    config_file.resolve().parent if config_file else Path.cwd())
-    run = run_config(raw, user_set, profile, shape, run_dir)
-    code = user_code.prepare_code(run, shape, request.recorded_code, request.code_from)
-    try:
-        return checked(site, profile, run, user_set, code, request, config_file)
-    except BaseException:
-        code_snapshot.discard(code.snapshot if code else None)
-        raise
+    return run_config(raw, user_set, profile, shape, run_dir), user_set, config_file
 
 
 def job_of(site: Site, profile: Profile, run: cfg.RunConfig, image: Optional[store.ImageRecord],

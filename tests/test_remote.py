@@ -1,0 +1,188 @@
+"""A cluster reached over SSH (train/host/remote): a real OpenSSH server on 127.0.0.1 plays the test Slurm cluster's
+login node (tests/ssh/login.py), this checkout plays the laptop and a directory of the server's plays the project's
+copy on the cluster. Values reach the remote shell as data; ssh's failures are one line naming the host and the fix;
+a run submitted from the laptop trains on the test Slurm cluster and every run command reaches it."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, job_logs, run_cluster, wait_for_slurm_job
+
+from train.errors import UserError
+from train.host.remote import ssh
+from train.host.reach import Reach
+
+sys.path.insert(0, str(ROOT / "tests" / "ssh"))
+import login  # noqa: E402  (tests/ssh/login.py: the test's OpenSSH server)
+
+NASTY = ["$(touch PWNED)", "a;touch PWNED", "line\nbreak", "'quoted' \"double\"", "`touch PWNED`", "~/x", "*", ""]
+
+
+def test_every_word_reaches_the_remote_shell_as_data(tmp_path):
+    """What sshd hands the login shell is the line remote_line builds: run it through sh as sshd would."""
+    echo = ["sh", "-c", 'printf "%s|" "$@"; printf "%s" "$CT_X"', "sh", *NASTY]
+    line = ssh.remote_line(echo, cwd=str(tmp_path), env={"CT_X": "$(touch PWNED)"})
+    done = subprocess.run(["sh", "-c", line], capture_output=True, text=True)
+    words = [*NASTY[:5], os.environ["HOME"] + "/x", *NASTY[6:]]  # a path under ~ is the remote user's home
+    assert done.stdout == "".join(f"{w}|" for w in words) + "$(touch PWNED)"
+    assert not list(tmp_path.iterdir()), "a value ran as code"
+
+
+@pytest.fixture(scope="module")
+def login_node(tmp_path_factory):
+    """The test's sshd: (client config, base directory, ports); every shared connection closed at the end."""
+    base = tmp_path_factory.mktemp("sshd")
+    proc, config, ports = login.start(base, f"{ROOT / 'tests' / 'lsf'}:")  # the LSF stand-in's commands too
+    yield config, base, ports
+    for host in ports:
+        subprocess.run(["ssh", "-F", str(config), "-o", f"ControlPath={ssh.control_dir()}/%C", "-O", "exit", host],
+                       capture_output=True)
+    proc.terminate()
+    proc.wait(10)
+
+
+def failure(reach: Reach) -> str:
+    with pytest.raises(UserError) as err:
+        ssh.run(reach, ["true"], capture=True)
+    assert len(err.value.lines) == 1
+    return str(err.value)
+
+
+@pytest.mark.slow  # a real sshd
+def test_ssh_failures_are_one_line_naming_the_host_and_the_fix(login_node, tmp_path):
+    config, base, ports = login_node
+    changed = tmp_path / "ssh_config"  # the same server, a known_hosts that holds another key for it
+    stranger = (base / "id_stranger.pub").read_text().split()
+    (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{ports['ct-other']} {stranger[0]} {stranger[1]}\n")
+    changed.write_text(config.read_text().replace(str(base / "known_hosts"), str(tmp_path / "known_hosts"))
+                       .replace("Host ct-other", "Host ct-changed"))
+    said = failure(Reach("ci-slurm", "ct-changed", "/tmp/x", config=str(changed)))
+    assert "ct-changed" in said and "host key" in said and "ssh-keygen -R" in said
+    refused = tmp_path / "refused_config"
+    refused.write_text(config.read_text().replace(str(base / "id_user"), str(base / "id_stranger"))
+                       .replace("Host ct-other", "Host ct-refused"))
+    said = failure(Reach("ci-slurm", "ct-refused", "/tmp/x", config=str(refused)))
+    assert "ct-refused" in said and "refused your key" in said and "ssh-add" in said
+    said = failure(Reach("ci-slurm", "ct-other", "/tmp/x", config=str(config), port=login.free_port()))
+    assert "ct-other" in said and "cannot be reached" in said and "Connection refused" in said
+    other = Reach("ci-slurm", "ct-other", "/tmp/x", config=str(config))  # first connected here: no shared one before
+    assert ssh.run(other, ["echo", "reached"], capture=True).stdout == "reached\n"
+
+
+# ---- from the laptop to the test Slurm cluster over SSH -------------------------------------------------------------
+
+def demo(demo_data, epochs: int, *more: str) -> list:
+    return ["ci-slurm", "n1_gpu1", "demo", "--set", f"data.root={demo_data}", "--set", "data.num_workers=0",
+            "--set", f"trainer.max_epochs={epochs}", "--set", "trainer.limit_train_batches=4",
+            "--set", "trainer.limit_val_batches=2", *more, "--no-wait"]
+
+
+@pytest.fixture(scope="module")
+def laptop(login_node, cpu_image, slurm_cluster, demo_data, tmp_path_factory):
+    """The laptop's settings (ci-slurm reached over ssh at ct-login) and environment; one short run and one long run
+    submitted from it. The cluster side's runs and project copy live under the sshd's directory."""
+    config, base, _ = login_node
+    tmp = tmp_path_factory.mktemp("laptop")
+    cluster = base / "cluster"
+    (tmp / "settings.yaml").write_text(json.dumps({"clusters": {"ci-slurm": {
+        "ssh": "ct-login", "ssh_config": str(config), "remote_dir": str(cluster / "cluster-train"),
+        "runs": str(cluster / "runs"), "images": str(cluster / "images")}}}))
+    env = {**os.environ, "CT_SETTINGS": str(tmp / "settings.yaml"), "CT_RUNS_DIR": str(tmp / "runs")}
+    env.pop("CT_IMAGES", None)
+    submitted = {kind: run_cluster(*demo(demo_data, epochs), "--run-id", kind, env=env)
+                 for kind, epochs in (("short", 1), ("long", 2000))}
+    yield dict(env=env, cluster=cluster, local=tmp / "runs", submitted=submitted, demo_data=demo_data)
+    for run in (cluster / "runs").glob("*/manifest.json"):
+        if json.loads(run.read_text())["scheduler"]["name"] == "slurm":
+            subprocess.run(["scancel", json.loads(run.read_text())["scheduler"]["job_id"]], capture_output=True)
+
+
+def remote_manifest(laptop, run_id: str) -> dict:
+    return json.loads((laptop["cluster"] / "runs" / run_id / "manifest.json").read_text())
+
+
+@pytest.mark.image
+@pytest.mark.slurm
+def test_a_run_submitted_from_the_laptop_trains_and_every_run_command_reaches_it(laptop):
+    env, short = laptop["env"], laptop["submitted"]["short"]
+    assert short.returncode == 0, short.stdout[-3000:] + short.stderr
+    files, image_bytes = re.search(r"code sent, (\d+) changed files, \d+ bytes; image sent, (\d+) bytes",
+                                   short.stdout).groups()
+    assert int(files) > 100 and int(image_bytes) > 10 * 2**20  # the whole project and the image, the first time
+    record = json.loads((laptop["local"] / "short" / "remote.json").read_text())
+    assert (record["cluster"], record["ssh"]) == ("ci-slurm", "ct-login")
+    job = remote_manifest(laptop, "short")["scheduler"]["job_id"]
+    assert wait_for_slurm_job(job, 300) == "COMPLETED", job_logs(laptop["cluster"] / "runs" / "short")[-3000:]
+    status = run_cluster("status", "short", env=env)
+    assert status.returncode == 0 and f"short: slurm job {job} COMPLETED" in status.stdout, status.stdout + status.stderr
+    logs = run_cluster("logs", str(laptop["local"] / "short"), env=env)
+    assert "[cluster-train] rank 0/1 on host" in logs.stdout
+    again = run_cluster("--rerun", "short", env=env)  # same digest and config, a new run on the cluster
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr
+    rerun_id = next(p.name for p in laptop["local"].iterdir() if p.name not in ("short", "long"))
+    rerun = remote_manifest(laptop, rerun_id)
+    assert rerun["rerun_of"] == "short" and rerun["image"]["sha256"] == remote_manifest(laptop, "short")["image"]["sha256"]
+    followed = run_cluster("logs", "--follow", rerun_id, env=env, timeout=300)  # streamed until the job ends
+    assert followed.returncode == 0 and "[cluster-train] rank 0/1 on host" in followed.stdout, followed.stderr
+    results = [json.loads((laptop["cluster"] / "runs" / r / "results.json").read_text()) for r in ("short", rerun_id)]
+    assert results[0]["final_val_loss"] == results[1]["final_val_loss"]  # the same digest and config: the same run
+    report = run_cluster("report", "short", env=env, timeout=120)  # results, metrics, logs fetched; no checkpoints
+    assert report.returncode == 0, report.stdout[-2000:] + report.stderr
+    fetched = laptop["local"] / "short"
+    assert (fetched / "report.html").is_file() and (fetched / "metrics.csv").is_file()
+    assert not (fetched / "checkpoints").exists()
+
+
+@pytest.mark.image
+@pytest.mark.slurm
+def test_a_second_submission_sends_no_code_and_cancel_reaches_the_cluster(laptop):
+    env, long = laptop["env"], laptop["submitted"]["long"]
+    assert long.returncode == 0, long.stdout[-3000:] + long.stderr
+    records = sorted(p.name for p in laptop["local"].iterdir())
+    dry = run_cluster(*demo(laptop["demo_data"], 1, "--dry-run"), env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert "code sent, 0 changed files" in dry.stdout  # unchanged files are not sent again
+    assert "image sent, 0 bytes" in long.stdout  # the cluster's store has it since the first submission
+    assert sorted(p.name for p in laptop["local"].iterdir()) == records  # a dry run leaves no record
+    cancelled = run_cluster("cancel", "long", env=env)
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    job = remote_manifest(laptop, "long")["scheduler"]["job_id"]
+    assert wait_for_slurm_job(job, 120) == "CANCELLED"
+    assert "CANCELLED" in run_cluster("status", "long", env=env).stdout
+    resumed = run_cluster("resume", "long", "--no-wait", env=env)  # a new segment of the same run, queued there
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr
+    again = remote_manifest(laptop, "long")["scheduler"]["job_id"]
+    assert again != job and run_cluster("cancel", "long", env=env).returncode == 0
+    assert wait_for_slurm_job(again, 120) == "CANCELLED"
+
+
+@pytest.mark.image
+@pytest.mark.slurm
+def test_one_table_shows_local_runs_and_every_cluster_over_ssh(laptop, login_node, tmp_path):
+    """local (this machine), ci-slurm and ci-lsf (the stand-in) over ssh, and a cluster whose login node is down."""
+    config, _, _ = login_node
+    env, cluster = dict(laptop["env"]), laptop["cluster"]
+    reach = {"ssh": "ct-login", "ssh_config": str(config), "remote_dir": str(cluster / "cluster-train"),
+             "runs": str(cluster / "runs"), "images": str(cluster / "images")}
+    down = {**reach, "ssh": "ct-other", "ssh_port": login.free_port()}
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(json.dumps({"clusters": {"ci-slurm": reach, "ci-lsf": reach, "gilbreth": down}}))
+    env["CT_SETTINGS"] = str(settings)
+    small = ["demo", "--set", f"data.root={laptop['demo_data']}", "--set", "data.num_workers=0",
+             "--set", "trainer.max_epochs=1", "--set", "trainer.limit_train_batches=2", "--set", "trainer.limit_val_batches=1"]
+    lsf = run_cluster("ci-lsf", "one_gpu", *small, "--run-id", "on-lsf", "--no-wait", env=env)
+    assert lsf.returncode == 0, lsf.stdout[-2000:] + lsf.stderr
+    here = run_cluster("local", "cpu_1proc", *small, "--run-id", "here", env=env)
+    assert here.returncode == 0, here.stdout[-2000:] + here.stderr
+    shown = run_cluster("runs", env=env)
+    assert shown.returncode == 0, shown.stderr
+    rows = {tuple(line.split()[:2]): line for line in shown.stdout.splitlines()[1:]}
+    assert {("local", "here"), ("ci-slurm", "short"), ("ci-slurm", "long"), ("ci-lsf", "on-lsf"),
+            ("gilbreth", "-")} <= set(rows), shown.stdout
+    assert "COMPLETED" in rows[("local", "here")] and "1/1" in rows[("local", "here")]
+    assert "UNREACHABLE" in rows[("gilbreth", "-")] and "cannot be reached" in rows[("gilbreth", "-")]
+    only = run_cluster("runs", "--cluster", "ci-lsf", env=env).stdout.splitlines()[1:]
+    assert [line.split()[:2] for line in only] == [["ci-lsf", "on-lsf"]]

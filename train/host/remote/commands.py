@@ -1,0 +1,112 @@
+"""The laptop's side of every command on a cluster reached over SSH: submit (config checked here, files and settings
+sent, the launcher run there), and status, logs, cancel, resume and --rerun of a run that lives there."""
+import json
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from train.errors import UserError
+from train.host import project
+from train.host.images import store
+from train.host.jobs.job import new_run_id
+from train.host.remote import ssh, sync
+from train.host.reach import Reach, of
+
+RECORD = "remote.json"  # in the laptop's runs/<id>: where the run lives
+
+
+def submit(site, argv: List[str], run_id: str, dry_run: bool, image: Optional[store.ImageRecord]) -> int:
+    """`run-cluster CLUSTER PROFILE ...` on the cluster's login node under the run id chosen here, after the code,
+    the settings and the image (this machine's current one of the flavor the job needs) are there."""
+    reach = of(site.cluster.name, site.user)
+    files, sent = sync.send_code(reach)
+    settings = sync.send_settings(reach, site.user)
+    image_bytes = 0 if dry_run else sync.send_image(reach, image, settings)
+    print(f"[cluster-train] {reach.cluster} over ssh ({reach.destination}): code sent, {files} changed files, "
+          f"{sent} bytes; image sent, {image_bytes} bytes", flush=True)
+    done = launcher(reach, [*argv, "--run-id", run_id], settings)
+    if done.returncode == 0 and not dry_run:
+        write_record(reach, run_id)
+    return done.returncode
+
+
+def launcher(reach: Reach, argv: List[str], settings: Optional[str] = None, capture: bool = False):
+    """bin/run-cluster on the cluster, in the project's copy, with the settings sent for it."""
+    return ssh.run(reach, [reach.python, "bin/run-cluster", *argv], cwd=reach.remote_dir,
+                   env={"CT_SETTINGS": settings or reach.settings_file}, capture=capture)
+
+
+def write_record(reach: Reach, run_id: str) -> Path:
+    run_dir = project.run_dir_for(run_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    record = {"run_id": run_id, "cluster": reach.cluster, "ssh": reach.destination, "remote_dir": reach.remote_dir,
+              "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    (run_dir / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    return run_dir
+
+
+def record_of(run_dir: Path) -> Optional[dict]:
+    file = Path(run_dir) / RECORD
+    return json.loads(file.read_text()) if file.is_file() else None
+
+
+def reach_of_record(record: dict) -> Reach:
+    """The cluster's Reach as your settings give it now (a moved login node is followed)."""
+    from train.host.jobs.build import Site
+
+    site = Site.load(record["cluster"])
+    reach = of(site.cluster.name, site.user)
+    if reach is None:
+        raise UserError(f"run {record['run_id']} lives on {record['cluster']} over ssh ({record['ssh']}), but your "
+                        f"settings no longer give {record['cluster']} an ssh:; add it back")
+    return reach
+
+
+def proxied(argv: List[str]) -> Optional[int]:
+    """A run command (status, logs, cancel, resume, --rerun) whose run lives on a cluster over SSH, run there with
+    the run's id in place of its local directory; None where the run is this machine's. Only this machine's own
+    runs/ holds such records, so nothing else is read to decide."""
+    for i, arg in enumerate(argv):
+        record = None if arg.startswith("-") else record_of(local_dir(arg))
+        if record is None:
+            continue
+        remote_argv = [*argv[:i], record["run_id"], *argv[i + 1:]]
+        reach = reach_of_record(record)
+        if "--rerun" not in argv:
+            return launcher(reach, remote_argv).returncode
+        run_id = new_run_id(reach.cluster, "rerun")
+        done = launcher(reach, [*remote_argv, "--run-id", run_id])
+        if done.returncode == 0 and "--dry-run" not in argv:
+            write_record(reach, run_id)
+        return done.returncode
+    return None
+
+
+def local_dir(arg: str) -> Path:
+    path = Path(arg)
+    return path if path.exists() or not project.RUN_ID.match(arg) else project.runs_dir() / arg
+
+
+FETCHED_OUT = ("checkpoints/", "*.ckpt", "models/", "code/", "code.tar")  # stay on the cluster: large, not for reading
+
+
+def fetched(argv: List[str]) -> List[str]:
+    """report and compare of runs that live on a cluster over SSH: each such run's small files (results, metrics,
+    logs, manifest, config) fetched into its local record directory, and that directory put in its place."""
+    out = []
+    for arg in argv:
+        record = None if arg.startswith("-") else record_of(local_dir(arg))
+        out.append(str(fetch(record, local_dir(arg))) if record else arg)
+    return out
+
+
+def fetch(record: dict, into: Path) -> Path:
+    reach = reach_of_record(record)
+    where = sync.launcher_line(reach, ["runs", "--json", "--here", "--cluster", reach.cluster], reach.settings_file)
+    rows = [json.loads(line) for line in where.splitlines() if line.startswith("{")]
+    row = next((r for r in rows if r["run"] == record["run_id"]), None)
+    if row is None:
+        raise UserError(f"{reach.cluster} over ssh ({reach.destination}) has no run {record['run_id']} any more; "
+                        f"remove {into} here if it was deleted there")
+    sync.fetch_dir(reach, row["dir"], into, FETCHED_OUT)
+    return into

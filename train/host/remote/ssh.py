@@ -1,0 +1,89 @@
+"""One OpenSSH connection per cluster, opened once and reused (ControlMaster/ControlPersist: a password or 2FA prompt
+happens once, every later command rides on it); the user's ~/.ssh/config, keys, agent and known_hosts are honoured
+and host keys are always checked (no option here turns that off). Every remote command is built from a list of
+words, each quoted for the remote shell, so a value reaches the cluster as data, never as code.
+Written over the ssh client, not a Python SSH library: only OpenSSH reads the user's config, agent and 2FA as is."""
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from train.errors import UserError
+from train.host.reach import Reach
+
+PERSIST = "10m"  # the shared connection outlives a command by this much (`runs` refreshing every cluster, a --follow)
+
+
+def control_dir() -> Path:
+    """Sockets of the shared connections: private to the user (a socket there is a logged-in session)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cluster-train" / "ssh"
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return base
+
+
+def ssh_argv(reach: Reach, batch: bool = False) -> List[str]:
+    """`ssh` with the cluster's options and the shared connection; batch: never prompt (parallel refreshes)."""
+    argv = ["ssh"]
+    if reach.config:
+        argv += ["-F", str(Path(reach.config).expanduser())]
+    if reach.port:
+        argv += ["-p", str(reach.port)]
+    if reach.jump:
+        argv += ["-J", reach.jump]
+    argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir()}/%C", "-o", f"ControlPersist={PERSIST}"]
+    return argv + (["-o", "BatchMode=yes"] if batch else [])
+
+
+def word(text: str) -> str:
+    """One word for the remote shell; a path under ~ keeps its ~ expanded there."""
+    if text == "~" or text.startswith("~/"):
+        return '"$HOME"' + shlex.quote(text[1:]) if len(text) > 1 else '"$HOME"'
+    return shlex.quote(text)
+
+
+def remote_line(argv: Sequence[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> str:
+    """The command line the remote shell runs: cd, variables and the command, every part quoted."""
+    line = ["env", *[f"{k}={word(v)}" for k, v in (env or {}).items()], *map(word, argv)]
+    return (f"cd {word(cwd)} && " if cwd else "") + " ".join(line)
+
+
+def run(reach: Reach, argv: Sequence[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
+        capture: bool = False, input: Optional[str] = None, batch: bool = False) -> subprocess.CompletedProcess:
+    """The command on the cluster; its output streamed to ours unless captured. An ssh failure is one line."""
+    full = [*ssh_argv(reach, batch), "--", reach.destination, remote_line(argv, cwd, env)]
+    done = subprocess.run(full, text=True, input=input, stdin=None if input is not None else subprocess.DEVNULL,
+                          stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE)
+    if done.returncode == 255:
+        raise UserError(failure_line(reach, done.stderr))
+    if done.stderr and not capture:
+        print(done.stderr, end="", file=sys.stderr)
+    return done
+
+
+FAILURES = (  # what ssh says -> what it means and the fix
+    (r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host key verification failed|No .* host key is known",
+     "its host key is not the one your known_hosts holds for it (changed, or never seen); confirm the new key with "
+     "the site, then `ssh-keygen -R HOST` and connect once with `ssh DEST` to accept it"),
+    (r"Permission denied|Too many authentication failures",
+     "it refused your key (Permission denied); load it with ssh-add or name it in ~/.ssh/config (IdentityFile), "
+     "then check with `ssh DEST`"),
+    (r"Connection refused|timed out|No route to host|Could not resolve|Name or service not known|Network is unreachable"
+     r"|Connection closed|Connection reset|closed by remote host|Broken pipe",
+     "it cannot be reached or the connection dropped ({reason}); check ssh: in your settings, the network or VPN the "
+     "site requires, and try again (what was sent is not sent twice)"),
+)
+
+
+def failure_line(reach: Reach, stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    last = lines[-1] if lines else "ssh exited with status 255"
+    host = reach.destination.split("@")[-1]
+    for pattern, meaning in FAILURES:
+        found = re.search(pattern, stderr)
+        if found:
+            said = meaning.replace("HOST", host).replace("DEST", reach.destination).format(reason=found.group(0))
+            return f"{reach.cluster} over ssh ({reach.destination}): {said}"
+    return f"{reach.cluster} over ssh ({reach.destination}): {last}; check with `ssh {reach.destination}`"

@@ -1,0 +1,91 @@
+"""What a job needs, sent to the cluster by content before anything runs there: the project's files (those a code
+snapshot holds: tracked, and untracked that git does not ignore) through rsync over the shared connection, which
+compares checksums and sends only what differs; and the user's settings for that cluster, less how to reach it."""
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import yaml
+
+from train.errors import UserError
+from train.host import project
+from train.host.images import store
+from train.host.jobs.code_snapshot import project_files
+from train.host import reach as reach_keys
+from train.host.remote import ssh
+from train.host.reach import Reach
+
+
+def send_code(reach: Reach) -> Tuple[int, int]:
+    """The checkout's files into remote_dir (created if missing): how many files rsync sent, and how many bytes (its
+    file list alone when nothing changed)."""
+    ssh.run(reach, ["mkdir", "-p", reach.remote_dir], capture=True)
+    names = "\n".join(project_files(project.ROOT)) + "\n"
+    argv = ["rsync", "--recursive", "--links", "--perms", "--times", "--checksum", "--stats", "--protect-args",
+            "--files-from=-", "-e", shlex.join(ssh.ssh_argv(reach)), f"{project.ROOT}/",
+            f"{reach.destination}:{reach.remote_dir}/"]
+    done = subprocess.run(argv, input=names, text=True, capture_output=True)
+    if done.returncode != 0:
+        if "rsync: command not found" in done.stderr or "rsync: not found" in done.stderr:
+            raise UserError(f"{reach.cluster} over ssh ({reach.destination}) has no rsync; ask the site for it or "
+                            f"load its module in your shell's startup file")
+        raise UserError(ssh.failure_line(reach, done.stderr))
+    return _stat(done.stdout, "Number of regular files transferred"), _stat(done.stdout, "Total bytes sent")
+
+
+def _stat(stats: str, name: str) -> int:
+    found = re.search(rf"{name}: ([\d,.]+)", stats)
+    return int(re.sub(r"[,.]", "", found.group(1))) if found else 0
+
+
+def send_settings(reach: Reach, user: Dict[str, Any], batch: bool = False) -> str:
+    """Your settings for this cluster, without the keys that reach it, where the launcher there reads them."""
+    sent = {k: v for k, v in user.items() if k not in reach_keys.KEYS}
+    ssh.run(reach, ["sh", "-c", 'umask 077 && mkdir -p "$(dirname "$1")" && cat > "$1"', "sh", reach.settings_file],
+            capture=True, input=yaml.safe_dump(sent, sort_keys=True), batch=batch)
+    return reach.settings_file
+
+
+def send_image(reach: Reach, image: Optional[store.ImageRecord], settings_file: str) -> int:
+    """The image the job needs, by digest: nothing when the cluster's store holds it; else the SIF copied with rsync
+    (an interrupted copy resumes from what arrived) and entered into that store by `images import`, which checks
+    its sha256 against this one. The bytes sent. With no image here, the cluster's own store decides (its launcher
+    says what is missing, as on the login node)."""
+    if image is None:
+        return 0
+    listed = launcher_line(reach, ["images", "list", "--cluster", reach.cluster], settings_file)
+    if f"sha256:{image.sha256}" in listed:
+        return 0
+    incoming = f"{reach.remote_dir}/.incoming/{image.sha256}.sif"
+    ssh.run(reach, ["mkdir", "-p", f"{reach.remote_dir}/.incoming"], capture=True)
+    argv = ["rsync", "--partial", "--inplace", "--stats", "--protect-args", "-e", shlex.join(ssh.ssh_argv(reach)),
+            image.path, f"{reach.destination}:{incoming}"]
+    done = subprocess.run(argv, text=True, capture_output=True)
+    if done.returncode != 0:
+        raise UserError(ssh.failure_line(reach, done.stderr) + " (nothing was queued; a retry sends only the rest)")
+    launcher_line(reach, ["images", "import", incoming, "--expect-sha256", image.sha256, "--cluster", reach.cluster],
+                  settings_file)
+    ssh.run(reach, ["rm", "-f", incoming], capture=True)
+    return _stat(done.stdout, "Total bytes sent")
+
+
+def launcher_line(reach: Reach, argv: List[str], settings_file: str, batch: bool = False) -> str:
+    """bin/run-cluster there, its output read here; its refusal raised here as the same one line."""
+    done = ssh.run(reach, [reach.python, "bin/run-cluster", *argv], cwd=reach.remote_dir,
+                   env={"CT_SETTINGS": settings_file}, capture=True, batch=batch)
+    if done.returncode != 0:
+        said = [line.split("error: ", 1)[-1] for line in done.stderr.splitlines() if line.strip()]
+        raise UserError(f"{reach.cluster} over ssh ({reach.destination}): " + (said[-1] if said else
+                        f"bin/run-cluster {argv[0]} exited with status {done.returncode}"))
+    return done.stdout
+
+
+def fetch_dir(reach: Reach, remote: str, local: Path, leave: Tuple[str, ...]) -> None:
+    """A run directory's files, less what `leave` names, copied here (only what changed since the last fetch)."""
+    argv = ["rsync", "--recursive", "--times", "--protect-args", *[f"--exclude={x}" for x in leave], "-e",
+            shlex.join(ssh.ssh_argv(reach)), f"{reach.destination}:{remote}/", f"{local}/"]
+    done = subprocess.run(argv, text=True, capture_output=True)
+    if done.returncode != 0:
+        raise UserError(ssh.failure_line(reach, done.stderr))
