@@ -72,6 +72,29 @@ def test_ssh_failures_are_one_line_naming_the_host_and_the_fix(login_node, tmp_p
     assert ssh.run(other, ["echo", "reached"], capture=True).stdout == "reached\n"
 
 
+@pytest.mark.slow  # a real sshd, a whole project sent
+def test_a_full_remote_disk_or_a_missing_python_queue_nothing(login_node, tmp_path):
+    config, base, _ = login_node
+    full = tmp_path / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(full)], check=True)
+    try:
+        said = submit_to(config, tmp_path, remote_dir=str(full / "cluster-train"))
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+    assert said.returncode == 2 and "ci-slurm over ssh (ct-other)" in said.stderr and "quota there is full" in said.stderr
+    said = submit_to(config, tmp_path, remote_dir=str(tmp_path / "copy"), remote_python="python9")
+    assert said.returncode == 2 and "ci-slurm over ssh (ct-other) has no python9" in said.stderr, said.stderr
+    assert len(said.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()  # no record: not queued
+
+
+def submit_to(config, tmp_path, **reach) -> subprocess.CompletedProcess:
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(json.dumps({"clusters": {"ci-slurm": {"ssh": "ct-other", "ssh_config": str(config), **reach}}}))
+    env = {**os.environ, "CT_SETTINGS": str(settings), "CT_RUNS_DIR": str(tmp_path / "runs")}
+    return run_cluster("ci-slurm", "n1_gpu1", "demo", "--no-wait", env=env)
+
+
 # ---- from the laptop to the test Slurm cluster over SSH -------------------------------------------------------------
 
 def demo(demo_data, epochs: int, *more: str) -> list:
@@ -142,6 +165,9 @@ def test_a_second_submission_sends_no_code_and_cancel_reaches_the_cluster(laptop
     env, long = laptop["env"], laptop["submitted"]["long"]
     assert long.returncode == 0, long.stdout[-3000:] + long.stderr
     records = sorted(p.name for p in laptop["local"].iterdir())
+    refused = run_cluster(*demo("/nonexistent/data", 1), env=env)  # a check only the cluster can make
+    assert refused.returncode == 2 and "run-cluster: error: ci-slurm over ssh (ct-login): " in refused.stderr
+    assert "/nonexistent/data" in refused.stderr, refused.stderr
     dry = run_cluster(*demo(laptop["demo_data"], 1, "--dry-run"), env=env)
     assert dry.returncode == 0, dry.stderr
     assert "code sent, 0 changed files" in dry.stdout  # unchanged files are not sent again

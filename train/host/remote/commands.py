@@ -22,7 +22,7 @@ def submit(site, argv: List[str], run_id: str, dry_run: bool, image: Optional[st
     files, sent = sync.send_code(reach)
     settings = sync.send_settings(reach, site.user)
     image_bytes = 0 if dry_run else sync.send_image(reach, image, settings)
-    print(f"[cluster-train] {reach.cluster} over ssh ({reach.destination}): code sent, {files} changed files, "
+    print(f"[cluster-train] {ssh.where(reach)}: code sent, {files} changed files, "
           f"{sent} bytes; image sent, {image_bytes} bytes", flush=True)
     done = launcher(reach, [*argv, "--run-id", run_id], settings)
     if done.returncode == 0 and not dry_run:
@@ -106,7 +106,7 @@ def fetch(record: dict, into: Path) -> Path:
     rows = [json.loads(line) for line in where.splitlines() if line.startswith("{")]
     row = next((r for r in rows if r["run"] == record["run_id"]), None)
     if row is None:
-        raise UserError(f"{reach.cluster} over ssh ({reach.destination}) has no run {record['run_id']} any more; "
+        raise UserError(f"{ssh.where(reach)} has no run {record['run_id']} any more; "
                         f"remove {into} here if it was deleted there")
     sync.fetch_dir(reach, row["dir"], into, FETCHED_OUT)
     return into

@@ -58,9 +58,18 @@ def run(reach: Reach, argv: Sequence[str], cwd: Optional[str] = None, env: Optio
                           stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE)
     if done.returncode == 255:
         raise UserError(failure_line(reach, done.stderr))
+    if done.returncode == 127:  # env (or the login shell) found no such command there
+        raise UserError(f"{where(reach)} has no {argv[0]}; install it there, load its "
+                        f"module in your login shell's startup file, or name another in your settings "
+                        f"(remote_python: for Python)")
     if done.stderr and not capture:
-        print(done.stderr, end="", file=sys.stderr)
+        print(done.stderr.replace("run-cluster: error: ", f"run-cluster: error: {where(reach)}: "), end="",
+              file=sys.stderr)
     return done
+
+
+def where(reach: Reach) -> str:
+    return f"{reach.cluster} over ssh ({reach.destination})"
 
 
 FAILURES = (  # what ssh says -> what it means and the fix
@@ -74,6 +83,9 @@ FAILURES = (  # what ssh says -> what it means and the fix
      r"|Connection closed|Connection reset|closed by remote host|Broken pipe",
      "it cannot be reached or the connection dropped ({reason}); check ssh: in your settings, the network or VPN the "
      "site requires, and try again (what was sent is not sent twice)"),
+    (r"No space left on device|Disk quota exceeded",
+     "the disk or your quota there is full ({reason}); free space there or point remote_dir: (and runs:, images:) "
+     "at your scratch directory, then try again (nothing was queued)"),
 )
 
 
@@ -85,5 +97,5 @@ def failure_line(reach: Reach, stderr: str) -> str:
         found = re.search(pattern, stderr)
         if found:
             said = meaning.replace("HOST", host).replace("DEST", reach.destination).format(reason=found.group(0))
-            return f"{reach.cluster} over ssh ({reach.destination}): {said}"
-    return f"{reach.cluster} over ssh ({reach.destination}): {last}; check with `ssh {reach.destination}`"
+            return f"{where(reach)}: {said}"
+    return f"{where(reach)}: {last}; check with `ssh {reach.destination}`"

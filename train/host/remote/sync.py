@@ -29,7 +29,7 @@ def send_code(reach: Reach) -> Tuple[int, int]:
     done = subprocess.run(argv, input=names, text=True, capture_output=True)
     if done.returncode != 0:
         if "rsync: command not found" in done.stderr or "rsync: not found" in done.stderr:
-            raise UserError(f"{reach.cluster} over ssh ({reach.destination}) has no rsync; ask the site for it or "
+            raise UserError(f"{ssh.where(reach)} has no rsync; ask the site for it or "
                             f"load its module in your shell's startup file")
         raise UserError(ssh.failure_line(reach, done.stderr))
     return _stat(done.stdout, "Number of regular files transferred"), _stat(done.stdout, "Total bytes sent")
@@ -77,7 +77,7 @@ def launcher_line(reach: Reach, argv: List[str], settings_file: str, batch: bool
                    env={"CT_SETTINGS": settings_file}, capture=True, batch=batch)
     if done.returncode != 0:
         said = [line.split("error: ", 1)[-1] for line in done.stderr.splitlines() if line.strip()]
-        raise UserError(f"{reach.cluster} over ssh ({reach.destination}): " + (said[-1] if said else
+        raise UserError(f"{ssh.where(reach)}: " + (said[-1] if said else
                         f"bin/run-cluster {argv[0]} exited with status {done.returncode}"))
     return done.stdout
 
