@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import ROOT, job_logs, run_cluster, wait_for_slurm_job
@@ -117,7 +118,7 @@ def laptop(login_node, cpu_image, slurm_cluster, demo_data, tmp_path_factory):
     env.pop("CT_IMAGES", None)
     submitted = {kind: run_cluster(*demo(demo_data, epochs), "--run-id", kind, env=env)
                  for kind, epochs in (("short", 1), ("long", 2000))}
-    yield dict(env=env, cluster=cluster, local=tmp / "runs", submitted=submitted, demo_data=demo_data)
+    yield dict(env=env, cluster=cluster, local=tmp / "runs", submitted=submitted, demo_data=demo_data, config=config)
     for run in (cluster / "runs").glob("*/manifest.json"):
         if json.loads(run.read_text())["scheduler"]["name"] == "slurm":
             subprocess.run(["scancel", json.loads(run.read_text())["scheduler"]["job_id"]], capture_output=True)
@@ -173,6 +174,14 @@ def test_a_second_submission_sends_no_code_and_cancel_reaches_the_cluster(laptop
     assert "code sent, 0 changed files" in dry.stdout  # unchanged files are not sent again
     assert "image sent, 0 bytes" in long.stdout  # the cluster's store has it since the first submission
     assert sorted(p.name for p in laptop["local"].iterdir()) == records  # a dry run leaves no record
+    follow = subprocess.Popen([str(ROOT / "bin" / "run-cluster"), "logs", "--follow", "long"], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(3)
+    subprocess.run(["ssh", "-F", str(laptop["config"]), "-o", f"ControlPath={ssh.control_dir()}/%C", "-O", "exit",
+                    "ct-login"], capture_output=True)  # the connection drops mid --follow
+    _, dropped = follow.communicate(timeout=60)
+    assert follow.returncode == 2 and "ci-slurm over ssh (ct-login): it cannot be reached or the connection dropped" \
+        in dropped and len(dropped.strip().splitlines()) == 1, dropped
     cancelled = run_cluster("cancel", "long", env=env)
     assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
     job = remote_manifest(laptop, "long")["scheduler"]["job_id"]

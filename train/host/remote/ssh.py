@@ -80,7 +80,7 @@ FAILURES = (  # what ssh says -> what it means and the fix
      "it refused your key (Permission denied); load it with ssh-add or name it in ~/.ssh/config (IdentityFile), "
      "then check with `ssh DEST`"),
     (r"Connection refused|timed out|No route to host|Could not resolve|Name or service not known|Network is unreachable"
-     r"|Connection closed|Connection reset|closed by remote host|Broken pipe",
+     r"|Connection closed( \(ssh ended without a word\))?|Connection reset|closed by remote host|Broken pipe",
      "it cannot be reached or the connection dropped ({reason}); check ssh: in your settings, the network or VPN the "
      "site requires, and try again (what was sent is not sent twice)"),
     (r"No space left on device|Disk quota exceeded",
@@ -91,7 +91,9 @@ FAILURES = (  # what ssh says -> what it means and the fix
 
 def failure_line(reach: Reach, stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    last = lines[-1] if lines else "ssh exited with status 255"
+    if not lines:  # a shared connection that ended under a running command: ssh exits 255 and says nothing
+        stderr = "Connection closed (ssh ended without a word)"
+    last = lines[-1] if lines else stderr
     host = reach.destination.split("@")[-1]
     for pattern, meaning in FAILURES:
         found = re.search(pattern, stderr)
