@@ -154,7 +154,7 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
 def over_ssh(site: Site, args, argv: List[str]) -> int:
     """A cluster your settings reach over SSH: what needs only the config is checked here, then the same command
     runs on its login node (train/host/remote)."""
-    from train.host.jobs.build import config_of
+    from train.host.jobs.build import config_of, stale_image
     from train.host.jobs.job import new_run_id
     from train.host.remote import commands as remote
 
@@ -168,6 +168,8 @@ def over_ssh(site: Site, args, argv: List[str]) -> int:
     run_id = args.run_id or new_run_id(site.cluster.name, args.profile)
     flavor = args.flavor or site.cluster.partition(profile.partition).image
     image = store.current(flavor, project.images_dir())  # this machine's store; `images:` of ssh settings is theirs
+    for line in stale_image(image, args.stale_image_ok):  # the cluster gets this checkout's code: the same check
+        print(f"run-cluster: {line}", file=sys.stderr)
     return remote.submit(site, argv, run_id, args.dry_run, image)
 
 
