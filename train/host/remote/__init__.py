@@ -9,4 +9,8 @@ one SSH connection: unchanged files are not sent again) and the cluster's settin
 login node's own state, so its refusals read exactly as they would there, and there is no second implementation of
 any of them to drift. The laptop keeps a small record per run (runs/<id>/remote.json) that says where the run lives;
 status, logs, cancel, resume and --rerun of such a run are the same commands run there, streamed back.
+
+    ssh.py       the one shared connection per cluster, every remote word quoted, ssh's failures as one line
+    sync.py      what a job needs sent by content (code, settings, image); a run's small files fetched back
+    commands.py  submit there; status, logs, cancel, resume and --rerun proxied; report and compare on fetched copies
 """

@@ -11,6 +11,7 @@ run's life after it is built (train/host/jobs/):
     sweep_state.py  a queued sweep afterwards: its table (one scheduler question per array), wait, cancel, logs
     race.py         `--first-to-start`: two shapes queued, the first to start kept
     commands.py     `run-cluster status|logs|cancel|resume`
+    table.py        `run-cluster runs`: every run of this machine and of each cluster reached over SSH, one table
 """
 import json
 import shutil
