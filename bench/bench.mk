@@ -10,13 +10,11 @@ bench-sweeps: venv slurm
 bench-threads: venv $(DEMO_DATA)/cifar-100-python/meta
 	$(PY) bench/rank_threads.py --data $(DEMO_DATA)
 
-# Container overhead: start time and CPU throughput of the same torch build inside the CUDA 12.8 image and outside
-# it (a venv with the image's torch release from PyPI, ~4 GB) -> bench/results/<host>-<date>-container.json.
-BENCH_VENV ?= .bench-venv
-BENCH_TORCH = $(shell sed -n 's/^ *org.cluster-train.torch //p' containers/cuda12.8.def)
+# Container overhead: the image's own files inside the container (the SIF as jobs run it, its files as a sandbox
+# directory, exec into a running instance) and outside it (chroot into the same files), so the container is the only
+# difference -> bench/results/<host>-<date>-container.json. Root. BENCH_IMAGE: the CUDA one on a GPU machine.
+BENCH_IMAGE ?= cpu
 .PHONY: bench-container
 bench-container:
-	$(MAKE) image FLAVOR=cuda12.8
-	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/python -m pip install -q "torch==$(BENCH_TORCH)"
-	python3 bench/container_overhead.py --image images/cuda12.8.sif --outside $(BENCH_VENV)/bin/python
+	$(MAKE) image FLAVOR=$(BENCH_IMAGE)
+	python3 bench/container_overhead.py --image images/$(BENCH_IMAGE).sif

@@ -1,21 +1,32 @@
-"""Container overhead: the same torch build inside an image (`apptainer exec`, as a job runs it) and outside it.
+"""Container start and throughput: the image's own files run inside the container and outside it, so the container
+is the only difference (issue 29).
 
-Per-rank start time (`python -c "import torch"`: cold, after dropping the page cache, and warm, the median of
-several) and CPU training throughput of one plain-torch loop (bench/overhead_workload.py), runs alternated inside
-and outside so drift hits both. Writes bench/results/<host>-<date>-container.json. `make bench-container`.
+"outside" is a directory holding the SIF's root file system (`apptainer build --sandbox`), entered with chroot:
+the same Python, torch, bytecode and libraries, read from the host's disk through its page cache. "inside" is
+`apptainer exec` of the SIF as a job runs it, and of each variant named (the same files packed another way, or the
+sandbox directory run by Apptainer, which separates Apptainer's own start from the SquashFS mount). Per side:
+`python -c pass`, `import torch`, `import torch, pytorch_lightning` and a process that trains exactly one step, cold
+(page cache dropped before each) and warm (median of --runs), and the CPU throughput of the same loop
+(bench/overhead_workload.py), sides alternated so drift hits all. Root only (chroot, mounts, drop_caches).
+Writes bench/results/<host>-<date>-container.json. `make bench-container`.
 """
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import socket
 import statistics
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-WORKLOAD = HERE / "overhead_workload.py"
+WORKLOAD = (HERE / "overhead_workload.py").read_text()
+PROBES = {"pass": ["-c", "pass"], "import torch": ["-c", "import torch"],
+          "import torch, lightning": ["-c", "import torch, pytorch_lightning"]}
+IMAGE_PATH = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # the images' PATH
 
 
 def seconds(command) -> float:
@@ -24,64 +35,103 @@ def seconds(command) -> float:
     return time.perf_counter() - started
 
 
-def drop_page_cache() -> bool:
-    """Cold start: the image's and the venv's files read from disk again (root only)."""
+def drop_page_cache() -> None:
     subprocess.run(["sync"], check=True)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+@contextlib.contextmanager
+def sandbox(image: str):
+    """The SIF's root file system as a directory, with /proc, /sys and /dev bound in as Apptainer binds them."""
+    with tempfile.TemporaryDirectory(dir=os.environ.get("CT_BENCH_TMP", "/var/tmp")) as tmp:
+        root = Path(tmp) / "rootfs"
+        subprocess.run(["apptainer", "build", "--sandbox", str(root), image], check=True, capture_output=True)
+        mounted = []
+        try:
+            for name in ("proc", "sys", "dev"):
+                subprocess.run(["mount", "--rbind", f"/{name}", str(root / name)], check=True)
+                mounted.append(root / name)
+            yield root
+        finally:
+            for path in mounted:
+                subprocess.run(["umount", "-R", str(path)], check=False)
+            subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+@contextlib.contextmanager
+def instance(image: str):
+    """One running instance of the SIF: every exec into it shares its one SquashFS mount, and so its page cache."""
+    name = f"ct-bench-{os.getpid()}"
+    subprocess.run(["apptainer", "instance", "start", "--cleanenv", "--no-home", image, name], check=True,
+                   capture_output=True)
     try:
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-        return True
-    except OSError:
-        return False
+        yield f"instance://{name}"
+    finally:
+        subprocess.run(["apptainer", "instance", "stop", name], check=False, capture_output=True)
 
 
-def workload(python, steps: int, threads: int) -> dict:
-    done = subprocess.run([*python, str(WORKLOAD), str(steps), str(threads)], check=True, capture_output=True, text=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def sides(image: str, root: Path, running: str, variants: dict) -> dict:
+    apptainer = ["apptainer", "exec", "--cleanenv", "--no-home"]
+    found = {"outside (chroot into the SIF's files)": ["chroot", str(root), "/usr/bin/env", "-i", f"PATH={IMAGE_PATH}",
+                                                       "HOME=/root", "python"],
+             f"inside ({Path(image).name}, as jobs run it)": [*apptainer, image, "python"],
+             "inside (the same files as a sandbox directory)": [*apptainer, str(root), "python"],
+             "inside (exec into a running instance of the SIF)": ["apptainer", "exec", "--cleanenv", running, "python"]}
+    return {**found, **{f"inside ({name})": [*apptainer, path, "python"] for name, path in variants.items()}}
 
 
 def measure(sides: dict, runs: int, steps: int, threads: int) -> dict:
-    result = {name: {"cold_start_s": None, "warm_start_s": [], "samples_per_s": []} for name in sides}
+    probes = {**PROBES, "one training step": ["-c", WORKLOAD, "1", str(threads), "0"]}
+    result = {name: {"cold_s": {}, "warm_s": {p: [] for p in probes}, "samples_per_s": []} for name in sides}
     for name, python in sides.items():
-        if drop_page_cache():
-            result[name]["cold_start_s"] = round(seconds([*python, "-c", "import torch"]), 2)
-    for _ in range(runs):  # alternated: inside, outside, inside, ...
+        for probe, args in probes.items():
+            drop_page_cache()
+            result[name]["cold_s"][probe] = round(seconds([*python, *args]), 2)
+    for _ in range(runs):  # alternated: every side once, then again
         for name, python in sides.items():
-            result[name]["warm_start_s"].append(seconds([*python, "-c", "import torch"]))
-            ran = workload(python, steps, threads)
-            result[name]["samples_per_s"].append(ran["samples_per_s"])
-            result[name]["torch"], result[name]["python"] = ran["torch"], ran["python"]
+            for probe, args in probes.items():
+                result[name]["warm_s"][probe].append(seconds([*python, *args]))
+            ran = subprocess.run([*python, "-c", WORKLOAD, str(steps), str(threads)], check=True, capture_output=True,
+                                 text=True)
+            result[name]["samples_per_s"].append(json.loads(ran.stdout.strip().splitlines()[-1])["samples_per_s"])
     for side in result.values():
-        side["warm_start_s"] = round(statistics.median(side["warm_start_s"]), 2)
+        side["warm_s"] = {p: round(statistics.median(v), 2) for p, v in side["warm_s"].items()}
         side["samples_per_s"] = round(statistics.median(side["samples_per_s"]), 1)
     return result
 
 
+def compared(result: dict) -> dict:
+    """Each inside side against outside: warm seconds above it per probe, throughput as a ratio."""
+    outside = next(v for k, v in result.items() if k.startswith("outside"))
+    return {name: {"warm_extra_s": {p: round(side["warm_s"][p] - outside["warm_s"][p], 2) for p in side["warm_s"]},
+                   "throughput_ratio": round(side["samples_per_s"] / outside["samples_per_s"], 3)}
+            for name, side in result.items() if not name.startswith("outside")}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--image", required=True, help="the SIF (images/cuda12.8.sif)")
-    p.add_argument("--outside", required=True, help="a python with the same torch release as the image")
+    p.add_argument("--image", required=True, help="the SIF jobs run (images/cpu.sif, images/cuda12.8.sif)")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=SIF",
+                   help="another SIF of the same files (e.g. packed with zstd)")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--out-dir", default=str(HERE / "results"))
     args = p.parse_args()
-    sides = {"inside": ["apptainer", "exec", "--cleanenv", "--no-home", args.image, "python"],
-             "outside": [args.outside]}
     started, load = time.time(), os.getloadavg()[0]
-    result = measure(sides, args.runs, args.steps, args.threads)
-    inside, outside = result["inside"], result["outside"]
+    with sandbox(args.image) as root, instance(args.image) as running:
+        result = measure(sides(args.image, root, running, dict(v.split("=", 1) for v in args.variant)), args.runs,
+                         args.steps, args.threads)
     summary = {
         "host": socket.gethostname(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "cpu_count": os.cpu_count(), "threads": args.threads, "image": args.image, "runs": args.runs, **result,
-        "throughput_ratio_inside_over_outside": round(inside["samples_per_s"] / outside["samples_per_s"], 3),
-        "warm_start_extra_s": round(inside["warm_start_s"] - outside["warm_start_s"], 2),
-        "total_s": round(time.time() - started, 1), "load_average_at_start": round(load, 2),
-        "note": "the same torch release and CUDA build on both sides; the image's CPython is Debian's 3.13, outside "
-                "it is this machine's; CPU only (no GPU here)",
+        "cpu_count": os.cpu_count(), "threads": args.threads, "image": args.image, "runs": args.runs,
+        "sides": result, "against_outside": compared(result), "total_s": round(time.time() - started, 1),
+        "load_average_at_start": round(load, 2),
+        "note": "outside = chroot into the SIF's own files: the same Python, torch and bytecode on both sides",
     }
     out = Path(args.out_dir) / f"{socket.gethostname()}-{datetime.date.today().isoformat()}-container.json"
     out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(summary["against_outside"], indent=2))
     print(f"wrote {out}")
 
 

@@ -7,7 +7,8 @@ import time
 import torch
 from torch import nn
 
-STEPS, WARMUP, BATCH = int(sys.argv[1]), 3, 64
+STEPS, BATCH = int(sys.argv[1]), 64
+WARMUP = int(sys.argv[3]) if len(sys.argv) > 3 else 3  # 0: the process does exactly its first STEPS steps
 
 
 def net() -> nn.Module:
@@ -23,6 +24,7 @@ torch.manual_seed(0)
 torch.set_num_threads(int(sys.argv[2]))
 model, x, y = net(), torch.randn(BATCH, 3, 32, 32), torch.randint(0, 100, (BATCH,))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+started = time.perf_counter()
 for step in range(WARMUP + STEPS):
     if step == WARMUP:
         started = time.perf_counter()
