@@ -169,8 +169,9 @@ def test_a_second_submission_sends_no_code_and_cancel_reaches_the_cluster(laptop
     refused = run_cluster(*demo("/nonexistent/data", 1), env=env)  # a check only the cluster can make
     assert refused.returncode == 2 and "run-cluster: error: ci-slurm over ssh (ct-login): " in refused.stderr
     assert "/nonexistent/data" in refused.stderr, refused.stderr
-    dry = run_cluster(*demo(laptop["demo_data"], 1, "--dry-run"), env=env)
+    dry = run_cluster(*demo(laptop["demo_data"], 1, "--dry-run", "--sweep", "optim.lr=0.05,0.1"), env=env)
     assert dry.returncode == 0, dry.stderr
+    assert "2 runs" in dry.stdout or dry.stdout.count("optim.lr=") >= 2, dry.stdout[-2000:]  # a sweep, built there
     assert "code sent, 0 changed files" in dry.stdout  # unchanged files are not sent again
     assert "image sent, 0 bytes" in long.stdout  # the cluster's store has it since the first submission
     assert sorted(p.name for p in laptop["local"].iterdir()) == records  # a dry run leaves no record
