@@ -4,8 +4,9 @@ after every case; a case that fails (a strategy this device cannot run) is a row
 Three kinds of rows, each case in fresh processes:
 - strategy: every registered strategy trains the first model with the run defaults (on a GPU: bf16 + channels-last),
   on `ranks` ranks (1 for `single`);
-- variant: each model, one rank, through the registered training loop (the Classifier and the Trainer options `fit`
-  uses, train/speed.py included): fp32, bf16, bf16+channels_last, bf16+channels_last+compile (GPU only but fp32);
+- variant: each model, one rank, through the registered training loop (the Classifier in the Trainer `fit` builds
+  for `task: classify`: its options, callbacks and loggers, train/speed.py included): fp32, bf16, bf16+channels_last,
+  bf16+channels_last+compile (GPU only but fp32);
 - plain: the same model, batch and data in a hand-written PyTorch loop (autocast, the same optimizer), at the
   settings of the fastest eager variant: `loop_vs_plain` in each row is the framework's cost as a ratio.
 
@@ -114,21 +115,23 @@ def _sync(cuda: bool) -> float:
 
 
 def lightning_rank(rank, case):
-    """The registered training loop: Classifier, the strategy registry, train/speed.py's precision, layout, compile."""
-    import pytorch_lightning as pl
+    """The registered training loop: the Classifier in `task: classify`'s own Trainer (train.trainer.build_trainer:
+    the run's options, speed callbacks, RunGuard, checkpoint callbacks, CSV and TensorBoard loggers, writing into a
+    temporary directory), with the run defaults but one epoch, no validation and the bench's batches."""
+    import tempfile
+
     from pytorch_lightning.callbacks import Callback
 
-    from train.config import OptimConfig, TrainerConfig
+    from train.config import OptimConfig, RunConfig, TrainerConfig
     from train.lit import Classifier
     from train.memory import peak_host_mb, state_bytes
-    from train.speed import resolved, speed_callbacks
-    from train.strategies import STRATEGIES
+    from train.trainer import build_trainer
 
     cuda = _setup(case)
-    accelerator = "gpu" if cuda else "cpu"
-    t = resolved(TrainerConfig(accelerator=accelerator, devices=case["ranks"], strategy=case["strategy"],
-                               precision=case["precision"], channels_last=case["channels_last"],
-                               compile=case["compile"]), accelerator)
+    run = RunConfig(trainer=TrainerConfig(accelerator="gpu" if cuda else "cpu", devices=case["ranks"],
+                                          strategy=case["strategy"], precision=case["precision"],
+                                          channels_last=case["channels_last"], compile=case["compile"], max_epochs=1,
+                                          limit_val_batches=0))
     marks = {}
 
     class Clock(Callback):  # one synchronisation after the warm-up steps and one at the end: none in between
@@ -142,12 +145,10 @@ def lightning_rank(rank, case):
 
     net = build_model(case["builder"], case["params"], case["classes"])
     module = Classifier(net, OptimConfig(name="sgd", lr=0.01, scheduler="none"))
-    trainer = pl.Trainer(accelerator=accelerator, devices=case["ranks"],
-                         strategy=STRATEGIES.build(t.strategy, accelerator=accelerator, trainer=t),
-                         precision=t.precision, max_epochs=1, logger=False, callbacks=[*speed_callbacks(t), Clock()],
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         limit_val_batches=0, use_distributed_sampler=False)
-    trainer.fit(module, _loader(case))
+    with tempfile.TemporaryDirectory() as out:
+        trainer = build_trainer(run, Path(out), callbacks=[Clock()],
+                                use_distributed_sampler=False)  # each rank its own batches, as the plain loop
+        trainer.fit(module, _loader(case))
     return {"step_s": (marks["end"] - marks["start"]) / case["steps"], "host_peak_mb": peak_host_mb(),
             "device_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
             **state_bytes(module, trainer.optimizers[0])}

@@ -55,17 +55,21 @@ def trainer_options(run: cfg.RunConfig) -> dict:
     )
 
 
-def build_trainer(run: cfg.RunConfig, out: Path) -> pl.Trainer:
+def build_trainer(run: cfg.RunConfig, out: Path, callbacks=(), **overrides) -> pl.Trainer:
+    """`task: classify`'s Trainer: the run's options, its loggers and checkpoints under `out`. `make bench` times this
+    same Trainer, adding its clock to `callbacks` and its own data handling in `overrides` (Trainer arguments)."""
     best = ModelCheckpoint(dirpath=out / "checkpoints", filename="best", monitor="val/loss", mode="min",
                            save_top_k=1, enable_version_counter=False)
     options = trainer_options(run)
     ours = options.pop("callbacks")
-    return resilient(pl.Trainer(
+    return resilient(pl.Trainer(**{
         **options,
-        default_root_dir=out,
-        logger=[AppendingCSVLogger(out, name="", version=""), TensorBoardLogger(out, name="tensorboard", version="")],
-        callbacks=[*ours, RunGuard(last_checkpoint(out)), best, keep_last(last_checkpoint(out)), AnnounceRanks()],
-    ))
+        "default_root_dir": out,
+        "logger": [AppendingCSVLogger(out, name="", version=""), TensorBoardLogger(out, name="tensorboard", version="")],
+        "callbacks": [*ours, RunGuard(last_checkpoint(out)), best, keep_last(last_checkpoint(out)), AnnounceRanks(),
+                      *callbacks],
+        **overrides,
+    }))
 
 
 def keep_last(path: Path) -> ModelCheckpoint:
