@@ -22,15 +22,16 @@ class Classifier(pl.LightningModule):
         loss = F.cross_entropy(logits, y)
         # this rank's values at each logging step: sync_dist here would add two all-reduces to every training step
         # (Lightning reduces on_step values at every call); validation, logged per epoch, is reduced over all ranks
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss, prog_bar=progress_bar(self.trainer))
         self.log("train/acc", (logits.argmax(1) == y).float().mean())
         return loss
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
         logits = self.model(x)  # not self(x): DeepSpeed hooks the LightningModule, re-entry breaks its timers
-        self.log("val/loss", F.cross_entropy(logits, y), prog_bar=True, sync_dist=True)
-        self.log("val/acc", (logits.argmax(1) == y).float().mean(), prog_bar=True, sync_dist=True)
+        bar = progress_bar(self.trainer)
+        self.log("val/loss", F.cross_entropy(logits, y), prog_bar=bar, sync_dist=True)
+        self.log("val/acc", (logits.argmax(1) == y).float().mean(), prog_bar=bar, sync_dist=True)
 
     def configure_optimizers(self):
         opt = build_optimizer(self.parameters(), self.optim)
@@ -38,3 +39,10 @@ class Classifier(pl.LightningModule):
         if sched is None:
             return opt
         return {"optimizer": opt, "lr_scheduler": sched}
+
+
+def progress_bar(trainer) -> bool:
+    """prog_bar=True only where a progress bar shows it: Lightning turns each prog_bar value into a Python number
+    after every batch (`.item()`: on a GPU the host waits there for the step's kernels) whether or not a bar is drawn,
+    and `fit` runs without one (train/trainer.py: batch-job logs are files)."""
+    return trainer.progress_bar_callback is not None
