@@ -72,26 +72,24 @@ class FastLayout(Callback):
 
 def to_channels_last(module: torch.nn.Module) -> int:
     """Convolution weights to channels-last in place (Module.to(memory_format=...) refuses models mixing 2D and 3D)."""
-    formats = {torch.nn.Conv2d: torch.channels_last, torch.nn.Conv3d: torch.channels_last_3d}
-    count = 0
-    for layer in module.modules():
-        layout = formats.get(type(layer))
-        if layout is not None:
-            layer.weight.data = layer.weight.data.contiguous(memory_format=layout)
-            count += 1
-    return count
+    layers = convolutions(module)
+    for layer, layout in layers:
+        layer.weight.data = layer.weight.data.contiguous(memory_format=layout)
+    return len(layers)
 
 
 def channels_last_inputs(module: torch.nn.Module) -> int:
     """Each convolution's input made channels-last as it arrives (a no-op once the activations are), weights untouched."""
+    layers = convolutions(module)
+    for layer, layout in layers:
+        layer.register_forward_pre_hook(_input_layout(layout))
+    return len(layers)
+
+
+def convolutions(module: torch.nn.Module) -> list:
+    """(layer, its channels-last memory format) for every 2D and 3D convolution of the module."""
     formats = {torch.nn.Conv2d: torch.channels_last, torch.nn.Conv3d: torch.channels_last_3d}
-    count = 0
-    for layer in module.modules():
-        layout = formats.get(type(layer))
-        if layout is not None:
-            layer.register_forward_pre_hook(_input_layout(layout))
-            count += 1
-    return count
+    return [(layer, formats[type(layer)]) for layer in module.modules() if type(layer) in formats]
 
 
 def _input_layout(layout):
