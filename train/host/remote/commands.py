@@ -20,20 +20,20 @@ def submit(site, argv: List[str], run_id: str, dry_run: bool, image: Optional[st
     the settings and the image (this machine's current one of the flavor the job needs) are there."""
     reach = of(site.cluster.name, site.user)
     files, sent = sync.send_code(reach)
-    settings = sync.send_settings(reach, site.user)
-    image_bytes = 0 if dry_run else sync.send_image(reach, image, settings)
+    sync.send_settings(reach, site.user)
+    image_bytes = 0 if dry_run else sync.send_image(reach, image)
     print(f"[cluster-train] {ssh.where(reach)}: code sent, {files} changed files, "
           f"{sent} bytes; image sent, {image_bytes} bytes", flush=True)
-    done = launcher(reach, [*argv, "--run-id", run_id], settings)
+    done = launcher(reach, [*argv, "--run-id", run_id])
     if done.returncode == 0 and not dry_run:
         write_record(reach, run_id)
     return done.returncode
 
 
-def launcher(reach: Reach, argv: List[str], settings: Optional[str] = None, capture: bool = False):
-    """bin/run-cluster on the cluster, in the project's copy, with the settings sent for it."""
+def launcher(reach: Reach, argv: List[str]):
+    """bin/run-cluster on the cluster, in the project's copy, with the settings sent for it; its output streamed."""
     return ssh.run(reach, [reach.python, "bin/run-cluster", *argv], cwd=reach.remote_dir,
-                   env={"CT_SETTINGS": settings or reach.settings_file}, capture=capture)
+                   env={"CT_SETTINGS": reach.settings_file})
 
 
 def write_record(reach: Reach, run_id: str) -> Path:
@@ -50,8 +50,8 @@ def record_of(run_dir: Path) -> Optional[dict]:
     return json.loads(file.read_text()) if file.is_file() else None
 
 
-def reach_of_record(record: dict) -> Reach:
-    """The cluster's Reach as your settings give it now (a moved login node is followed)."""
+def reached(record: dict) -> Reach:
+    """The run's cluster as your settings reach it now (a moved login node is followed), with those settings sent."""
     from train.host.jobs.build import Site
 
     site = Site.load(record["cluster"])
@@ -59,6 +59,7 @@ def reach_of_record(record: dict) -> Reach:
     if reach is None:
         raise UserError(f"run {record['run_id']} lives on {record['cluster']} over ssh ({record['ssh']}), but your "
                         f"settings no longer give {record['cluster']} an ssh:; add it back")
+    sync.send_settings(reach, site.user)
     return reach
 
 
@@ -71,7 +72,7 @@ def proxied(argv: List[str]) -> Optional[int]:
         if record is None:
             continue
         remote_argv = [*argv[:i], record["run_id"], *argv[i + 1:]]
-        reach = reach_of_record(record)
+        reach = reached(record)
         if "--rerun" not in argv:
             return launcher(reach, remote_argv).returncode
         run_id = new_run_id(reach.cluster, "rerun")
@@ -101,8 +102,8 @@ def fetched(argv: List[str]) -> List[str]:
 
 
 def fetch(record: dict, into: Path) -> Path:
-    reach = reach_of_record(record)
-    where = sync.launcher_line(reach, ["runs", "--json", "--here", "--cluster", reach.cluster], reach.settings_file)
+    reach = reached(record)
+    where = sync.launcher_line(reach, ["runs", "--json", "--here", "--cluster", reach.cluster])
     rows = [json.loads(line) for line in where.splitlines() if line.startswith("{")]
     row = next((r for r in rows if r["run"] == record["run_id"]), None)
     if row is None:

@@ -11,11 +11,11 @@ import yaml
 
 from train.errors import UserError
 from train.host import project
+from train.host import reach as reach_keys
 from train.host.images import store
 from train.host.jobs.code_snapshot import project_files
-from train.host import reach as reach_keys
-from train.host.remote import ssh
 from train.host.reach import Reach
+from train.host.remote import ssh
 
 
 def send_code(reach: Reach) -> Tuple[int, int]:
@@ -48,14 +48,14 @@ def send_settings(reach: Reach, user: Dict[str, Any], batch: bool = False) -> st
     return reach.settings_file
 
 
-def send_image(reach: Reach, image: Optional[store.ImageRecord], settings_file: str) -> int:
+def send_image(reach: Reach, image: Optional[store.ImageRecord]) -> int:
     """The image the job needs, by digest: nothing when the cluster's store holds it; else the SIF copied with rsync
     (an interrupted copy resumes from what arrived) and entered into that store by `images import`, which checks
     its sha256 against this one. The bytes sent. With no image here, the cluster's own store decides (its launcher
     says what is missing, as on the login node)."""
     if image is None:
         return 0
-    listed = launcher_line(reach, ["images", "list", "--cluster", reach.cluster], settings_file)
+    listed = launcher_line(reach, ["images", "list", "--cluster", reach.cluster])
     if f"sha256:{image.sha256}" in listed:
         return 0
     incoming = f"{reach.remote_dir}/.incoming/{image.sha256}.sif"
@@ -65,16 +65,16 @@ def send_image(reach: Reach, image: Optional[store.ImageRecord], settings_file: 
     done = subprocess.run(argv, text=True, capture_output=True)
     if done.returncode != 0:
         raise UserError(ssh.failure_line(reach, done.stderr) + " (nothing was queued; a retry sends only the rest)")
-    launcher_line(reach, ["images", "import", incoming, "--expect-sha256", image.sha256, "--cluster", reach.cluster],
-                  settings_file)
+    launcher_line(reach, ["images", "import", incoming, "--expect-sha256", image.sha256, "--cluster", reach.cluster])
     ssh.run(reach, ["rm", "-f", incoming], capture=True)
     return _stat(done.stdout, "Total bytes sent")
 
 
-def launcher_line(reach: Reach, argv: List[str], settings_file: str, batch: bool = False) -> str:
-    """bin/run-cluster there, its output read here; its refusal raised here as the same one line."""
+def launcher_line(reach: Reach, argv: List[str], batch: bool = False) -> str:
+    """bin/run-cluster there (with the settings sent for it), its output read here; its refusal raised here as the
+    same one line."""
     done = ssh.run(reach, [reach.python, "bin/run-cluster", *argv], cwd=reach.remote_dir,
-                   env={"CT_SETTINGS": settings_file}, capture=True, batch=batch)
+                   env={"CT_SETTINGS": reach.settings_file}, capture=True, batch=batch)
     if done.returncode != 0:
         said = [line.split("error: ", 1)[-1] for line in done.stderr.splitlines() if line.strip()]
         raise UserError(f"{ssh.where(reach)}: " + (said[-1] if said else

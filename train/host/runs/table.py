@@ -110,9 +110,8 @@ def ask(reach, user: Dict) -> List[Dict]:
     from train.host.remote import sync
 
     try:
-        settings = sync.send_settings(reach, user, batch=True)
-        said = sync.launcher_line(reach, ["runs", "--json", "--here", "--cluster", reach.cluster], settings,
-                                  batch=True)
+        sync.send_settings(reach, user, batch=True)
+        said = sync.launcher_line(reach, ["runs", "--json", "--here", "--cluster", reach.cluster], batch=True)
     except UserError as err:
         return [{"cluster": reach.cluster, "run": "-", "state": "UNREACHABLE", "segments": "", "progress": "",
                  "last": str(err), "age": ""}]
