@@ -10,6 +10,12 @@ bench-sweeps: venv slurm
 bench-threads: venv $(DEMO_DATA)/cifar-100-python/meta
 	$(PY) bench/rank_threads.py --data $(DEMO_DATA)
 
+# The registered training loop's cost per step beyond a plain loop, piece by piece, and what each of issue 29's
+# removals bought (one process, a one-layer model, ~4 minutes) -> bench/results/<host>-<date>-loop.json.
+.PHONY: bench-loop
+bench-loop: venv
+	$(PY) bench/loop_overhead.py
+
 # Container overhead: the image's own files inside the container (the SIF as jobs run it, its files as a sandbox
 # directory, exec into a running instance) and outside it (chroot into the same files), so the container is the only
 # difference -> bench/results/<host>-<date>-container.json. Root. BENCH_IMAGE: the CUDA one on a GPU machine.
