@@ -46,12 +46,13 @@ def assert_cancelled(seen: dict, job_id: str, cause: str) -> None:
 
 def assert_as_cancelled(runs: Path) -> None:
     """Each scenario as it was meant: the requeued run saved before it was cancelled, the unstarted ones never ran,
-    the sweep's batch shells were killed before they recorded their end."""
+    the sweep's batch shells were cancelled mid-save: killed before they recorded their end, or (on a loaded machine,
+    where Slurm's SIGKILL of the steps reaches the shell's trap before the shell's own) recording TERMINATED."""
     assert [s.how for s in segments.read(runs / "requeued")] == ["REQUEUED"]
     assert segments.read(runs / "unstarted") == segments.read(runs / "scancelled") == []
     for element in ELEMENTS:
         found = segments.read(runs / element)
-        assert len(found) == 1 and not found[0].how, (element, found, job_logs(runs / element)[-2000:])
+        assert len(found) == 1 and found[0].how in ("", "TERMINATED"), (element, found, job_logs(runs / element)[-2000:])
 
 
 def test_each_way_to_cancel_a_run_ends_it_cancelled(cancelled_runs):
