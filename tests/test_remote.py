@@ -5,15 +5,18 @@ a run submitted from the laptop trains on the test Slurm cluster and every run c
 import json
 import os
 import re
+import hashlib
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 from conftest import ROOT, job_logs, run_cluster, wait_for_slurm_job
 
 from train.errors import UserError
-from train.host.remote import ssh
+from train.host.remote import ssh, sync
+from train.host.images import store
 from train.host.reach import Reach
 
 sys.path.insert(0, str(ROOT / "tests" / "ssh"))
@@ -71,6 +74,10 @@ def test_ssh_failures_are_one_line_naming_the_host_and_the_fix(login_node, tmp_p
     assert "ct-other" in said and "cannot be reached" in said and "Connection refused" in said
     other = Reach("ci-slurm", "ct-other", "/tmp/x", config=str(config))  # first connected here: no shared one before
     assert ssh.run(other, ["echo", "reached"], capture=True).stdout == "reached\n"
+    down = Reach("ci-slurm", "ct-login", "/tmp/x", config=str(config), jump=f"127.0.0.1:{login.free_port()}")
+    assert "cannot be reached" in failure(down)  # the jump host is on the way: one that is down ends it
+    jumped = Reach("ci-slurm", "ct-login", "/tmp/x", config=str(config), jump="ct-other")  # through a bastion
+    assert ssh.run(jumped, ["echo", "jumped"], capture=True).stdout == "jumped\n"
 
 
 @pytest.mark.slow  # a real sshd, a whole project sent
@@ -87,6 +94,46 @@ def test_a_full_remote_disk_or_a_missing_python_queue_nothing(login_node, tmp_pa
     said = submit_to(config, tmp_path, remote_dir=str(tmp_path / "copy"), remote_python="python9")
     assert said.returncode == 2 and "ci-slurm over ssh (ct-other) has no python9" in said.stderr, said.stderr
     assert len(said.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()  # no record: not queued
+
+
+def close_shared(config, host: str) -> None:
+    """The shared connection to host ends, and every command running over it: the connection drops."""
+    subprocess.run(["ssh", "-F", str(config), "-o", f"ControlPath={ssh.control_dir()}/%C", "-O", "exit", host],
+                   capture_output=True)
+
+
+def drop_once_arriving(incoming, config, at_least: int) -> None:
+    """Drop the connection once the image's copy on the cluster holds at_least bytes (and has not all arrived)."""
+    deadline = time.time() + 120
+    while not (incoming.is_file() and incoming.stat().st_size >= at_least) and time.time() < deadline:
+        time.sleep(0.01)
+    close_shared(config, "ct-other")
+
+
+@pytest.mark.image
+@pytest.mark.slow  # a real sshd, the CPU image sent over it
+def test_a_connection_dropped_mid_image_transfer_and_a_retry_end_with_one_verified_image(login_node, cpu_image):
+    config, base, _ = login_node
+    remote = base / "transfer"
+    reach = Reach("ci-slurm", "ct-other", str(remote / "cluster-train"), config=str(config))
+    sync.send_code(reach)
+    sync.send_settings(reach, {"images": str(remote / "images")})
+    incoming = remote / "cluster-train" / ".incoming" / f"{cpu_image.sha256}.sif"
+    dropper = threading.Thread(target=drop_once_arriving, args=(incoming, config, 64 * 2**20))
+    dropper.start()
+    with pytest.raises(UserError) as err:
+        sync.send_image(reach, cpu_image)
+    dropper.join()
+    assert "ci-slurm over ssh (ct-other)" in str(err.value) and "nothing was queued" in str(err.value), err.value
+    arrived = incoming.stat().st_size
+    assert 64 * 2**20 <= arrived < cpu_image.size and not (remote / "images").exists()  # nothing entered the store
+    sent = sync.send_image(reach, cpu_image)  # the retry sends what had not arrived
+    assert sent < cpu_image.size - arrived // 2, (sent, arrived, cpu_image.size)
+    stored = store.records(remote / "images")
+    assert [r.sha256 for r in stored] == [cpu_image.sha256] and not incoming.exists()
+    with open(stored[0].path, "rb") as f:
+        assert hashlib.file_digest(f, "sha256").hexdigest() == cpu_image.sha256  # one verified image
+    assert sync.send_image(reach, cpu_image) == 0  # the cluster's store has it now
 
 
 def submit_to(config, tmp_path, **reach) -> subprocess.CompletedProcess:
@@ -166,9 +213,14 @@ def test_a_second_submission_sends_no_code_and_cancel_reaches_the_cluster(laptop
     env, long = laptop["env"], laptop["submitted"]["long"]
     assert long.returncode == 0, long.stdout[-3000:] + long.stderr
     records = sorted(p.name for p in laptop["local"].iterdir())
-    refused = run_cluster(*demo("/nonexistent/data", 1), env=env)  # a check only the cluster can make
+    canary = laptop["cluster"] / "PWNED"
+    hostile = f"/nonexistent/$(touch {canary});touch {canary}"
+    refused = run_cluster(*demo(hostile, 1), env=env)  # a check only the cluster can make, on a hostile value
     assert refused.returncode == 2 and "run-cluster: error: ci-slurm over ssh (ct-login): " in refused.stderr
-    assert "/nonexistent/data" in refused.stderr, refused.stderr
+    assert hostile in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    named = run_cluster(*demo(laptop["demo_data"], 1), "--run-id", f"x;touch {canary}", env=env)
+    assert named.returncode == 2 and "run id" in named.stderr, named.stderr  # refused before anything is sent
+    assert not canary.exists()  # the value reached the cluster as data
     dry = run_cluster(*demo(laptop["demo_data"], 1, "--dry-run", "--sweep", "optim.lr=0.05,0.1"), env=env)
     assert dry.returncode == 0, dry.stderr
     assert "2 runs" in dry.stdout or dry.stdout.count("optim.lr=") >= 2, dry.stdout[-2000:]  # a sweep, built there
@@ -178,8 +230,7 @@ def test_a_second_submission_sends_no_code_and_cancel_reaches_the_cluster(laptop
     follow = subprocess.Popen([str(ROOT / "bin" / "run-cluster"), "logs", "--follow", "long"], env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(3)
-    subprocess.run(["ssh", "-F", str(laptop["config"]), "-o", f"ControlPath={ssh.control_dir()}/%C", "-O", "exit",
-                    "ct-login"], capture_output=True)  # the connection drops mid --follow
+    close_shared(laptop["config"], "ct-login")  # the connection drops mid --follow
     _, dropped = follow.communicate(timeout=60)
     assert follow.returncode == 2 and "ci-slurm over ssh (ct-login): it cannot be reached or the connection dropped" \
         in dropped and len(dropped.strip().splitlines()) == 1, dropped

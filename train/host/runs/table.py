@@ -89,7 +89,8 @@ def age(submitted_at: Optional[str]) -> str:
 
 
 def remote_rows(cluster: Optional[str]) -> List[Dict]:
-    """Each cluster your settings reach over SSH, asked at once (one thread each: the time is the slowest one's)."""
+    """Each cluster your settings reach over SSH, asked at once (one thread each: the time is the slowest one's).
+    Asked for every cluster, none may prompt (prompts would interleave); asked for one, it may (a 2FA login)."""
     from train.host.jobs.build import Site
     from train.host.reach import of
 
@@ -102,16 +103,16 @@ def remote_rows(cluster: Optional[str]) -> List[Dict]:
         if site.user.get("ssh") and (not cluster or cluster == site.cluster.name):
             reaches.append((of(site.cluster.name, site.user), site.user))
     with ThreadPoolExecutor(max_workers=max(1, len(reaches))) as pool:
-        return [row for rows in pool.map(lambda r: ask(*r), reaches) for row in rows]
+        return [row for rows in pool.map(lambda r: ask(*r, batch=not cluster), reaches) for row in rows]
 
 
-def ask(reach, user: Dict) -> List[Dict]:
+def ask(reach, user: Dict, batch: bool) -> List[Dict]:
     """The cluster's own rows (its `runs --json`), with the settings it needs sent first; or one row saying why not."""
     from train.host.remote import sync
 
     try:
-        sync.send_settings(reach, user, batch=True)
-        said = sync.launcher_line(reach, ["runs", "--json", "--here", "--cluster", reach.cluster], batch=True)
+        sync.send_settings(reach, user, batch=batch)
+        said = sync.launcher_line(reach, ["runs", "--json", "--here", "--cluster", reach.cluster], batch=batch)
     except UserError as err:
         return [{"cluster": reach.cluster, "run": "-", "state": "UNREACHABLE", "segments": "", "progress": "",
                  "last": str(err), "age": ""}]
