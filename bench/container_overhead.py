@@ -100,6 +100,30 @@ def measure(sides: dict, runs: int, steps: int, threads: int) -> dict:
     return result
 
 
+def at_once(python: list, ranks: int) -> float:
+    """Seconds until `ranks` processes, started together from one parent as srun starts a node's tasks, have all
+    imported torch and Lightning."""
+    started = time.perf_counter()
+    procs = [subprocess.Popen([*python, *PROBES["import torch, lightning"]], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for _ in range(ranks)]
+    assert all(p.wait() == 0 for p in procs)
+    return time.perf_counter() - started
+
+
+def ranks_at_once(image: str, root: Path, ranks: int, runs: int) -> dict:
+    """A node's ranks starting together: each its own SquashFS mount (as jobs ran them before), one mount shared by
+    all (`--sharens`, Apptainer >= 1.3: ranks launched by one parent join the first one's container), and outside."""
+    apptainer = ["apptainer", "exec", "--cleanenv", "--no-home"]
+    sides = {"outside": ["chroot", str(root), "/usr/bin/env", "-i", f"PATH={IMAGE_PATH}", "HOME=/root", "python"],
+             "a mount per rank": [*apptainer, image, "python"],
+             "one mount per node (--sharens)": [*apptainer, "--sharens", image, "python"]}
+    found = {name: [] for name in sides}
+    for _ in range(runs):
+        for name, python in sides.items():
+            found[name].append(at_once(python, ranks))
+    return {"ranks": ranks, "warm_s": {name: round(statistics.median(v), 2) for name, v in found.items()}}
+
+
 def compared(result: dict) -> dict:
     """Each inside side against outside: warm seconds above it per probe, throughput as a ratio."""
     outside = next(v for k, v in result.items() if k.startswith("outside"))
@@ -116,16 +140,18 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--ranks", type=int, default=4, help="ranks started together on one node (ranks_at_once)")
     p.add_argument("--out-dir", default=str(HERE / "results"))
     args = p.parse_args()
     started, load = time.time(), os.getloadavg()[0]
     with sandbox(args.image) as root, instance(args.image) as running:
         result = measure(sides(args.image, root, running, dict(v.split("=", 1) for v in args.variant)), args.runs,
                          args.steps, args.threads)
+        together = ranks_at_once(args.image, root, args.ranks, args.runs)
     summary = {
         "host": socket.gethostname(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(), "threads": args.threads, "image": args.image, "runs": args.runs,
-        "sides": result, "against_outside": compared(result), "total_s": round(time.time() - started, 1),
+        "sides": result, "against_outside": compared(result), "ranks_at_once": together, "total_s": round(time.time() - started, 1),
         "load_average_at_start": round(load, 2),
         "note": "outside = chroot into the SIF's own files: the same Python, torch and bytecode on both sides",
     }
