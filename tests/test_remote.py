@@ -205,6 +205,11 @@ def test_a_run_submitted_from_the_laptop_trains_and_every_run_command_reaches_it
     fetched = laptop["local"] / "short"
     assert (fetched / "report.html").is_file() and (fetched / "metrics.csv").is_file()
     assert not (fetched / "checkpoints").exists()
+    got = run_cluster("fetch", "short", "--checkpoints", env=env, timeout=120)  # asked for: the checkpoints too
+    assert got.returncode == 0 and list((fetched / "checkpoints").glob("*.ckpt")), got.stdout + got.stderr
+    assert not (fetched / "code").exists()
+    here = run_cluster("fetch", rerun_id + "-none", env=env)
+    assert here.returncode == 2 and "holds no remote.json" in here.stderr, here.stderr
 
 
 @pytest.mark.image

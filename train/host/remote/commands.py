@@ -1,5 +1,7 @@
 """The laptop's side of every command on a cluster reached over SSH: submit (config checked here, files and settings
-sent, the launcher run there), and status, logs, cancel, resume and --rerun of a run that lives there."""
+sent, the launcher run there), status, logs, cancel, resume and --rerun of a run that lives there, and its files
+fetched back (report, compare, fetch)."""
+import argparse
 import json
 import time
 from pathlib import Path
@@ -101,7 +103,27 @@ def fetched(argv: List[str]) -> List[str]:
     return out
 
 
-def fetch(record: dict, into: Path) -> Path:
+def fetch_command(argv: List[str]) -> int:
+    """`run-cluster fetch RUN [--checkpoints]`: a run's files from its cluster into its record here."""
+    p = argparse.ArgumentParser(prog="run-cluster fetch", description="copy a run that lives on a cluster over SSH "
+                                "here: its results, metrics, logs, manifest and config (what report and compare "
+                                "fetch), and with --checkpoints its checkpoints/ and exported models/ too")
+    p.add_argument("run", help="the run's id or its directory here (runs/<id>)")
+    p.add_argument("--checkpoints", action="store_true", help="also its checkpoints/ and models/ (large)")
+    args = p.parse_args(argv)
+    into = local_dir(args.run)
+    record = record_of(into)
+    if record is None:
+        raise UserError(f"{into} holds no {RECORD}: run {args.run} was not submitted from here to a cluster over "
+                        f"ssh; its files are where it ran (see bin/run-cluster runs)")
+    fetch(record, into, ("code/", "code.tar") if args.checkpoints else FETCHED_OUT)
+    kept = "" if args.checkpoints else " (checkpoints and models stay there: --checkpoints fetches them)"
+    print(f"fetched run {record['run_id']} from {record['cluster']} over ssh into {into}{kept}")
+    return 0
+
+
+def fetch(record: dict, into: Path, leave=FETCHED_OUT) -> Path:
+    """The run's files, less what `leave` names, into `into` (rsync: only what changed since the last fetch)."""
     reach = reached(record)
     where = sync.launcher_line(reach, ["runs", "--json", "--here", "--cluster", reach.cluster])
     rows = [json.loads(line) for line in where.splitlines() if line.startswith("{")]
@@ -109,5 +131,5 @@ def fetch(record: dict, into: Path) -> Path:
     if row is None:
         raise UserError(f"{ssh.where(reach)} has no run {record['run_id']} any more; "
                         f"remove {into} here if it was deleted there")
-    sync.fetch_dir(reach, row["dir"], into, FETCHED_OUT)
+    sync.fetch_dir(reach, row["dir"], into, leave)
     return into
