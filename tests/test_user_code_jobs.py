@@ -86,20 +86,6 @@ def test_both_examples_on_two_slurm_nodes_and_two_lsf_hosts(cpu_image, slurm_clu
         assert metrics["world_size"] == world
 
 
-def test_the_ranks_on_one_slurm_node_share_one_mount_of_the_image(cpu_image, slurm_cluster, runs_dir, tmp_path):
-    """2 nodes x 2 srun tasks: each node's ranks run in one container (--sharens), so the image is mounted, and its
-    pages read, once per node rather than once per rank (bench/README.md, container start)."""
-    (tmp_path / "mounts.sh").write_text('echo "rank $SLURM_PROCID node $SLURM_NODEID $(readlink /proc/self/ns/mnt)"\n')
-    done = run_cluster("ci-slurm", "n2_gpu2", "--run-id", "mounts", "--no-wait", "--set", "data.rank_mem_gb=1",
-                       "--", "sh", "mounts.sh", cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
-    assert wait_ended(runs_dir / "mounts")[-1].how == "COMPLETED", job_logs(runs_dir / "mounts")[-3000:]
-    seen = re.findall(r"rank (\d) node (\d) (mnt:\[\d+\])", job_logs(runs_dir / "mounts"))
-    assert sorted(rank for rank, _, _ in seen) == ["0", "1", "2", "3"], seen
-    per_node = [{ns for _, node, ns in seen if node == n} for n in ("0", "1")]
-    assert [len(n) for n in per_node] == [1, 1] and per_node[0] != per_node[1], seen
-
-
 def test_dev_runs_the_task_from_the_checkouts_train_package(cpu_image, demo_data, runs_dir):
     submit("local", "cpu_1proc", "demo", "--dev", "--set", f"data.root={demo_data}", "--set", "trainer.max_epochs=1",
            "--set", "data.num_workers=0", "--run-id", "dev", "--wait")
