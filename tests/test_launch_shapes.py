@@ -20,12 +20,12 @@ def test_independent_tasks_pack_one_per_gpu(cpu_image, slurm_cluster, demo_data,
     """Four 1-CPU tasks on one node (seed 001's shape): each its own model and directory, and each rank computes on
     one thread (issue 24: with PyTorch's default every rank would run a thread per core of the node)."""
     done = run_cluster("ci-slurm", "pack_4x1", "demo", "--set", f"data.root={demo_data}", *SMALL,
-                       "--set", "trainer.limit_train_batches=40", "--run-id", "pack", "--no-wait")
+                       "--set", "trainer.limit_train_batches=60", "--run-id", "pack", "--no-wait")
     assert done.returncode == 0, done.stderr
     run_dir = runs_dir / "pack"
     names = ["task-0-resnet-w4", "task-1-resnet-w6", "task-2-resnet-w8", "task-3-resnet-d14"]
     training = wait_for_log(run_dir, [rf"^\[{name}\] .*rank 0/1 on host n1 .*fit\)" for name in names])
-    threads = busy_threads(run_dir) if training else None
+    threads = max(busy_threads(run_dir, window_s=1.5) for _ in range(3)) if training else None  # a task may pause
     state = wait_for_slurm_job(manifest(run_dir)["scheduler"]["job_id"])
     log = "".join(p.read_text() for p in (run_dir / "logs").glob("job-*.out"))
     assert state == "COMPLETED", log[-4000:]

@@ -89,7 +89,7 @@ def test_every_interruption_resumes_from_the_newest_checkpoint(tmp_path, cifar):
     """Stopped in epoch 2 (before any epoch-end save), then again in epoch 4 of the resumed segment: the third
     segment resumes from the second stop, not from the first (Lightning's version counter would have written
     last-v1.ckpt and left last.ckpt behind)."""
-    cut = classify_config(tmp_path, "twice", cifar, max_epochs=5, limit_train_batches=3)
+    cut = classify_config(tmp_path, "twice", cifar, max_epochs=5, limit_train_batches=3, log_every_n_steps=10)
     codes, out = fit(cut, signal_on="[cluster-train] epoch 1/5", env={"CT_SEGMENT": "1"})
     assert codes == [exit_codes.REQUEUE] and "at step 4 (epoch 2)" in out, out[-3000:]
     codes, out = fit(cut, signal_on="[cluster-train] epoch 3/5", env={"CT_SEGMENT": "2"})  # step 10 logs: one more
