@@ -5,6 +5,7 @@ a run submitted from the laptop trains on the test Slurm cluster and every run c
 import json
 import os
 import re
+import dataclasses
 import hashlib
 import subprocess
 import sys
@@ -134,6 +135,32 @@ def test_a_connection_dropped_mid_image_transfer_and_a_retry_end_with_one_verifi
     with open(stored[0].path, "rb") as f:
         assert hashlib.file_digest(f, "sha256").hexdigest() == cpu_image.sha256  # one verified image
     assert sync.send_image(reach, cpu_image) == 0  # the cluster's store has it now
+
+
+@pytest.mark.registry
+@pytest.mark.slow  # a real sshd and a real OCI registry
+def test_the_cluster_pulls_an_image_pushed_to_a_registry_and_nothing_passes_through_the_laptop(
+        login_node, oci_registry, tmp_path, monkeypatch, capsys):
+    from test_image_commands import build_sif, images_command
+
+    config, base, _ = login_node
+    monkeypatch.setenv("CT_IMAGES", str(tmp_path / "store"))  # the laptop's store: one small image, pushed once
+    (tmp_path / "settings.yaml").write_text("{}\n")
+    monkeypatch.setenv("CT_SETTINGS", str(tmp_path / "settings.yaml"))
+    images_command("import", build_sif(tmp_path / "cpu.sif"))
+    assert images_command("push", "cpu", f"oras://{oci_registry}/lab/remote", "--plain-http").returncode == 0
+    image = store.records(tmp_path / "store")[0]
+    remote = base / "pulled"
+    reach = Reach("ci-slurm", "ct-other", str(remote / "cluster-train"), config=str(config))
+    sync.send_code(reach)
+    for cluster_store, pushed in ((remote / "by-registry", image.pushed),
+                                  (remote / "by-copy", [{"reference": "oras://127.0.0.1:9/lab/gone", "plain_http": True}])):
+        sync.send_settings(reach, {"images": str(cluster_store)})
+        sent = sync.send_image(reach, dataclasses.replace(image, pushed=pushed))
+        assert (sent == 0) == (pushed is image.pushed), sent  # pulled there, or (the registry gone) sent from here
+        said = capsys.readouterr().err
+        assert ("oras://127.0.0.1:9/lab/gone" in said and "sending the image from here instead" in said) == (sent > 0)
+        assert [r.sha256 for r in store.records(cluster_store)] == [image.sha256]
 
 
 def submit_to(config, tmp_path, **reach) -> subprocess.CompletedProcess:

@@ -4,6 +4,7 @@ compares checksums and sends only what differs; and the user's settings for that
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -12,7 +13,7 @@ import yaml
 from train.errors import UserError
 from train.host import project
 from train.host import reach as reach_keys
-from train.host.images import store
+from train.host.images import oci, store
 from train.host.jobs.code_snapshot import project_files
 from train.host.reach import Reach
 from train.host.remote import ssh
@@ -49,14 +50,15 @@ def send_settings(reach: Reach, user: Dict[str, Any], batch: bool = False) -> st
 
 
 def send_image(reach: Reach, image: Optional[store.ImageRecord]) -> int:
-    """The image the job needs, by digest: nothing when the cluster's store holds it; else the SIF copied with rsync
-    (an interrupted copy resumes from what arrived) and entered into that store by `images import`, which checks
-    its sha256 against this one. The bytes sent. With no image here, the cluster's own store decides (its launcher
-    says what is missing, as on the login node)."""
+    """The image the job needs, by digest: nothing when the cluster's store holds it; else pulled there from a
+    registry it was pushed to (`images push`: the cluster's own network, checked by digest there); else the SIF
+    copied with rsync (an interrupted copy resumes from what arrived) and entered into that store by `images import`,
+    which checks its sha256 against this one. The bytes sent from here. With no image here, the cluster's own store
+    decides (its launcher says what is missing, as on the login node)."""
     if image is None:
         return 0
     listed = launcher_line(reach, ["images", "list", "--cluster", reach.cluster])
-    if f"sha256:{image.sha256}" in listed:
+    if f"sha256:{image.sha256}" in listed or pulled_there(reach, image):
         return 0
     incoming = f"{reach.remote_dir}/.incoming/{image.sha256}.sif"
     ssh.run(reach, ["mkdir", "-p", f"{reach.remote_dir}/.incoming"], capture=True)
@@ -68,6 +70,19 @@ def send_image(reach: Reach, image: Optional[store.ImageRecord]) -> int:
     launcher_line(reach, ["images", "import", incoming, "--expect-sha256", image.sha256, "--cluster", reach.cluster])
     ssh.run(reach, ["rm", "-f", incoming], capture=True)
     return _stat(done.stdout, "Total bytes sent")
+
+
+def pulled_there(reach: Reach, image: store.ImageRecord) -> bool:
+    """Whether the cluster pulled the image from a registry it was pushed to; one line said for each it could not."""
+    for pushed in image.pushed:
+        reference = oci.content_reference(pushed["reference"], image.sha256)  # exactly this image, by its digest
+        try:
+            launcher_line(reach, ["images", "pull", reference, "--expect-sha256", image.sha256, "--cluster",
+                                  reach.cluster, *(["--plain-http"] if pushed.get("plain_http") else [])])
+            return True
+        except UserError as err:
+            print(f"[cluster-train] {err.lines[-1]}; sending the image from here instead", file=sys.stderr)
+    return False
 
 
 def launcher_line(reach: Reach, argv: List[str], batch: bool = False) -> str:
