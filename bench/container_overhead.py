@@ -70,14 +70,20 @@ def instance(image: str):
         subprocess.run(["apptainer", "instance", "stop", name], check=False, capture_output=True)
 
 
+APPTAINER = ["apptainer", "exec", "--cleanenv", "--no-home"]  # as the job templates run a rank
+
+
+def outside(root: Path) -> list:
+    """The SIF's own Python, run from its files without the container."""
+    return ["chroot", str(root), "/usr/bin/env", "-i", f"PATH={IMAGE_PATH}", "HOME=/root", "python"]
+
+
 def sides(image: str, root: Path, running: str, variants: dict) -> dict:
-    apptainer = ["apptainer", "exec", "--cleanenv", "--no-home"]
-    found = {"outside (chroot into the SIF's files)": ["chroot", str(root), "/usr/bin/env", "-i", f"PATH={IMAGE_PATH}",
-                                                       "HOME=/root", "python"],
-             f"inside ({Path(image).name}, as jobs run it)": [*apptainer, image, "python"],
-             "inside (the same files as a sandbox directory)": [*apptainer, str(root), "python"],
+    found = {"outside (chroot into the SIF's files)": outside(root),
+             f"inside ({Path(image).name}, as jobs run it)": [*APPTAINER, image, "python"],
+             "inside (the same files as a sandbox directory)": [*APPTAINER, str(root), "python"],
              "inside (exec into a running instance of the SIF)": ["apptainer", "exec", "--cleanenv", running, "python"]}
-    return {**found, **{f"inside ({name})": [*apptainer, path, "python"] for name, path in variants.items()}}
+    return {**found, **{f"inside ({name})": [*APPTAINER, path, "python"] for name, path in variants.items()}}
 
 
 def measure(sides: dict, runs: int, steps: int, threads: int) -> dict:
@@ -111,12 +117,11 @@ def at_once(python: list, ranks: int) -> float:
 
 
 def ranks_at_once(image: str, root: Path, ranks: int, runs: int) -> dict:
-    """A node's ranks starting together: each its own SquashFS mount (as jobs ran them before), one mount shared by
-    all (`--sharens`, Apptainer >= 1.3: ranks launched by one parent join the first one's container), and outside."""
-    apptainer = ["apptainer", "exec", "--cleanenv", "--no-home"]
-    sides = {"outside": ["chroot", str(root), "/usr/bin/env", "-i", f"PATH={IMAGE_PATH}", "HOME=/root", "python"],
-             "a mount per rank": [*apptainer, image, "python"],
-             "one mount per node (--sharens)": [*apptainer, "--sharens", image, "python"]}
+    """A node's ranks starting together: each its own SquashFS mount (as jobs run them), one mount shared by all
+    (`--sharens`, Apptainer >= 1.3: ranks launched by one parent join the first one's container; jobs cannot use it,
+    bench/README.md says why), and outside."""
+    sides = {"outside": outside(root), "a mount per rank": [*APPTAINER, image, "python"],
+             "one mount per node (--sharens)": [*APPTAINER, "--sharens", image, "python"]}
     found = {name: [] for name in sides}
     for _ in range(runs):
         for name, python in sides.items():

@@ -90,7 +90,8 @@ def local_dir(arg: str) -> Path:
     return path if path.exists() or not project.RUN_ID.match(arg) else project.runs_dir() / arg
 
 
-FETCHED_OUT = ("checkpoints/", "*.ckpt", "models/", "code/", "code.tar")  # stay on the cluster: large, not for reading
+CODE = ("code/", "code.tar")  # the run's code snapshot: this machine has the code
+FETCHED_OUT = ("checkpoints/", "*.ckpt", "models/", *CODE)  # stay on the cluster: large, not for reading
 
 
 def fetched(argv: List[str]) -> List[str]:
@@ -116,7 +117,7 @@ def fetch_command(argv: List[str]) -> int:
     if record is None:
         raise UserError(f"{into} holds no {RECORD}: run {args.run} was not submitted from here to a cluster over "
                         f"ssh; its files are where it ran (see bin/run-cluster runs)")
-    fetch(record, into, ("code/", "code.tar") if args.checkpoints else FETCHED_OUT)
+    fetch(record, into, CODE if args.checkpoints else FETCHED_OUT)
     kept = "" if args.checkpoints else " (checkpoints and models stay there: --checkpoints fetches them)"
     print(f"fetched run {record['run_id']} from {record['cluster']} over ssh into {into}{kept}")
     return 0
