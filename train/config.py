@@ -28,6 +28,9 @@ class ModelConfig:
 class DataConfig:
     name: str = "cifar100"
     root: str = "data/cifar100"
+    # a packed data set (bin/run-cluster data pack): its name or sha256 in the data store; the job binds that
+    # SquashFS image read-only at `root`, where the data module reads as from a directory
+    image: str = ""
     batch_size: int = field(default=64, metadata={"min": 1})  # per rank (per GPU)
     num_workers: int = field(default=2, metadata={"min": 0})  # per rank
     prefetch_factor: int = field(default=4, metadata={"min": 1})  # batches each worker loads ahead (with workers)
