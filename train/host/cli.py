@@ -118,6 +118,7 @@ RUN_COMMANDS = ("status", "logs", "cancel", "resume")
 SUBCOMMANDS: Dict[str, Callable[[List[str]], int]] = {
     **{name: lazily("train.host.runs.commands", "run_command", skip_name=False) for name in RUN_COMMANDS},
     "images": lazily("train.host.images.commands"),
+    "data": lazily("train.host.data.commands"),
     "fetch": lazily("train.host.remote.commands", "fetch_command"),
     "runs": lazily("train.host.runs.table"),
     "report": lazily("train.host.reports.report"),

@@ -1,0 +1,8 @@
+"""The data room: data sets packed as SquashFS images, stored by sha256 beside the images, bound read-only into jobs.
+Torch-free.
+
+    store.py     the data store: <image store>/data/store/<sha256>.sqsh and data/index.json, one record per image
+    pack.py      `data pack`: a directory becomes one reproducible SquashFS file (mksquashfs)
+    binding.py   a run's `data.image` resolved to its stored, verified file, the bind and the manifest's record
+    commands.py  `run-cluster data pack|import|list|verify`, the command line
+"""

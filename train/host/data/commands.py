@@ -1,0 +1,77 @@
+"""`run-cluster data pack|import|list|verify`: packed data sets in the data store, which lives inside the image store a
+command uses (this checkout's images/, $CT_IMAGES, your settings' or a cluster file's `images:`; `--cluster C`:
+that cluster's). One line per data image."""
+from pathlib import Path
+from typing import List, Optional
+
+from train.errors import UserError, raise_all
+from train.host import project, settings
+from train.host.data import pack, store
+from train.host.images.locations import store_of
+from train.host.images.store import sha256_file
+from train.host.usage import Parser
+
+
+def parser() -> Parser:
+    p = Parser(prog="run-cluster data", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    pk = sub.add_parser("pack", help="a directory becomes one reproducible SquashFS image, stored by sha256")
+    pk.add_argument("dir", type=Path, help="the directory that holds the data set (its contents become the image's root)")
+    pk.add_argument("--name", help="the name experiments use (data.image: NAME); default: the directory's name")
+    imp = sub.add_parser("import", help="a SquashFS file packed elsewhere enters the store under its sha256")
+    imp.add_argument("file", type=Path)
+    imp.add_argument("--name", help="its name here; default: the file's name without .sqsh")
+    sub.add_parser("list", help="every data image of the store: name, digest, size, files, where it was packed from")
+    ver = sub.add_parser("verify", help="recompute the digests of the stored data images and name any that changed")
+    ver.add_argument("image", nargs="?", help="only this data image (a name or sha256)")
+    for command in sub.choices.values():
+        command.add_argument("--cluster", help="that cluster's store (its file's images:, your settings)")
+    return p
+
+
+def data_store(cluster: Optional[str]) -> Path:
+    images = store_of(cluster) if cluster else project.images_dir(settings.load("").get("images"))
+    return store.data_root(images)
+
+
+def main(argv: List[str]) -> int:
+    args = parser().parse_args(argv)
+    root = data_store(args.cluster)
+    if args.command == "pack":
+        pack.pack(args.dir, args.name or args.dir.resolve().name, root)
+        return 0
+    if args.command == "import":
+        entry, new = store.admit(args.file, args.name or args.file.name.removesuffix(store.SUFFIX), root)
+        print(f"{'imported' if new else 'already in the store:'} {entry.name} sha256:{entry.sha256} -> {entry.path}")
+        return 0
+    if args.command == "list":
+        return list_data(root)
+    return verify(root, args.image)
+
+
+def list_data(root: Path) -> int:
+    found = store.records(root)
+    for entry in found:
+        gone = "" if Path(entry.path).is_file() else "  (gone from the store)"
+        print(f"{entry.name:20s} sha256:{entry.sha256}  {entry.size / 2**20:8.1f} MiB  {entry.files:8d} files  "
+              f"packed {entry.packed_at} from {entry.source}{gone}")
+    if not found:
+        print(f"no data images in {root}; pack one with bin/run-cluster data pack DIR --name NAME")
+    return 0
+
+
+def verify(root: Path, ref: Optional[str]) -> int:
+    """One line per data image; exit 2 naming every one whose bytes no longer match their digest."""
+    wanted = [e for e in store.records(root) if ref in (None, e.name, e.sha256, f"sha256:{e.sha256}")]
+    if ref and not wanted:
+        raise UserError(f"no data image {ref!r} in {root}; see bin/run-cluster data list")
+    bad = []
+    for entry in {e.sha256: e for e in wanted}.values():
+        if not Path(entry.path).is_file():
+            bad.append(f"data image {entry.name} sha256:{entry.sha256}: its store file {entry.path} is gone")
+        elif not store.is_squashfs(Path(entry.path)) or sha256_file(entry.path) != entry.sha256:
+            bad.append(f"data image {entry.name} sha256:{entry.sha256}: {entry.path} changed since it was packed")
+        else:
+            print(f"ok {entry.name} sha256:{entry.sha256}")
+    raise_all([UserError(line) for line in bad])
+    return 0
