@@ -114,8 +114,22 @@ def test_results_say_how_the_run_trained_and_whether_it_waited_for_data(tiny_cif
     assert (results["precision"], results["channels_last_layers"], results["compiled"]) == ("32-true", 0, False)
     assert results["input"]["steps"] == 4 and results["input"]["num_workers"] == 1
     assert 0 <= results["input"]["wait_fraction"] <= 1
+    assert_host_memory(results, ranks=1)
     fresh = MODELS.build("resnet_cifar", num_classes=100, **TINY)
     fresh.load_state_dict(torch.load(results["weights"]))
+
+
+def assert_host_memory(results, ranks):
+    """Each rank's PSS peaks and its dataloader workers' (num_workers=1: the training and the validation loader's)."""
+    memory = results["host_memory"]
+    assert (memory["measure"], memory["num_workers"]) == ("pss", 1)
+    assert [r["rank"] for r in memory["ranks"]] == list(range(ranks)), memory
+    for rank in memory["ranks"]:
+        assert rank["workers_seen"] >= 1, memory
+        assert 0 < rank["worker_peak_gb"] < rank["total_peak_gb"] < 8, memory  # a fork shares most of its rank's
+        assert 0 < rank["peak_gb"] <= rank["total_peak_gb"], memory
+    assert memory["rank_peak_gb"] == max(r["peak_gb"] for r in memory["ranks"])
+    assert memory["worker_peak_gb"] == max(r["worker_peak_gb"] for r in memory["ranks"])
 
 
 def compiled_rank(rank, data, out):
@@ -133,6 +147,7 @@ def compiled_rank(rank, data, out):
 def test_compile_trains_under_ddp_and_keeps_checkpoint_keys(tiny_cifar, tmp_path):
     results = spawn(compiled_rank, 2, tiny_cifar, tmp_path)[0]
     assert results["compiled"] and results["world_size"] == 2 and results["epochs"] == 1
+    assert_host_memory(results, ranks=2)  # rank 1's figures gathered into rank 0's results
     assert torch.isfinite(torch.tensor(results["final_val_loss"]))
     keys = set(torch.load(results["weights"]))
     assert keys == set(MODELS.build("resnet_cifar", num_classes=100, **TINY).state_dict())  # no _orig_mod. prefix

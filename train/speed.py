@@ -12,6 +12,8 @@
 - compile: `torch.compile` of the LightningModule's submodules in place (nn.Module.compile, so checkpoint keys stay
   the same); the strategies it cannot work under are refused before anything runs (train.strategies.check_compile).
 - InputWait: the time the training loop waits for its next batch against the whole step, per rank.
+- HostMemory (train/pss.py): the peak host memory of each rank and of its dataloader workers, gathered over ranks:
+  what a job's ranks and workers took, which preflight budgets for the experiment's next job.
 """
 import dataclasses
 import time
@@ -22,6 +24,7 @@ from pytorch_lightning.strategies import DeepSpeedStrategy
 
 from train.config import TrainerConfig
 from train.errors import UserError
+from train.pss import HostMemory, host_memory_facts
 
 BF16_CAPABILITY = (8, 0)  # Ampere: A100, A10, A40, L40S, H100, H200
 GPU_ACCELERATORS = ("gpu", "cuda")  # trainer.accelerator's names for the GPU (auto resolves to "gpu")
@@ -48,7 +51,7 @@ def precision_for(precision: str, accelerator: str) -> str:
 
 def speed_callbacks(t: TrainerConfig) -> list:
     """The callbacks every Trainer of a run carries (t: resolved for this device)."""
-    return [FastLayout(t.channels_last, t.compile), InputWait()]
+    return [FastLayout(t.channels_last, t.compile), InputWait(), HostMemory()]
 
 
 class FastLayout(Callback):
@@ -165,7 +168,8 @@ def batch_size(batch) -> int:
 
 
 def speed_facts(trainer, num_workers: int) -> dict:
-    """For results.json: the precision, layout and compile the run trained with, and its input wait (this rank)."""
+    """For results.json: the precision, layout and compile the run trained with, its input wait (this rank) and its
+    host memory (every rank's: a collective, which every task calls on every rank)."""
     layout = next(c for c in trainer.callbacks if isinstance(c, FastLayout))
     wait = next(c for c in trainer.callbacks if isinstance(c, InputWait)).summary(num_workers)
     if wait["input_bound"] and trainer.is_global_zero:
@@ -173,4 +177,5 @@ def speed_facts(trainer, num_workers: int) -> dict:
               f"time; raise data.num_workers ({num_workers} now) or make the data set faster to read", flush=True)
     return {"precision": str(trainer.precision), "channels_last_layers": layout.converted,
             "compiled": layout.compile, "input": wait,
-            "throughput": next(c for c in trainer.callbacks if isinstance(c, InputWait)).throughput(trainer.world_size)}
+            "throughput": next(c for c in trainer.callbacks if isinstance(c, InputWait)).throughput(trainer.world_size),
+            "host_memory": host_memory_facts(trainer, num_workers)}

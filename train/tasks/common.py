@@ -146,8 +146,22 @@ class EpochHistory(Callback):
 
 def write_results(out: Path, record: dict, write: bool = True) -> dict:
     """Every task's ending: results.json in the run's output_dir and one log line (on rank 0 only: write=False
-    elsewhere); returns the record."""
+    elsewhere); returns the record. It always carries host_memory at its top, where preflight reads it."""
+    record = {**record, **models_host_memory(record)}
     if write:
         (Path(out) / "results.json").write_text(json.dumps(record, indent=2) + "\n")
         print(f"[cluster-train] results: {json.dumps(record)}", flush=True)
     return record
+
+
+def models_host_memory(record: dict) -> dict:
+    """A multi-model task's host_memory: each model's peaks (speed.<model>.host_memory), the largest of them; {} for
+    a task that records its one Trainer's at the top, or trained no model in this segment."""
+    each = [s["host_memory"] for s in record.get("speed", {}).values() if "host_memory" in s]
+    if "host_memory" in record or not each:
+        return {}
+    workers = [m["worker_peak_gb"] for m in each if m["worker_peak_gb"] is not None]
+    return {"host_memory": {"measure": "pss", "num_workers": each[0]["num_workers"],
+                            "rank_peak_gb": max(m["rank_peak_gb"] for m in each),
+                            "worker_peak_gb": max(workers) if workers else None,
+                            "of": "the largest of speed.<model>.host_memory"}}
