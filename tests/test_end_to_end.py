@@ -36,13 +36,30 @@ def test_rerun_uses_the_same_image_digest_and_config(cpu_image, demo_data, runs_
     done = run_cluster("local", "cpu_1proc", "demo", *data_args(demo_data), "--set", "trainer.max_epochs=1")
     assert done.returncode == 0, done.stderr
     first = only_run(runs_dir)
+    memory = json.loads((first / "results.json").read_text())["host_memory"]  # demo: 1 worker per rank
+    assert memory["ranks"][0]["workers_seen"] >= 1 and 0 < memory["worker_peak_gb"] < memory["rank_peak_gb"], memory
     again = run_cluster("--rerun", first, "--run-id", "again")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr
+    assert f"GB per worker measured in run {first.name} (" in again.stdout  # its preflight budgets what the first took
     second = runs_dir / "again"
     a, b = manifest(first), manifest(second)
     assert b["image"]["sha256"] == a["image"]["sha256"] and b["rerun_of"] == a["run_id"]
     strip = lambda c: {**c, "output_dir": None}  # noqa: E731
     assert strip(b["config"]) == strip(a["config"])
+
+
+@pytest.mark.image
+def test_probe_data_measures_the_workers_before_the_first_run_and_preflight_budgets_them(cpu_image, demo_data,
+                                                                                       runs_dir):
+    done = run_cluster("probe-data", "demo", *data_args(demo_data), "--set", "data.num_workers=2", "--batches", "4")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("probe-data demo: 2 workers x batch 32, 4 batches: ") and done.stdout.count("\n") == 1
+    (entry,) = json.loads((runs_dir / "probes" / "demo.json").read_text()).values()
+    assert entry["workers_seen"] == 2 and 0 < entry["worker_peak_gb"] < 2 and entry["image_sha256"] == cpu_image.sha256
+    dry = run_cluster("local", "cpu_2proc", "demo", *data_args(demo_data), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"GB per worker measured in probe-data {runs_dir / 'probes' / 'demo.json'} (" in dry.stdout
+    assert "GB per rank as stated" in dry.stdout  # a probe builds no model: the rank's own figure needs a run
 
 
 @pytest.mark.image

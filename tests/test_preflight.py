@@ -1,9 +1,11 @@
 """Each failure the seeds hit is refused before anything is queued, with the cause and the fix (one line)."""
+import json
 import os
+import time
 
 import pytest
 
-from conftest import run_cluster
+from conftest import ROOT, run_cluster
 
 SEED_003 = ["torch-hpc", "l40s_4x4", "cifar100_resnet", "--set", "data.worker_mem_gb=10"]
 
@@ -41,6 +43,52 @@ def test_seed_003_two_workers_per_rank_fit(store):
     done = run_cluster(*SEED_003, "--set", "data.num_workers=2", "--dry-run")
     assert done.returncode == 0, done.stderr
     assert "host RAM: about 92 GB per node of 240 GB requested" in done.stdout
+
+
+NAVSIM_L40S = ["torch-hpc", "l40s_4x4", "navsim_planner"]
+
+
+def test_seed_003_navsim_planner_is_refused_at_eight_workers_and_accepted_at_two(store):
+    """experiments/navsim_planner.yaml states the host RAM seed 003's job saw: 8 workers per GPU, 4 GPUs per node,
+    OOM-killed on 256 GB nodes; its fix, 2 workers, ran."""
+    refused(run_cluster(*NAVSIM_L40S, "--set", "data.num_workers=8", "--dry-run"),
+            "(4 GB + 8 dataloader workers x 10 GB) needs 336 GB per node but the job has 240 GB",
+            "set data.num_workers=5 or fewer", "10 GB per worker as stated (data.worker_mem_gb in "
+                                               "experiments/navsim_planner.yaml)")
+    done = run_cluster(*NAVSIM_L40S, "--set", "data.num_workers=2", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "host RAM: about 96 GB per node of 240 GB requested" in done.stdout
+
+
+def earlier_run(root, run_id, data_root, rank_gb, worker_gb, age_s=0, cluster="torch-hpc"):
+    """A finished run of navsim_planner as the runs root keeps it: its manifest, and results.json's peaks."""
+    run = root / run_id
+    run.mkdir(parents=True)
+    config = {"name": "navsim_planner", "data": {"name": "planner_scenes", "root": str(data_root)}}
+    (run / "manifest.json").write_text(json.dumps({"run_id": run_id, "cluster": cluster, "config": config}))
+    memory = {"measure": "pss", "rank_peak_gb": rank_gb, "worker_peak_gb": worker_gb}
+    (run / "results.json").write_text(json.dumps({"host_memory": memory}))
+    os.utime(run / "results.json", (time.time() - age_s, time.time() - age_s))
+
+
+def test_the_newest_measured_figures_of_the_same_experiment_and_data_replace_the_stated_ones(store, tmp_path):
+    """x 1.25 (measured.MARGIN); an older run, a run on other data, and a rank measured on another cluster are not
+    used; a --set figure wins."""
+    root, data = tmp_path / "earlier", ROOT / "data" / "navsim-synthetic"
+    earlier_run(root, "newest", data, rank_gb=3.2, worker_gb=6.4, age_s=60)
+    earlier_run(root, "older", data, rank_gb=1, worker_gb=1, age_s=3600)
+    earlier_run(root, "other-data", tmp_path, rank_gb=1, worker_gb=1)
+    earlier_run(root, "on-the-cpu", data, rank_gb=0.5, worker_gb=None, cluster="local")
+    env = {**os.environ, "CT_RUNS_DIR": str(root)}
+    refused(run_cluster(*NAVSIM_L40S, "--set", "data.num_workers=8", "--dry-run", env=env),
+            "(4 GB + 8 dataloader workers x 8 GB) needs 272 GB per node", "set data.num_workers=7 or fewer",
+            "4 GB per rank measured in run newest (3.2 GB +25 %), "
+            "8 GB per worker measured in run newest (6.4 GB +25 %)")
+    done = run_cluster(*NAVSIM_L40S, "--set", "data.num_workers=8", "--set", "data.worker_mem_gb=1", "--dry-run",
+                       env=env)
+    assert done.returncode == 0, done.stderr
+    assert ("host RAM: about 48 GB per node of 240 GB requested; 4 GB per rank measured in run newest (3.2 GB +25 %), "
+            "1 GB per worker as you set it (--set data.worker_mem_gb; 6.4 GB measured in run newest)") in done.stdout
 
 
 def test_more_workers_than_cpus(store):

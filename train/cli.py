@@ -61,6 +61,24 @@ def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=Non
               warmup=warmup, repeats=repeats, out_dir=out_dir)
 
 
+def probe_data(config: str, batches: int = 20, out: str = ""):
+    """The host memory of a run's data loading: `probe_data --config C [--batches=20] [--out=F]` loads N batches
+    through its data module with its real num_workers and batch_size (no model) and writes the PSS peaks per worker
+    (train/probe.py) to F as JSON, else prints them; bin/run-cluster probe-data runs it in the CPU image."""
+    import json
+
+    from train import threads
+
+    threads.default_threads()  # before torch is imported, as for training
+    from train.probe import probe
+
+    record = json.dumps(probe(cfg.load(config), int(batches)))
+    if out:
+        Path(out).write_text(record + "\n")
+    else:
+        print(record)
+
+
 def models():
     """List registered models with their parameter counts (at 100 classes, default params) and input shapes."""
     from train.models import MODELS, input_text
@@ -119,7 +137,8 @@ def imagecheck(cuda: str, *capabilities: float):
 def main(argv=None):
     try:
         commands = {"fit": fit, "command": command, "export": export, "bench": bench, "models": models, "names": names,
-                    "make_data": make_data, "selftest": selftest, "imagecheck": imagecheck}
+                    "make_data": make_data, "selftest": selftest, "imagecheck": imagecheck,
+                    "probe_data": probe_data}
         fire.Fire(commands, command=argv)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)

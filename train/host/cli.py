@@ -119,6 +119,7 @@ SUBCOMMANDS: Dict[str, Callable[[List[str]], int]] = {
     **{name: lazily("train.host.runs.commands", "run_command", skip_name=False) for name in RUN_COMMANDS},
     "images": lazily("train.host.images.commands"),
     "data": lazily("train.host.data.commands"),
+    "probe-data": lazily("train.host.probe_data"),
     "fetch": lazily("train.host.remote.commands", "fetch_command"),
     "runs": lazily("train.host.runs.table"),
     "report": lazily("train.host.reports.report"),

@@ -5,6 +5,7 @@
     resolve.py        the numbers: the run config resolved once, then the Job (shape, requests, image, environment)
     job.py            the Job itself: every number and path one script needs; the manifest records it
     memory.py         a job's memory as the site wants it asked (per node, GPU or CPU, the whole node, or none)
+    measured.py       host RAM per rank and per worker as earlier runs and probe-data measured it, else as stated
     requests.py       what a profile asks of the scheduler, in its words: time limits, the warning, CPU binding
     preflight.py      the checks a job must pass before it is queued (partition fit, GPUs, launch, image, driver...)
     config_check.py   the run config's own checks: every registered name and parameter, without torch

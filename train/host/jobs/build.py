@@ -13,7 +13,7 @@ from train.host import clusters, project, settings
 from train.host.clusters import Cluster, Profile
 from train.host.images import locations, store
 from train.host.images.content_key import stale_inputs
-from train.host.jobs import code_snapshot, config_check, preflight, user_code
+from train.host.jobs import code_snapshot, config_check, measured, preflight, user_code
 from train.host.jobs.job import Job, new_run_id
 from train.host.jobs.render import render
 from train.host.jobs.resolve import independent_tasks, launch_of, resolve, run_config, task_configs
@@ -34,6 +34,7 @@ class Site:
     user: Dict[str, Any]
     checked_images: Dict[Tuple[str, bool], Any] = field(default_factory=dict, compare=False)
     experiments: Dict[Path, Dict[str, Any]] = field(default_factory=dict, compare=False)
+    host_memory: Dict[str, Any] = field(default_factory=dict, compare=False)  # the runs root's peaks (measured.py)
 
     @classmethod
     def load(cls, name_or_path: str) -> "Site":
@@ -189,9 +190,10 @@ def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str
     warnings += site.runs_root_warnings() if request.run_dir is None else []
     job, task_runs, script = job_of(site, profile, run, image, flavor)
     read = code.read if code else None
-    warnings += preflight.check(job, site.cluster, run, task_runs, user_set, script,
+    ram = measured.host_ram(site, profile, run, user_set, config_file)
+    warnings += preflight.check(job, site.cluster, run, task_runs, user_set, script, ram,
                                 missing_image_ok=request.dry_run, user_config=read)
-    summary = job_summary(job, run, config_check.overridden(user_set, profile),
+    summary = job_summary(job, run, config_check.overridden(user_set, profile), ram,
                                 batch_known=not run.command or bool(read and "batch_size" in read.values))
     summary = "\n".join([summary, *user_code.summary_lines(run, code)])
     experiment = str(config_file) if config_file else "(command line)"

@@ -1,7 +1,8 @@
 """A job's memory: how the profile asks for it (per node, per GPU, per CPU, all of each node's with `whole_node`, or
 not at all, which leaves it to the site's default), what the job then gets per node (`Job.mem_gb`: a number where
 one is known, None where not; nothing here makes one up), and preflight's checks of it against the node and
-against what the ranks and their dataloader workers need; the summary's line about it."""
+against what the ranks and their dataloader workers need (by the figures train/host/jobs/measured.py chooses:
+measured where a run or a probe measured them, else as stated); the summary's line about it."""
 import math
 from typing import Optional
 
@@ -9,6 +10,7 @@ from train import config as cfg
 from train.errors import UserError
 from train.host.clusters import Cluster, Partition, Profile
 from train.host.jobs.job import Job
+from train.host.jobs.measured import HostRam, gb
 
 
 def node_memory_gb(profile: Profile, part: Partition, tasks_per_node: int) -> Optional[int]:
@@ -51,38 +53,45 @@ def processes_per_node(job: Job) -> int:
     return job.tasks_per_node if job.tasks else job.ranks_per_node
 
 
-def host_ram_gb(job: Job, run: cfg.RunConfig) -> float:
-    """What the ranks and their dataloader workers take of one node's memory, as the run config estimates it."""
-    return processes_per_node(job) * (run.data.rank_mem_gb + run.data.num_workers * run.data.worker_mem_gb)
+def host_ram_gb(job: Job, run: cfg.RunConfig, ram: HostRam) -> float:
+    """What the ranks and their dataloader workers take of one node's memory, by the figures preflight uses."""
+    return processes_per_node(job) * (ram.rank.gb + run.data.num_workers * ram.worker.gb)
 
 
-def host_ram_fits(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def host_ram_fits(job: Job, run: cfg.RunConfig, ram: HostRam) -> None:
     """Each rank on a node runs its main process plus num_workers dataloader workers, all in host RAM: checked
     against the job's memory, or, with no request, the node's (the site's default gives no more)."""
-    data, ranks, need = run.data, processes_per_node(job), host_ram_gb(job, run)
+    data, ranks, need = run.data, processes_per_node(job), host_ram_gb(job, run, ram)
     have = job.mem_gb if job.mem_gb is not None else job.node_mem_gb
     if have is None or need <= have:
         return  # nothing known to check against: the summary says so
     requested = job.mem_gb is not None and not job.whole_node
     node = f" (the node has {job.node_mem_gb} GB)" if job.node_mem_gb else ""
     fix = f"raise {memory_key(job)}{node}" if requested else "choose a partition with more memory per node"
-    spare = have / ranks - data.rank_mem_gb
-    if spare >= 0 and data.worker_mem_gb > 0:
-        fix = f"set data.num_workers={math.floor(spare / data.worker_mem_gb)} or fewer, or {fix}"
+    spare = have / ranks - ram.rank.gb
+    if spare >= 0 and ram.worker.gb > 0:
+        fix = f"set data.num_workers={math.floor(spare / ram.worker.gb)} or fewer, or {fix}"
     holder = ("the job has" if requested else "a whole node has" if job.whole_node
               else "a node (the site's default at most) has")
     raise UserError(
-        f"host RAM: {ranks} rank(s) per node x ({data.rank_mem_gb:g} GB + {data.num_workers} dataloader workers x "
-        f"{data.worker_mem_gb:g} GB) needs {need:g} GB per node but {holder} {have} GB; {fix}"
+        f"host RAM: {ranks} rank(s) per node x ({gb(ram.rank.gb)} GB + {data.num_workers} dataloader workers x "
+        f"{gb(ram.worker.gb)} GB) needs {gb(need)} GB per node but {holder} {have} GB; {fix}; {figures(run, ram)}"
     )
 
 
-def summary_line(job: Job, run: cfg.RunConfig) -> str:
-    """The summary's line: the estimate against what the job gets, or what it leaves to the site."""
-    estimate = f"host RAM: about {host_ram_gb(job, run):g} GB per node"
+def figures(run: cfg.RunConfig, ram: HostRam) -> str:
+    """Where the figures came from (the worker's only where the run has workers)."""
+    return ram.rank.said + (f", {ram.worker.said}" if run.data.num_workers else "")
+
+
+def summary_line(job: Job, run: cfg.RunConfig, ram: HostRam) -> str:
+    """The summary's line: the estimate against what the job gets, or what it leaves to the site; its figures."""
+    estimate = f"host RAM: about {gb(host_ram_gb(job, run, ram))} GB per node"
     node = f"a node has {job.node_mem_gb} GB" if job.node_mem_gb else "the cluster file states no mem_per_node_gb"
     if job.whole_node:
-        return f"{estimate} of a whole node's memory (whole_node: {node})"
-    if job.mem_gb is None:
-        return f"{estimate}; memory is the site's default (no memory request; {node})"
-    return f"{estimate} of {job.mem_gb} GB requested"
+        line = f"{estimate} of a whole node's memory (whole_node: {node})"
+    elif job.mem_gb is None:
+        line = f"{estimate}; memory is the site's default (no memory request; {node})"
+    else:
+        line = f"{estimate} of {job.mem_gb} GB requested"
+    return f"{line}; {figures(run, ram)}"

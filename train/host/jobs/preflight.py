@@ -13,17 +13,20 @@ from train.host.images import signing
 from train.host.images.store import base_flavor
 from train.host.jobs import config_check, memory, reads, requests
 from train.host.jobs.job import Job
+from train.host.jobs.measured import HostRam
 from train.host.schedulers import SAFE_NAME, adapter
 from train.host.schedulers.launches import LAUNCHES
 
 
 def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.RunConfig],
-          user_set: Dict[str, Any], script: str, missing_image_ok: bool = False,
+          user_set: Dict[str, Any], script: str, host_ram: HostRam, missing_image_ok: bool = False,
           user_config: Optional[reads.UserConfig] = None) -> List[str]:
     """Run every check and raise all failures at once (one line each). An image not built yet on this machine is
     a warning instead when `missing_image_ok` (--dry-run): the job can be reviewed before its image exists.
+    `host_ram`: the figures per rank and per worker (train/host/jobs/measured.py) the host RAM check budgets.
     `user_config`: what a command's own config says (reads:), checked against the job and named in its terms."""
     errors = failures(RULES, job, cluster, run)
+    errors += failures([lambda *_: memory.host_ram_fits(job, run, host_ram)], job, cluster, run)
     for task, task_run in zip(job.tasks, task_runs):
         errors += [UserError(f"{task.name}: {err}") for err in config_check.problems(task_run)]
     if not job.tasks:
@@ -239,4 +242,4 @@ CLUSTER_RULES: List[Callable] = [
     image_can_drive_the_gpus,
     driver_runs_the_image,
 ]
-RULES: List[Callable] = CLUSTER_RULES + [gpu_has_bf16, memory.host_ram_fits, workers_have_cpus]
+RULES: List[Callable] = CLUSTER_RULES + [gpu_has_bf16, workers_have_cpus]  # then host RAM, by the figures check() gets

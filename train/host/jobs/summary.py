@@ -6,10 +6,12 @@ from typing import Any, Dict
 from train import config as cfg
 from train.host.jobs import memory
 from train.host.jobs.job import Job
+from train.host.jobs.measured import HostRam
 
 
-def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any], batch_known: bool = True) -> str:
-    """What a user needs to know before queuing."""
+def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any], host_ram: HostRam,
+            batch_known: bool = True) -> str:
+    """What a user needs to know before queuing; `host_ram`: the figures preflight budgeted, and where from."""
     per_rank = run.data.batch_size
     effective = per_rank * job.total_ranks * run.trainer.accumulate_grad_batches
     gpus = job.nodes * job.gpus_per_node
@@ -22,7 +24,7 @@ def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any], batch_know
             f"shape: {job.nodes} node(s) x {job.ranks_per_node} rank(s) = {job.total_ranks} rank(s), "
             f"{gpus} GPU(s), launch {job.launch}, time {job.time}",
             batch,
-            memory.summary_line(job, run),
+            memory.summary_line(job, run, host_ram),
             f"image: {job.image} ({job.image_flavor}) sha256 {job.image_sha256}",
             f"run dir: {job.run_dir}",
         ]
