@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from train.host import cli
+from train.host.data import store as data_store
 from train.host.images import store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +37,9 @@ def env(tmp_path_factory):
         store.record(flavor, tmp / f"{flavor}.sif", ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=tmp / "images")
     for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
         (tmp / "experts" / arch).mkdir(parents=True)  # the packed fusion tasks' inputs must exist
+    data = tmp / "ufc10.sqsh"  # a stand-in data image (a SquashFS superblock's magic, fixed bytes, so a fixed digest)
+    data.write_bytes(b"hsqs stand-in data image\n")
+    data_store.add("ufc10", data, store.sha256_file(data), data_store.data_root(tmp / "images"), str(tmp), files=1)
     (tmp / "settings.yaml").write_text(f"email: student@example.edu\nexperts: {tmp / 'experts'}\n{ACCOUNTS}")
     return {**os.environ, "CT_IMAGES": str(tmp / "images"), "CT_SETTINGS": str(tmp / "settings.yaml"),
             "CT_RUNS_DIR": str(tmp / "runs")}, tmp
@@ -50,6 +54,9 @@ SEED_RUNS = {
     "lightning_smart/gilbreth-multi_node_4x1": ["gilbreth", "multi_node_4x1", *LIGHTNING,
                                                 "configs/train/train_a100_n4_gpu1.yaml"],
     "ddp_plain/ci-slurm-n2_gpu2": ["ci-slurm", "n2_gpu2", "examples/ddp_plain/experiment.yaml"],
+    # a data image (data.image) copied to each node's local disk, then bound read-only at data.root
+    "action_recognition/ci-slurm-n2_staged": ["ci-slurm", "n2_staged", "action_recognition", "--set",
+                                              "data.image=ufc10", "--set", "data.num_workers=1"],
 }
 
 # a sweep: one job array of every element's run, each element's own job.sh as for one run (tests/test_sweeps.py)

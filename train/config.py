@@ -130,8 +130,9 @@ INPUT_KEY_SUFFIXES = ("_dir", "_path")  # in task_params, model.params, data.par
 def input_paths(run: RunConfig) -> Dict[str, str]:
     """Every host path a run reads, by dotted key: data.root, and each `*_dir` / `*_path` value in task_params,
     model.params and data.params (expert checkpoints, pretrained weights). run-cluster makes them absolute, checks
-    they exist before anything is queued, and binds them read-only into the container."""
-    found = {"data.root": run.data.root} if run.data.root else {}  # a command's data may be none of ours
+    they exist before anything is queued, and binds them read-only into the container. With data.image, data.root
+    is where the image is mounted in the container, not a host path."""
+    found = {"data.root": run.data.root} if run.data.root and not run.data.image else {}  # a command's may be none
     for section, params in (("task_params", run.task_params), ("model.params", run.model.params),
                             ("data.params", run.data.params)):
         for key, value in params.items():

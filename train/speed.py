@@ -16,6 +16,7 @@
   what a job's ranks and workers took, which preflight budgets for the experiment's next job.
 """
 import dataclasses
+import os
 import time
 
 import torch
@@ -147,7 +148,7 @@ class InputWait(Callback):
         fraction = self.wait_s / total if total else 0.0
         return {"steps": self.steps, "data_wait_s": round(self.wait_s, 2), "compute_s": round(self.step_s, 2),
                 "wait_fraction": round(fraction, 3), "input_bound": fraction > INPUT_BOUND,
-                "num_workers": num_workers}
+                "num_workers": num_workers, "data_from": data_source()}
 
     def throughput(self, world_size: int) -> dict:
         """Samples per second over all ranks (each trains its own batches), from the epochs after the first (worker
@@ -158,6 +159,12 @@ class InputWait(Callback):
         per_rank = samples / seconds if seconds else 0.0
         return {"samples_per_s": round(per_rank * world_size, 2), "samples_per_s_per_rank": round(per_rank, 2),
                 "epochs_measured": len(measured), "world_size": world_size}
+
+
+def data_source() -> str:
+    """Where the loop's data came from: a data image bound read-only where it is stored (image), its copy on the
+    node's local disk (staged), as the job's shell chose per node (CT_DATA_FROM); else a directory."""
+    return os.environ.get("CT_DATA_FROM") or "directory"
 
 
 def batch_size(batch) -> int:

@@ -242,5 +242,5 @@ def rerun(args) -> int:
     # The run's config.yaml already holds every override it was submitted with; new ones go on top.
     sub = build(site, request(args, manifest["profile"], str(Path(args.rerun) / "config.yaml"), flavor=record.flavor,
                               image=record, rerun_of=manifest["run_id"], recorded_code=manifest.get("code"),
-                              code_from=Path(args.rerun)))
+                              code_from=Path(args.rerun), data_sha256=runs.data_digest(manifest)))
     return show_and_queue(one_run(sub), args.dry_run, args.wait, args.timeout)

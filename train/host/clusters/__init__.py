@@ -59,6 +59,10 @@ class Partition:
     nccl_plugin: str = ""  # slingshot: host directory of the aws-ofi-nccl plugin (libnccl-net.so); ${setting}s
     libfabric: str = ""  # slingshot: host directory of libfabric.so.1 with its cxi provider
     fabric_libs: List[str] = field(default_factory=list)  # slingshot: host libraries libfabric loads (libcxi...)
+    # node-local disk, where profiles with stage_data copy a data image: a path, $VARIABLES expanded on the node
+    # ($TMPDIR, /local_scratch/$SLURM_JOB_ID); its size where the site states it (preflight checks the image fits)
+    local_dir: str = ""
+    local_disk_gb: Optional[int] = field(default=None, metadata={"min": 1})
 
     @property
     def scheduler_name(self) -> str:
@@ -102,6 +106,10 @@ class Profile:
     grace_s: int = field(default=300, metadata={"min": 10})
     max_requeues: int = field(default=10, metadata={"min": 0})
     tasks: List[Dict[str, Any]] = field(default_factory=list)  # launch: independent -> [{name, set: {key: value}}]
+    # copy the run's data image (data.image) to each node's local_dir before the ranks start; a copy that fails
+    # falls back to the shared copy with a warning, or, stage_required, ends the job
+    stage_data: bool = False
+    stage_required: bool = False
 
     @property
     def ranks(self) -> int:

@@ -3,6 +3,7 @@ Torch-free.
 
     store.py     the data store: <image store>/data/store/<sha256>.sqsh and data/index.json, one record per image
     pack.py      `data pack`: a directory becomes one reproducible SquashFS file (mksquashfs)
+    transport.py push and pull through an OCI registry (apptainer ORAS), the SquashFS inside a SIF wrapper
     binding.py   a run's `data.image` resolved to its stored, verified file, the bind and the manifest's record
-    commands.py  `run-cluster data pack|import|list|verify`, the command line
+    commands.py  `run-cluster data pack|import|push|pull|list|verify`, the command line
 """

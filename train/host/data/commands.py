@@ -1,4 +1,4 @@
-"""`run-cluster data pack|import|list|verify`: packed data sets in the data store, which lives inside the image store a
+"""`run-cluster data pack|import|push|pull|list|verify`: packed data sets in the data store, which lives inside the image store a
 command uses (this checkout's images/, $CT_IMAGES, your settings' or a cluster file's `images:`; `--cluster C`:
 that cluster's). One line per data image."""
 from pathlib import Path
@@ -6,7 +6,7 @@ from typing import List, Optional
 
 from train.errors import UserError, raise_all
 from train.host import project, settings
-from train.host.data import pack, store
+from train.host.data import pack, store, transport
 from train.host.images.locations import store_of
 from train.host.images.store import sha256_file
 from train.host.usage import Parser
@@ -21,6 +21,15 @@ def parser() -> Parser:
     imp = sub.add_parser("import", help="a SquashFS file packed elsewhere enters the store under its sha256")
     imp.add_argument("file", type=Path)
     imp.add_argument("--name", help="its name here; default: the file's name without .sqsh")
+    push = sub.add_parser("push", help="push a stored data image to an OCI registry (tagged with its digest too)")
+    push.add_argument("image", help="a name or sha256")
+    push.add_argument("reference", help="oras://REGISTRY/REPO[:TAG]")
+    pull = sub.add_parser("pull", help="pull a data image from an OCI registry into the store, its digest checked")
+    pull.add_argument("reference", help="oras://REGISTRY/REPO:TAG (a push's sha256-<digest> tag names exactly one)")
+    pull.add_argument("--name", required=True, help="its name here")
+    pull.add_argument("--expect-sha256", help="the data image's digest (a run's manifest records it)")
+    for command in (push, pull):
+        command.add_argument("--plain-http", action="store_true", help="a registry without TLS (apptainer --no-https)")
     sub.add_parser("list", help="every data image of the store: name, digest, size, files, where it was packed from")
     ver = sub.add_parser("verify", help="recompute the digests of the stored data images and name any that changed")
     ver.add_argument("image", nargs="?", help="only this data image (a name or sha256)")
@@ -43,6 +52,15 @@ def main(argv: List[str]) -> int:
     if args.command == "import":
         entry, new = store.admit(args.file, args.name or args.file.name.removesuffix(store.SUFFIX), root)
         print(f"{'imported' if new else 'already in the store:'} {entry.name} sha256:{entry.sha256} -> {entry.path}")
+        return 0
+    if args.command == "push":
+        entry = store.verified(args.image, root)
+        refs = transport.push(entry, args.reference, args.plain_http)
+        print(f"pushed data image {entry.name} sha256:{entry.sha256} -> {' and '.join(refs)}")
+        return 0
+    if args.command == "pull":
+        entry, new = transport.pull(args.reference, args.plain_http, args.name, args.expect_sha256, root)
+        print(f"{'pulled' if new else 'already in the store:'} {entry.name} sha256:{entry.sha256} -> {entry.path}")
         return 0
     if args.command == "list":
         return list_data(root)

@@ -69,7 +69,7 @@ def pack(src: Path, name: str, root: Path) -> store.DataRecord:
     print(f"packing {files} files ({size / 1e6:.1f} MB) of {src} as data image {name!r}...", file=sys.stderr)
     try:
         squash(src, tmp, progress)
-        entry, new = store.add(name, tmp, sha256_file(tmp), root, src.resolve(), files)
+        entry, new = store.add(name, tmp, sha256_file(tmp), root, str(src.resolve()), files)
     finally:
         tmp.unlink(missing_ok=True)
     state = "stored" if new else "already stored"

@@ -13,7 +13,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from train.errors import UserError
 from train.host.images.store import _index_lock, atomic_write, sha256_file
@@ -34,7 +34,7 @@ class DataRecord:
     path: str  # absolute path of the store copy
     size: int
     files: int  # regular files packed
-    source: str  # the directory packed, as it was then
+    source: str  # the directory packed, the file imported or the registry reference pulled
     packed_at: str
 
 
@@ -90,10 +90,11 @@ def verified(ref: str, root: Path) -> DataRecord:
     return entry
 
 
-def add(name: str, packed: Path, digest: str, root: Path, source: Path, files: int) -> (DataRecord, bool):
+def add(name: str, packed: Path, digest: str, root: Path, source: str, files: int) -> Tuple[DataRecord, bool]:
     """A packed file (made by this process in the store's directory) enters the store under its digest: (its
     record, whether it was new). A name already naming other bytes is refused, and nothing is kept."""
     store = root / STORE
+    store.mkdir(parents=True, exist_ok=True)
     with _index_lock(root):
         entries = records(root)
         taken = [e for e in entries if e.name == name]
@@ -107,12 +108,12 @@ def add(name: str, packed: Path, digest: str, root: Path, source: Path, files: i
         if not stored.exists():
             os.replace(packed, stored)
         entry = DataRecord(name=name, sha256=digest, path=str(stored.resolve()), size=stored.stat().st_size,
-                           files=files, source=str(source), packed_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+                           files=files, source=source, packed_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         write(root, entries + [entry])
         return entry, True
 
 
-def admit(file: Path, name: str, root: Path) -> (DataRecord, bool):
+def admit(file: Path, name: str, root: Path) -> Tuple[DataRecord, bool]:
     """A SquashFS file made elsewhere (packed on a laptop, copied by scp or Globus) enters the store: copied beside
     it first, so no later write to the user's file reaches the store."""
     check_name(name)
@@ -123,7 +124,7 @@ def admit(file: Path, name: str, root: Path) -> (DataRecord, bool):
     tmp = where / f".{name}.{os.getpid()}.tmp"
     try:
         shutil.copyfile(file, tmp)
-        return add(name, tmp, sha256_file(tmp), Path(root), file.resolve(), files=squashfs_files(tmp))
+        return add(name, tmp, sha256_file(tmp), Path(root), str(file.resolve()), files=squashfs_files(tmp))
     finally:
         tmp.unlink(missing_ok=True)
 

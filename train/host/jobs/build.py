@@ -11,6 +11,7 @@ from train import config as cfg
 from train.errors import UserError, UserErrors
 from train.host import clusters, project, settings
 from train.host.clusters import Cluster, Profile
+from train.host.data import binding
 from train.host.images import locations, store
 from train.host.images.content_key import stale_inputs
 from train.host.jobs import code_snapshot, config_check, measured, preflight, user_code
@@ -107,6 +108,7 @@ class Request:
     dev: bool = False  # this checkout's train package over the image's
     recorded_code: Optional[Dict[str, Any]] = None  # rerun and resume: the snapshot the run recorded...
     code_from: Optional[Path] = None  # ...in this run directory
+    data_sha256: str = ""  # rerun and resume: the data image the run read, by digest
 
 
 @dataclass
@@ -169,14 +171,16 @@ def config_of(site: Site, profile: Profile, request: Request) -> Tuple[cfg.RunCo
 
 
 def job_of(site: Site, profile: Profile, run: cfg.RunConfig, image: Optional[store.ImageRecord],
-           flavor: str) -> Tuple[Job, List[cfg.RunConfig], str]:
+           flavor: str, pinned_data: str = "") -> Tuple[Job, List[cfg.RunConfig], str]:
     """The packed tasks' configs, the Job and its script, from a run config resolved once: the sequence a
-    submission and check-cluster share."""
+    submission and check-cluster share. `pinned_data`: the data image digest a rerun or resume must read."""
     run_dir = Path(run.output_dir)
     packed = launch_of(profile, adapter(site.cluster.scheduler)).packed
     tasks = independent_tasks(profile, run_dir) if packed else []
     task_runs = task_configs(run, profile, tasks, site.user, site.cluster.name)
-    job = resolve(site.cluster, profile, run, task_runs, run_dir, image, flavor, site.user)
+    data = binding.data_image(task_runs or [run], site.image_store, pinned_data)
+    data_fields = binding.job_fields(data, run, profile, site.cluster.partition(profile.partition), site.cluster.path)
+    job = resolve(site.cluster, profile, run, task_runs, run_dir, image, flavor, site.user, data_fields)
     return job, task_runs, render(job)
 
 
@@ -188,7 +192,9 @@ def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str
         image = store.current(flavor, site.image_store)
         warnings = site.stale_warnings(image, request.stale_image_ok or request.dev or request.dry_run)
     warnings += site.runs_root_warnings() if request.run_dir is None else []
-    job, task_runs, script = job_of(site, profile, run, image, flavor)
+    pinned = request.data_sha256 if "data.image" not in user_set else ""  # a --set data.image is the user's choice
+    job, task_runs, script = job_of(site, profile, run, image, flavor, pinned)
+    warnings += binding.staging_warnings(job, profile, site.cluster.partition(profile.partition))
     read = code.read if code else None
     ram = measured.host_ram(site, profile, run, user_set, config_file)
     warnings += preflight.check(job, site.cluster, run, task_runs, user_set, script, ram,

@@ -82,6 +82,14 @@ class Job:
     grace_s: int = 300  # the time-limit warning comes this long before the limit
     max_requeues: int = 10
     tasks: List[Task] = field(default_factory=list)
+    # a data image (data.image): the stored SquashFS, its digest and name, bound read-only at data_dir; data_stage:
+    # the node-local directory it is copied to first ("": read where it is stored)
+    data_image: str = ""
+    data_sha256: str = ""
+    data_name: str = ""
+    data_size: int = 0
+    data_stage: str = ""
+    data_stage_required: bool = False
     entry: str = "fit"  # what `python -m train` runs in the image: fit (a task) or command (your own code)
 
     @property

@@ -26,8 +26,10 @@ def launch_of(profile: Profile, scheduler: Scheduler) -> Launch:
 
 
 def resolve(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: List[cfg.RunConfig], run_dir: Path,
-            image: Optional[store.ImageRecord], image_flavor: str, user: Dict[str, Any]) -> Job:
-    """Every number and path the script needs, from configs already resolved (once) and settings already read."""
+            image: Optional[store.ImageRecord], image_flavor: str, user: Dict[str, Any],
+            data_fields: Optional[Dict[str, Any]] = None) -> Job:
+    """Every number and path the script needs, from configs already resolved (once) and settings already read;
+    `data_fields`: the data image's (train/host/data/binding.py)."""
     scheduler = adapter(cluster.scheduler)
     for key in cluster.needs:
         settings.require(user, key, cluster.name, "the scheduler rejects jobs without it")
@@ -45,6 +47,7 @@ def resolve(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: L
         **request_fields(cluster, profile, part, scheduler, user),
         **image_fields(image, image_flavor, profile.gpus_per_node, cluster, user),
         **environment_fields(cluster, profile, part, run, run_dir, user, net),
+        **(data_fields or {}),
     )
 
 
@@ -166,4 +169,6 @@ def absolute_inputs(run: cfg.RunConfig) -> cfg.RunConfig:
     for key, path in cfg.input_paths(run).items():
         if not Path(path).is_absolute():
             cfg.set_value(run, key, str((project.ROOT / path).resolve()))
+    if run.data.image and not Path(run.data.root).is_absolute():  # the image's mount point, as users write it
+        run.data.root = str(project.ROOT / run.data.root)
     return run

@@ -17,7 +17,7 @@ from train.host.reports import curves
 from train.host.reports.html_blocks import Images, esc, facts_table, page, section, table
 from train.host.reports.run_facts import (
     Run, code_version, differing, flat, is_number, load_run, lower_is_better, short_digest, show)
-from train.host.runs import segments
+from train.host.runs import data_version, segments
 from train.host.usage import Parser
 
 REPORT = "report.html"
@@ -100,6 +100,7 @@ def run_fact_rows(run: Run) -> List[Tuple[str, object]]:
              ("profile", m.get("profile")), ("experiment", m.get("experiment")),
              ("overrides", " ".join(m.get("overrides") or []) or "none"), ("submitted", m.get("submitted_at")),
              ("image", f"{image.get('flavor')} sha256:{image.get('sha256')}"), ("image path", image.get("path")),
+             ("data", data_version(m, 64)),
              ("code", f"git {git.get('commit')}" + (" (uncommitted changes)" if git.get("dirty") else "")),
              ("rerun of", m.get("rerun_of"))]
     code = m.get("code")
@@ -145,11 +146,15 @@ def run_curves(run: Run, images: Images) -> str:
                               [(".", s) for s in members]) for source, members in by_source.items())
 
 
+# where train/speed.py says the loop read its data, in the report's words
+DATA_FROM = {"directory": "directory", "image": "data image, shared", "staged": "data image, staged to the node"}
+
+
 def throughput_html(run: Run) -> str:
     rows = [throughput_row(name, wait, measured, run) for name, wait, measured in input_records(run.results)]
     if not rows:
         return '<p class="note">no throughput recorded (results.json has no input figures)</p>'
-    return table(["model", "steps", "compute s", "data wait s", "waited", "steps/s", "samples/s"], rows)
+    return table(["model", "steps", "compute s", "data wait s", "waited", "data from", "steps/s", "samples/s"], rows)
 
 
 def input_records(results: Dict) -> List[Tuple[str, Dict, Dict]]:
@@ -173,7 +178,7 @@ def throughput_row(name: str, wait: Dict, measured: Dict, run: Run) -> Tuple:
     samples = measured.get("samples_per_s") or samples
     waited = f"{wait['wait_fraction']:.0%}" if is_number(wait.get("wait_fraction")) else None
     return (name or run.config.get("model", {}).get("name", ""), steps, wait.get("compute_s"), wait.get("data_wait_s"),
-            waited, per_s, samples)
+            waited, DATA_FROM.get(wait.get("data_from"), wait.get("data_from")), per_s, samples)
 
 
 def segments_html(run: Run) -> str:

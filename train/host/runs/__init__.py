@@ -23,6 +23,7 @@ from typing import Any, Dict, List
 from train import config as cfg
 from train.errors import UserError
 from train.host import project
+from train.host.data import binding
 
 MANIFEST = "manifest.json"
 # What --rerun, status, logs and cancel read from a manifest: key -> type (nested keys dotted).
@@ -81,6 +82,7 @@ def write_manifest(job, run: cfg.RunConfig, job_id: str, experiment: str, overri
         "image": {"path": job.image, "sha256": job.image_sha256, "flavor": job.image_flavor,
                   "registry": job.image_registry, "signed_from": job.image_signed_from or None,
                   "parent_sha256": job.image_parent_sha256 or None},
+        "data": binding.manifest_record(job),  # the data image the job binds (data.image), else null
         "scheduler": {"name": job.scheduler, "job_id": job_id},
         "git": project.git_state(),
         "code": code,  # the snapshot of the code that runs (a command's project, --dev's train package), else null
@@ -98,6 +100,20 @@ def update_manifest(run_dir: Path, **fields) -> None:
     manifest = read_manifest(run_dir)
     manifest.update(fields)
     (Path(run_dir) / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def data_digest(manifest: Dict[str, Any]) -> str:
+    """The digest of the data image a run read ("" where it read a directory): a rerun or resume reads it again."""
+    return (manifest.get("data") or {}).get("sha256") or ""
+
+
+def data_version(manifest: Dict[str, Any], digits: int = 12) -> str:
+    """The data a run read: its data image (name and digest: the bytes a rerun reads again), else its directory."""
+    data = manifest.get("data") or {}
+    if data.get("sha256"):
+        return f"{data.get('name') or '?'} sha256:{data['sha256'][:digits]}"
+    root = ((manifest.get("config") or {}).get("data") or {}).get("root")
+    return f"directory {root}" if root else "-"
 
 
 def read_manifest(run_dir: Path) -> Dict[str, Any]:

@@ -74,6 +74,8 @@ def print_status(manifest: dict, scheduler, run_dir: Path) -> None:
     state = run_state(scheduler, job_id, run_dir)
     print(f"{manifest['run_id']}: {scheduler.name} job {job_id} {state['state'].value}"
           + "".join(f" {k}={v}" for k, v in state.items() if k not in ("state", "ended_by", "gone") and v))
+    if manifest.get("data"):
+        print(f"  data: image {runs.data_version(manifest, 64)}")
     for segment in segments.read(run_dir):
         print(f"  {segment.line()}")
     runs.update_manifest(run_dir, segments=segments.as_records(run_dir))
@@ -115,6 +117,8 @@ def input_wait_line(results: dict) -> str:
     rate = results.get("throughput", {}).get("samples_per_s")
     line = (f"precision {results.get('precision')},{f' {rate:.1f} samples/s,' if rate else ''} waited for data "
             f"{wait['wait_fraction']:.0%} of {wait['data_wait_s'] + wait['compute_s']:.0f} s of training")
+    if wait.get("data_from") in ("image", "staged"):
+        line += f" (data read from the {'staged' if wait['data_from'] == 'staged' else 'shared'} data image)"
     if wait["input_bound"]:
         line += f": input-bound, raise data.num_workers ({wait['num_workers']} now)"
     return line

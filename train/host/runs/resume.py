@@ -33,7 +33,8 @@ def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], 
     record = run_image(manifest, f"the image of {run_dir}", site.image_store)
     sub = build(site, Request(profile or manifest["profile"], str(run_dir / "config.yaml"), overrides,
                               run_dir=run_dir, flavor=record.flavor, image=record, dry_run=dry_run,
-                              recorded_code=manifest.get("code"), code_from=run_dir))
+                              recorded_code=manifest.get("code"), code_from=run_dir,
+                              data_sha256=runs.data_digest(manifest)))
     reshardable(recorded_ranks(manifest, run_dir), sub)
     if state["state"] == State.UNKNOWN:  # ended, but no one recorded how: say so rather than guess
         sub.warnings.append(f"warning: {run_dir.name} ended {describe(state)}; resuming it")

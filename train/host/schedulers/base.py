@@ -90,6 +90,7 @@ class Scheduler:
                        its time limits: read into seconds, bounds on the time-limit warning.
       cpu_bind_problem()
                        whether a profile's cpu_bind is a binding it understands.
+      each_node        how the batch shell runs a command once on every node of its job (staging a data image).
       partition_word, job_id_var, hosts_var, constraint_join, follow_by_default,
       test_script()    the remaining facts, each documented where it is declared below.
     """
@@ -106,6 +107,7 @@ class Scheduler:
     requeue_command = ""  # how the batch shell puts its own job back in the queue ("": it cannot)
     job_id_var = "$$"  # the job's id, as the batch shell reads it
     hosts_var = "$(hostname)"  # the job's hosts, as the batch shell reads them
+    each_node = '"$@"'  # the body of ct_each_node COMMAND...: here, the batch shell's host is the job's only one
     directive_prefix = ""  # how a script line hands an option to the scheduler ("": no directives)
     constraint_join = "&"  # how two node-feature expressions are both required
     # Profile and partition settings this scheduler has no way to express: key -> the fix.

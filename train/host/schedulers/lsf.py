@@ -23,6 +23,10 @@ class Lsf(Scheduler):
     requeue_command = 'brequeue "$LSB_JOBID$([ "${LSB_JOBINDEX:-0}" = 0 ] || echo "[$LSB_JOBINDEX]")"'
     job_id_var = "$LSB_JOBID"
     hosts_var = "$LSB_HOSTS"
+    # blaunch -z takes one host at a time here (the stand-in's form): one per host, all at once, the worst status
+    each_node = ('local host pid rc=0 pids=(); for host in $(awk \'!seen[$1]++ {print $1}\' "$LSB_DJOB_HOSTFILE"); '
+                 'do blaunch -z "$host" "$@" & pids+=($!); done; for pid in "${pids[@]}"; do wait "$pid" || rc=1; '
+                 'done; return "$rc"')
     directive_prefix = "#BSUB"
     constraint_join = " && "
     unsupported = {

@@ -30,6 +30,8 @@ class Slurm(Scheduler):
     max_warning_s = 65535  # sbatch --signal=B:USR1@sig_time: "an integer between 0 and 65535"
     job_id_var = "$SLURM_JOB_ID"
     hosts_var = "$SLURM_JOB_NODELIST"
+    each_node = ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
+                 '--kill-on-bad-exit=1 "$@"')
     directive_prefix = "#SBATCH"
     short_options = {"-A": "account", "-b": "begin", "-c": "cpus-per-task", "-C": "constraint", "-d": "dependency",
                      "-D": "chdir", "-e": "error", "-G": "gpus", "-J": "job-name", "-N": "nodes", "-n": "ntasks",
