@@ -19,7 +19,9 @@ UFC_SMALL = ["--set", "model.name=basic_cnn", "--set", "model.params={}", "--set
 PLANNER_SMALL = ["--set", "model.params={dim: 16, heads: 2, encoder_layers: 1, decoder_layers: 1}",
                  "--set", "trainer.max_epochs=1", "--set", "trainer.precision=32", "--set", "data.num_workers=0",
                  "--set", "data.batch_size=8", "--set", "data.rank_mem_gb=1"]
-TINY_DISK = Path("/run/ct-tiny-disk")  # clusters/ci-slurm.yaml's partition ci-tiny-disk: its local_dir
+TINY_DISK = Path("/run/ct-tiny-disk")
+# packing runs mksquashfs (squashfs-tools, installed with Apptainer by make apptainer; make test-fast installs neither)
+packs = pytest.mark.skipif(shutil.which("mksquashfs") is None, reason="mksquashfs packs data images: make apptainer")  # clusters/ci-slurm.yaml's partition ci-tiny-disk: its local_dir
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +75,7 @@ def data_index(env) -> list:
     return json.loads(index.read_text()) if index.is_file() else []
 
 
+@packs
 def test_packing_the_same_files_gives_the_same_digest_whatever_their_times(ufc, env, tmp_path):
     first = digest_of(pack(env, ufc, "--name", "ufc10"))
     copy = shutil.copytree(ufc, tmp_path / "elsewhere" / "ufc10")
@@ -86,6 +89,7 @@ def test_packing_the_same_files_gives_the_same_digest_whatever_their_times(ufc, 
     assert run_cluster("data", "verify", "ufc10", env=env).stdout.strip() == f"ok ufc10 sha256:{first}"
 
 
+@packs
 def test_bad_data_inputs_are_refused_in_one_line_and_nothing_is_written(ufc, env, tmp_path):
     digest_of(pack(env, ufc, "--name", "ufc10"))
     before = data_index(env)
