@@ -141,6 +141,9 @@ def test_a_run_on_the_packed_image_trains_as_on_the_directory_and_pins_its_diges
     assert f"ufc10 sha256:{digest[:12]}" in compared and "directory /" in compared
     assert run_cluster("report", on_image, env=env).returncode == 0
     assert f"ufc10 sha256:{digest}" in (on_image / "report.html").read_text()
+    probed = run_cluster("probe-data", "action_recognition", "--set", "data.image=ufc10", "--set",
+                         "data.root=/data/ufc10", "--set", "data.num_workers=1", "--batches", "2", env=env)
+    assert probed.returncode == 0 and "GB per worker" in probed.stdout, probed.stderr
     # a rerun reads the recorded bytes or nothing: with the image gone from the store it is refused
     stored = Path(recorded["path"])
     stored.rename(stored.with_suffix(".away"))

@@ -77,7 +77,7 @@ def data_image(run: cfg.RunConfig, site: Site) -> Tuple[str, Optional[str]]:
     if not run.data.image:
         return "", None
     entry = data_store.verified(run.data.image, data_store.data_root(site.image_store))
-    return entry.sha256, f"{entry.path}:{run.data.root}:image-src=/"
+    return entry.sha256, f"{entry.path}:{run.data.root}:ro,image-src=/"
 
 
 def in_image(run: cfg.RunConfig, image: store.ImageRecord, batches: int, data_bind: Optional[str]) -> dict:
@@ -85,7 +85,8 @@ def in_image(run: cfg.RunConfig, image: store.ImageRecord, batches: int, data_bi
     with tempfile.TemporaryDirectory(prefix="ct-probe-") as tmp:
         cfg.dump(run, Path(tmp) / "config.yaml")
         binds = [tmp, *(f"{path}:{path}:ro" for path in cfg.input_paths(run).values()), *filter(None, [data_bind])]
-        command = ["apptainer", "exec", "--cleanenv", "--no-home", "--pwd", tmp,
+        # --no-mount cwd: apptainer's bind of the directory it is started in would hide a data image mounted below it
+        command = ["apptainer", "exec", "--cleanenv", "--no-home", "--no-mount", "cwd", "--pwd", tmp,
                    *(arg for bind in binds for arg in ("-B", bind)), image.path, "python", "-m", "train",
                    "probe_data", "--config", f"{tmp}/config.yaml", f"--batches={batches}", "--out", f"{tmp}/probe.json"]
         try:
