@@ -42,6 +42,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from train.host.data.pack import squash  # noqa: E402  (the project's packer: mksquashfs -reproducible)
+from train.host.images.store import sha256_file  # noqa: E402
 
 APPTAINER = ["apptainer", "exec", "--cleanenv", "--no-home"]  # as the job templates run a rank
 TRACED = "openat,open,newfstatat,statx,stat,lstat"
@@ -148,14 +149,6 @@ def generate(root: Path, files: int, dirs: int, min_bytes: int, max_bytes: int, 
             "generate_s": round(time.perf_counter() - started, 1), "_inodes": inodes, "_dev": os.stat(root).st_dev}
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(4 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def packed(src: Path, work: Path) -> (Path, dict):
     """The data set packed twice with the project's packer: the first from a cold page cache, the second warm."""
     times, digests, out = [], [], None
@@ -166,7 +159,7 @@ def packed(src: Path, work: Path) -> (Path, dict):
         started = time.perf_counter()
         squash(src, target)
         times.append(round(time.perf_counter() - started, 2))
-        digests.append(sha256_of(target))
+        digests.append(sha256_file(target))
         if out is None:
             out = target
         else:

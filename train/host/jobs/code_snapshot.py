@@ -5,7 +5,6 @@ ignore, like `git stash -u` would keep; every file of a directory that is not a 
 with fixed owners and times, so its sha256 names the content: a rerun checks the snapshot it copies against it.
 Written by hand because no launcher we build on snapshots code (submitit and TorchX run the live directory).
 """
-import hashlib
 import os
 import shutil
 import tarfile
@@ -16,6 +15,7 @@ from typing import Dict, List, Optional
 
 from train.errors import UserError
 from train.host.git import git, git_state
+from train.host.images.store import sha256_file
 
 TAR = "code.tar"  # in the run directory: the snapshot as submitted, never written by the job
 DIR = "code"  # in the run directory: the snapshot unpacked, where the command runs
@@ -57,7 +57,7 @@ def take(source: Path, subtree: str = "", dev: bool = False) -> Snapshot:
     with os.fdopen(handle, "wb") as out:
         write_tar(source, names, out)
     commit, dirty = git_state(source)
-    return Snapshot(str(source), tar_path, file_sha256(Path(tar_path)), len(names), size, commit, dirty, subtree, dev)
+    return Snapshot(str(source), tar_path, sha256_file(Path(tar_path)), len(names), size, commit, dirty, subtree, dev)
 
 
 def project_files(source: Path) -> List[str]:
@@ -93,7 +93,7 @@ def from_run(run_dir: Path, recorded: Dict) -> Snapshot:
     tar_path = run_dir / TAR
     if not tar_path.is_file():
         raise UserError(f"{run_dir} has no {TAR}: the code it ran is gone; submit anew from your project")
-    digest = file_sha256(tar_path)
+    digest = sha256_file(tar_path)
     if digest != recorded.get("sha256"):
         raise UserError(f"{tar_path} has sha256 {digest[:12]}, not the {str(recorded.get('sha256'))[:12]} its "
                         f"manifest records: the snapshot was changed; submit anew from your project")
@@ -133,11 +133,3 @@ def discard(snapshot: Optional[Snapshot]) -> None:
 
 def is_temporary(snapshot: Snapshot) -> bool:
     return Path(snapshot.tar_path).name.startswith("ct-code-") and Path(snapshot.tar_path).parent == Path(tempfile.gettempdir())
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
