@@ -259,6 +259,13 @@ def test_a_second_submission_sends_no_code_and_cancel_reaches_the_cluster(laptop
     assert "code sent, 0 changed files" in dry.stdout  # unchanged files are not sent again
     assert "image sent, 0 bytes" in long.stdout  # the cluster's store has it since the first submission
     assert sorted(p.name for p in laptop["local"].iterdir()) == records  # a dry run leaves no record
+    data_here = {**env, "CT_IMAGES": str(laptop["local"].parent / "images")}  # the laptop's data store: no image
+    assert run_cluster("data", "pack", laptop["demo_data"], "--name", "demo", env=data_here).returncode == 0
+    with_data = run_cluster(*demo("/data/demo", 1, "--dry-run", "--set", "data.image=demo"), env=data_here)
+    assert with_data.returncode == 0 and "--no-mount cwd" in with_data.stdout, with_data.stderr  # bound there
+    sent = int(re.search(r"data image sent, (\d+) bytes", with_data.stdout).group(1))
+    again = run_cluster(*demo("/data/demo", 1, "--dry-run", "--set", "data.image=demo"), env=data_here)
+    assert sent > 0 and "data image sent, 0 bytes" in again.stdout, again.stdout[-2000:]  # the cluster has it now
     follow = subprocess.Popen([str(ROOT / "bin" / "run-cluster"), "logs", "--follow", "long"], env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(3)

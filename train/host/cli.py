@@ -157,6 +157,7 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
 def over_ssh(site: Site, args, argv: List[str]) -> int:
     """A cluster your settings reach over SSH: what needs only the config is checked here, then the same command
     runs on its login node (train/host/remote)."""
+    from train.host.data import store as data_store
     from train.host.jobs.build import config_of, stale_image
     from train.host.jobs.job import new_run_id
     from train.host.remote import commands as remote
@@ -167,13 +168,15 @@ def over_ssh(site: Site, args, argv: List[str]) -> int:
         raise UserError(f"{', '.join(unsupported)} does not run over ssh yet; run it on {site.cluster.name}'s login "
                         f"node (or drop ssh: for {site.cluster.name} from your settings)")
     profile = site.cluster.profile(args.profile)
-    config_of(site, profile, request(args, args.profile, args.experiment))
+    run, _, _ = config_of(site, profile, request(args, args.profile, args.experiment))
     run_id = args.run_id or new_run_id(site.cluster.name, args.profile)
     flavor = args.flavor or site.cluster.partition(profile.partition).image
     image = store.current(flavor, project.images_dir())  # this machine's store; `images:` of ssh settings is theirs
     for line in stale_image(image, args.stale_image_ok):  # the cluster gets this checkout's code: the same check
         print(f"run-cluster: {line}", file=sys.stderr)
-    return remote.submit(site, argv, run_id, args.dry_run, image)
+    here = data_store.data_root(project.images_dir())  # this machine's data store, beside its images
+    data = data_store.find(run.data.image, here) if run.data.image else None
+    return remote.submit(site, argv, run_id, args.dry_run, image, data)
 
 
 def refuse_mixed(args, command: Optional[List[str]]) -> None:

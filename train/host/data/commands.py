@@ -21,6 +21,7 @@ def parser() -> Parser:
     imp = sub.add_parser("import", help="a SquashFS file packed elsewhere enters the store under its sha256")
     imp.add_argument("file", type=Path)
     imp.add_argument("--name", help="its name here; default: the file's name without .sqsh")
+    imp.add_argument("--expect-sha256", help="the digest the sender recorded; refused if the file's differs")
     push = sub.add_parser("push", help="push a stored data image to an OCI registry (tagged with its digest too)")
     push.add_argument("image", help="a name or sha256")
     push.add_argument("reference", help="oras://REGISTRY/REPO[:TAG]")
@@ -50,7 +51,8 @@ def main(argv: List[str]) -> int:
         pack.pack(args.dir, args.name or args.dir.resolve().name, root)
         return 0
     if args.command == "import":
-        entry, new = store.admit(args.file, args.name or args.file.name.removesuffix(store.SUFFIX), root)
+        entry, new = store.admit(args.file, args.name or args.file.name.removesuffix(store.SUFFIX), root,
+                                 args.expect_sha256)
         print(f"{'imported' if new else 'already in the store:'} {entry.name} sha256:{entry.sha256} -> {entry.path}")
         return 0
     if args.command == "push":

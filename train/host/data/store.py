@@ -113,9 +113,9 @@ def add(name: str, packed: Path, digest: str, root: Path, source: str, files: in
         return entry, True
 
 
-def admit(file: Path, name: str, root: Path) -> Tuple[DataRecord, bool]:
+def admit(file: Path, name: str, root: Path, expect: Optional[str] = None) -> Tuple[DataRecord, bool]:
     """A SquashFS file made elsewhere (packed on a laptop, copied by scp or Globus) enters the store: copied beside
-    it first, so no later write to the user's file reaches the store."""
+    it first, so no later write to the user's file reaches the store; refused if its digest is not `expect`."""
     check_name(name)
     if not file.is_file() or not is_squashfs(file):
         raise UserError(f"{str(file)!r} is not a SquashFS file; pack the directory with bin/run-cluster data pack DIR")
@@ -124,7 +124,11 @@ def admit(file: Path, name: str, root: Path) -> Tuple[DataRecord, bool]:
     tmp = where / f".{name}.{os.getpid()}.tmp"
     try:
         shutil.copyfile(file, tmp)
-        return add(name, tmp, sha256_file(tmp), Path(root), str(file.resolve()), files=squashfs_files(tmp))
+        digest = sha256_file(tmp)
+        if expect and digest != expect.removeprefix("sha256:"):
+            raise UserError(f"{str(file)!r} has sha256 {digest}, not the expected {expect}; copy it again (nothing "
+                            f"was stored)")
+        return add(name, tmp, digest, Path(root), str(file.resolve()), files=squashfs_files(tmp))
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -9,6 +9,7 @@ from typing import List, Optional
 
 from train.errors import UserError
 from train.host import project
+from train.host.data import store as data_store
 from train.host.images import store
 from train.host.jobs.job import new_run_id
 from train.host.remote import ssh, sync
@@ -17,15 +18,18 @@ from train.host.reach import Reach, of
 RECORD = "remote.json"  # in the laptop's runs/<id>: where the run lives
 
 
-def submit(site, argv: List[str], run_id: str, dry_run: bool, image: Optional[store.ImageRecord]) -> int:
+def submit(site, argv: List[str], run_id: str, dry_run: bool, image: Optional[store.ImageRecord],
+           data: Optional[data_store.DataRecord] = None) -> int:
     """`run-cluster CLUSTER PROFILE ...` on the cluster's login node under the run id chosen here, after the code,
-    the settings and the image (this machine's current one of the flavor the job needs) are there."""
+    the settings, the image (this machine's current one of the flavor the job needs) and the data image the run
+    names (a dry run too: the cluster renders its bind) are there."""
     reach = of(site.cluster.name, site.user)
     files, sent = sync.send_code(reach)
     sync.send_settings(reach, site.user)
     image_bytes = 0 if dry_run else sync.send_image(reach, image)
+    data_sent = f"; data image sent, {sync.send_data(reach, data)} bytes" if data else ""
     print(f"[cluster-train] {ssh.where(reach)}: code sent, {files} changed files, "
-          f"{sent} bytes; image sent, {image_bytes} bytes", flush=True)
+          f"{sent} bytes; image sent, {image_bytes} bytes{data_sent}", flush=True)
     done = launcher(reach, [*argv, "--run-id", run_id])
     if done.returncode == 0 and not dry_run:
         write_record(reach, run_id)

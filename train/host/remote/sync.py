@@ -1,6 +1,7 @@
 """What a job needs, sent to the cluster by content before anything runs there: the project's files (those a code
 snapshot holds: tracked, and untracked that git does not ignore) through rsync over the shared connection, which
-compares checksums and sends only what differs; and the user's settings for that cluster, less how to reach it."""
+compares checksums and sends only what differs; the user's settings for that cluster, less how to reach it; and the
+image and data image a job needs, by digest, where the cluster's stores lack them."""
 import re
 import shlex
 import subprocess
@@ -13,6 +14,7 @@ import yaml
 from train.errors import UserError
 from train.host import project
 from train.host import reach as reach_keys
+from train.host.data import store as data_store
 from train.host.images import oci, store
 from train.host.jobs.code_snapshot import project_files
 from train.host.reach import Reach
@@ -60,14 +62,34 @@ def send_image(reach: Reach, image: Optional[store.ImageRecord]) -> int:
     listed = launcher_line(reach, ["images", "list", "--cluster", reach.cluster])
     if f"sha256:{image.sha256}" in listed or pulled_there(reach, image):
         return 0
-    incoming = f"{reach.remote_dir}/.incoming/{image.sha256}.sif"
+    return sent_and_imported(reach, image.path, f"{image.sha256}.sif",
+                             ["images", "import", "{}", "--expect-sha256", image.sha256])
+
+
+def send_data(reach: Reach, entry: Optional[data_store.DataRecord]) -> int:
+    """The data image the run names (data.image), as the image is sent: nothing when the cluster's data store holds
+    it under that name; else copied with rsync and entered there by `data import`, which checks its sha256 against
+    this one. The bytes sent. With none here under that name, the cluster's own store decides."""
+    if entry is None:
+        return 0
+    listed = launcher_line(reach, ["data", "list", "--cluster", reach.cluster])
+    if any(line.split()[:2] == [entry.name, f"sha256:{entry.sha256}"] for line in listed.splitlines()):
+        return 0
+    return sent_and_imported(reach, entry.path, f"{entry.sha256}{data_store.SUFFIX}",
+                             ["data", "import", "{}", "--name", entry.name, "--expect-sha256", entry.sha256])
+
+
+def sent_and_imported(reach: Reach, path: str, name: str, importer: List[str]) -> int:
+    """A file copied with rsync into remote_dir/.incoming (an interrupted copy resumes from what arrived), then
+    entered into the cluster's store by `importer` ({} is the copy there, which is removed after): bytes sent."""
+    incoming = f"{reach.remote_dir}/.incoming/{name}"
     ssh.run(reach, ["mkdir", "-p", f"{reach.remote_dir}/.incoming"], capture=True)
     argv = ["rsync", "--partial", "--inplace", "--stats", "--protect-args", "-e", shlex.join(ssh.ssh_argv(reach)),
-            image.path, f"{reach.destination}:{incoming}"]
+            path, f"{reach.destination}:{incoming}"]
     done = subprocess.run(argv, text=True, capture_output=True)
     if done.returncode != 0:
         raise UserError(ssh.failure_line(reach, done.stderr) + " (nothing was queued; a retry sends only the rest)")
-    launcher_line(reach, ["images", "import", incoming, "--expect-sha256", image.sha256, "--cluster", reach.cluster])
+    launcher_line(reach, [incoming if word == "{}" else word for word in importer] + ["--cluster", reach.cluster])
     ssh.run(reach, ["rm", "-f", incoming], capture=True)
     return _stat(done.stdout, "Total bytes sent")
 
