@@ -19,9 +19,9 @@ UFC_SMALL = ["--set", "model.name=basic_cnn", "--set", "model.params={}", "--set
 PLANNER_SMALL = ["--set", "model.params={dim: 16, heads: 2, encoder_layers: 1, decoder_layers: 1}",
                  "--set", "trainer.max_epochs=1", "--set", "trainer.precision=32", "--set", "data.num_workers=0",
                  "--set", "data.batch_size=8", "--set", "data.rank_mem_gb=1"]
-TINY_DISK = Path("/run/ct-tiny-disk")
+TINY_DISK = Path("/run/ct-tiny-disk")  # clusters/ci-slurm.yaml's partition ci-tiny-disk: its local_dir
 # packing runs mksquashfs (squashfs-tools, installed with Apptainer by make apptainer; make test-fast installs neither)
-packs = pytest.mark.skipif(shutil.which("mksquashfs") is None, reason="mksquashfs packs data images: make apptainer")  # clusters/ci-slurm.yaml's partition ci-tiny-disk: its local_dir
+packs = pytest.mark.skipif(shutil.which("mksquashfs") is None, reason="mksquashfs packs data images: make apptainer")
 
 
 @pytest.fixture(scope="module")

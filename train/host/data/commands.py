@@ -1,6 +1,6 @@
-"""`run-cluster data pack|import|push|pull|list|verify`: packed data sets in the data store, which lives inside the image store a
-command uses (this checkout's images/, $CT_IMAGES, your settings' or a cluster file's `images:`; `--cluster C`:
-that cluster's). One line per data image."""
+"""`run-cluster data pack|import|push|pull|list|verify`: packed data sets in the data store, which lives inside the
+image store a command uses (this checkout's images/, $CT_IMAGES, your settings' or a cluster file's `images:`;
+`--cluster C`: that cluster's). One line per data image."""
 from pathlib import Path
 from typing import List, Optional
 
@@ -16,7 +16,8 @@ def parser() -> Parser:
     p = Parser(prog="run-cluster data", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     pk = sub.add_parser("pack", help="a directory becomes one reproducible SquashFS image, stored by sha256")
-    pk.add_argument("dir", type=Path, help="the directory that holds the data set (its contents become the image's root)")
+    pk.add_argument("dir", type=Path,
+                    help="the directory that holds the data set (its contents become the image's root)")
     pk.add_argument("--name", help="the name experiments use (data.image: NAME); default: the directory's name")
     imp = sub.add_parser("import", help="a SquashFS file packed elsewhere enters the store under its sha256")
     imp.add_argument("file", type=Path)
