@@ -1,7 +1,9 @@
 """`run-cluster check-cluster FILE`: a cluster file checked on its own, for whoever adds a site. Every problem of
 the file at once: its schema and types, then every profile resolved and rendered as a job would be, with the checks
 a profile's shape must pass, and the script handed to the scheduler's own parser where this machine has one
-(`sbatch --test-only`: nothing is queued). Run configs are left out: any experiment may run on a profile."""
+(`sbatch --test-only`: nothing is queued), and where that scheduler answers, the file against what it says it has
+(drift: a partition gone, fewer GPUs per node than stated, a time above the limit). Run configs are left out: any
+experiment may run on a profile."""
 import re
 import tempfile
 from pathlib import Path
@@ -15,6 +17,7 @@ from train.host.jobs import preflight
 from train.host.jobs.build import Site, experiment_config, job_of
 from train.host.jobs.resolve import launch_of, run_config
 from train.host.schedulers import adapter
+from train.host.schedulers.base import Inventory, LivePartition
 
 EXPERIMENT = "demo"  # any run config renders the same directives; the smallest one
 SETTING_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -35,7 +38,44 @@ def check_cluster(name_or_path: str, scheduler_check: bool = True) -> Tuple[List
             report += lines
             problems += [line if f"profile {profile.name!r}" in line else f"profile {profile.name!r}: {line}"
                          for line in found]
+    live = adapter(cluster.scheduler).inventory() if scheduler_check else None
+    if live is not None:
+        drifted = drift(cluster, live)
+        report += [] if drifted else [f"ok the file agrees with the live {cluster.scheduler}'s "
+                                      f"{len(live.partitions)} partition(s)"]
+        problems += drifted
     return report, problems
+
+
+def drift(cluster: Cluster, live: Inventory) -> List[str]:
+    """Where the file states more than the live scheduler has: a partition gone, more GPUs, cores, memory or nodes
+    than its nodes have, a profile's time limit above the partition's (jobs the scheduler would refuse or hold)."""
+    found = {part.name: part for part in live.partitions}
+    problems = []
+    for entry in cluster.partitions.values():
+        name = entry.scheduler_name
+        if not name:  # the site's default partition: whichever it is, nothing to compare by name
+            continue
+        if name not in found:
+            problems.append(f"partition {entry.name!r}: the scheduler has no partition {name!r} (it has "
+                            f"{', '.join(found)}); fix its name (partition:) or remove the entry")
+            continue
+        problems += [f"partition {entry.name!r} states {key} {stated} but the scheduler's {name} nodes have {has}; "
+                     f"set {key}: {has}" for key, stated, has in (
+                         ("gpus_per_node", entry.gpus_per_node, found[name].gpus_per_node),
+                         ("cpus_per_node", entry.cpus_per_node, found[name].cores_per_node),
+                         ("mem_per_node_gb", entry.mem_per_node_gb, found[name].mem_per_node_gb),
+                         ("nodes", entry.nodes, found[name].nodes)) if stated is not None and stated > has]
+        problems += too_long(cluster, entry.name, found[name])
+    return problems
+
+
+def too_long(cluster: Cluster, entry: str, part: LivePartition) -> List[str]:
+    scheduler = adapter(cluster.scheduler)
+    limit = scheduler.time_seconds(part.max_time) if part.max_time else 0
+    return [f"profile {p.name!r}: time {p.time} is above partition {part.name}'s limit {part.max_time}; shorten it"
+            for p in cluster.profiles.values()
+            if limit and p.partition == entry and p.time and (scheduler.time_seconds(p.time) or 0) > limit]
 
 
 def check_profile(site: Site, profile: Profile, tmp: Path, scheduler_check: bool) -> Tuple[List[str], List[str]]:

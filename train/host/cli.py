@@ -126,6 +126,7 @@ SUBCOMMANDS: Dict[str, Callable[[List[str]], int]] = {
     "compare": lazily("train.host.reports.compare"),
     "scaling": lazily("train.host.reports.scaling"),
     "check-cluster": lambda argv: check_cluster_command(argv[1:]),
+    "init-cluster": lazily("train.host.init_cluster"),
     "names": names,
 }
 

@@ -4,10 +4,37 @@ import enum
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from train.errors import UserError
+
+
+@dataclass(frozen=True)
+class LivePartition:
+    """One partition (LSF queue) as the live scheduler describes it: what a cluster file's entry would state."""
+
+    name: str
+    nodes: int
+    cores_per_node: int
+    threads_per_core: int
+    mem_per_node_gb: int
+    gpus_per_node: int
+    gpu_name: str  # the scheduler's word for the GPU ("" none, or mixed types)
+    max_time: str  # in the scheduler's format; "" unlimited
+    features: Tuple[str, ...]  # every node has them
+    some_features: Tuple[str, ...]  # some nodes have them (a constraint picks those)
+    default: bool
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What the live scheduler says: its partitions, and the accounts and QOS this user may use."""
+
+    partitions: List[LivePartition]
+    accounts: Tuple[str, ...]
+    qos: Tuple[str, ...]
 
 
 class State(str, enum.Enum):
@@ -91,6 +118,8 @@ class Scheduler:
       cpu_bind_problem()
                        whether a profile's cpu_bind is a binding it understands.
       each_node        how the batch shell runs a command once on every node of its job (staging a data image).
+      inventory()      what the live scheduler says it has (partitions, your accounts and QOS): init-cluster's draft
+                       and check-cluster's drift; None where it cannot say.
       partition_word, job_id_var, hosts_var, constraint_join, follow_by_default,
       test_script()    the remaining facts, each documented where it is declared below.
     """
@@ -207,6 +236,11 @@ class Scheduler:
 
     def log_name(self, job_name: str) -> str:
         raise NotImplementedError
+
+    def inventory(self) -> Optional["Inventory"]:
+        """The live cluster's partitions and this user's accounts and QOS (init-cluster, check-cluster's drift);
+        None where this scheduler cannot say or its commands are not on this machine."""
+        return None
 
     def test_script(self, script: Path) -> Optional[Tuple[bool, str]]:
         """The scheduler's own verdict on a script's directives without queuing it; None where it has no such

@@ -1,0 +1,78 @@
+"""`init-cluster` drafts a cluster file from the live scheduler; `check-cluster` reports where a file has drifted
+from it (issue 30 items 1 and 2, Slurm)."""
+import json
+
+import pytest
+
+from conftest import manifest, run_cluster, wait_for_slurm_job
+from train.host import check_cluster, clusters, init_cluster
+from train.host.schedulers.base import Inventory, LivePartition
+
+SMALL = ["--set", "trainer.max_epochs=1", "--set", "data.num_workers=0", "--set", "trainer.limit_train_batches=4",
+         "--set", "trainer.limit_val_batches=2"]
+
+
+def live(name, gpus=4, gpu_name="", max_time="", nodes=2, default=False):
+    return LivePartition(name=name, nodes=nodes, cores_per_node=32, threads_per_core=2, mem_per_node_gb=250,
+                         gpus_per_node=gpus, gpu_name=gpu_name, max_time=max_time, features=("gpu",),
+                         some_features=(), default=default)
+
+
+SITE = Inventory(partitions=[live("a100", gpu_name="a100", max_time="2-00:00:00", default=True),
+                             live("v100", gpu_name="v100l", max_time="00:30:00"), live("mystery", gpu_name="zx9"),
+                             live("cpu", gpus=0, nodes=10)],
+                 accounts=("lab", "other"), qos=("normal",))
+
+
+def test_a_draft_names_each_gpus_image_marks_what_it_cannot_know_and_passes_once_filled(tmp_path):
+    text = init_cluster.draft("site", SITE)
+    path = tmp_path / "site.yaml"
+    path.write_text(text)
+    assert "a100: {image: cuda12.8, gpu_type: A100, gpus_per_node: 4, scheduler_gpu_name: a100" not in text
+    assert "a100: {image: cuda12.8, gpu_type: A100, gpus_per_node: 4, cpus_per_node: 32" in text
+    assert "v100: {image: cuda11.6, gpu_type: V100" in text and "scheduler_gpu_name: v100l, gpu_request: typed" in text
+    assert "mystery: {image: FILL_IN, gpu_type: FILL_IN" in text and "Slurm calls the GPU 'zx9'" in text
+    assert "cpu_1gpu" not in text and "# Your accounts: lab, other" in text
+    assert 'v100_1gpu: {description: one GPU of v100, partition: v100, nodes: 1, gpus_per_node: 1, ' \
+           'cpus_per_task: 16, mem_gb: 62, time: "00:30:00"}' in text  # the partition's limit is shorter than 1 h
+    _, problems = check_cluster.check_cluster(str(path), scheduler_check=False)
+    assert problems and any("FILL_IN" in line for line in problems), problems
+    path.write_text(text.replace("image: FILL_IN, gpu_type: FILL_IN", "image: cuda12.8, gpu_type: H100"))
+    report, problems = check_cluster.check_cluster(str(path), scheduler_check=False)
+    assert problems == [] and len(report) == 6, problems
+
+
+def test_drift_names_a_time_limit_above_the_partitions(tmp_path):
+    path = tmp_path / "site.yaml"
+    path.write_text(init_cluster.draft("site", SITE).replace('time: "00:30:00"', 'time: "02:00:00"')
+                    .replace("image: FILL_IN, gpu_type: FILL_IN", "image: cuda12.8, gpu_type: H100"))
+    drifted = check_cluster.drift(clusters.load(path), SITE)
+    assert drifted == ["profile 'v100_1gpu': time 02:00:00 is above partition v100's limit 00:30:00; shorten it",
+                       "profile 'v100_node': time 02:00:00 is above partition v100's limit 00:30:00; shorten it"]
+
+
+@pytest.mark.image
+@pytest.mark.slurm
+def test_a_draft_of_the_test_cluster_checks_trains_the_demo_and_shows_drift(cpu_image, slurm_cluster, demo_data,
+                                                                           runs_dir, tmp_path):
+    draft = tmp_path / "drafted.yaml"
+    done = run_cluster("init-cluster", "drafted", "--out", str(draft))
+    assert done.returncode == 0 and "3 partition(s)" in done.stdout, done.stderr
+    assert "FILL_IN" not in draft.read_text()  # the test GPU's name is a flavors.yaml alias: nothing to fill
+    again = run_cluster("init-cluster", "drafted", "--out", str(draft))
+    assert again.returncode == 2 and "already exists" in again.stderr  # nothing overwritten
+    checked = run_cluster("check-cluster", str(draft))
+    assert checked.returncode == 0 and "agrees with the live slurm's 3 partition(s)" in checked.stdout, checked.stderr
+    trained = run_cluster(str(draft), "ci_1gpu", "demo", "--set", f"data.root={demo_data}", *SMALL, "--no-wait")
+    assert trained.returncode == 0, trained.stderr
+    run_dir = next(runs_dir.iterdir())
+    assert wait_for_slurm_job(manifest(run_dir)["scheduler"]["job_id"]) == "COMPLETED"
+    assert json.loads((run_dir / "results.json").read_text())["epochs"] == 1
+    drifted = tmp_path / "drifted.yaml"
+    drifted.write_text(draft.read_text().replace("ci-small: {image: cpu, gpu_type: fake, gpus_per_node: 4",
+                                                 "ci-small: {image: cpu, gpu_type: fake, gpus_per_node: 8")
+                       .replace("  ci-high: {", "  ci-gone: {partition: ci-gone, image: cpu}\n  ci-high: {"))
+    said = run_cluster("check-cluster", str(drifted))
+    assert said.returncode == 2, said.stdout
+    assert "partition 'ci-small' states gpus_per_node 8 but the scheduler's ci-small nodes have 4" in said.stderr
+    assert "partition 'ci-gone': the scheduler has no partition 'ci-gone'" in said.stderr
