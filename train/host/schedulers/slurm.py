@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from train.host.schedulers import slurm_inventory
 from train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
+from train.host.schedulers.slurm_inventory import inventory as live_inventory
 
 # sbatch's words when it is installed but no controller answers (this machine is no cluster's login node)
 SLURM_UNREACHABLE = ("Could not establish a configuration source", "Unable to contact slurm controller")
@@ -86,7 +86,7 @@ class Slurm(Scheduler):
         return f"cpu_bind {value!r} is not one of srun's --cpu-bind values; use one of: {CPU_BIND_WORDS}"
 
     def inventory(self) -> Optional[Inventory]:
-        return slurm_inventory.inventory()
+        return live_inventory()
 
     def test_script(self, script: Path) -> Optional[Tuple[bool, str]]:
         if not shutil.which("sbatch"):
