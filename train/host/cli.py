@@ -125,6 +125,7 @@ SUBCOMMANDS: Dict[str, Callable[[List[str]], int]] = {
     "report": lazily("train.host.reports.report"),
     "compare": lazily("train.host.reports.compare"),
     "scaling": lazily("train.host.reports.scaling"),
+    "doctor": lazily("train.host.doctor"),
     "check-cluster": lambda argv: check_cluster_command(argv[1:]),
     "init-cluster": lazily("train.host.init_cluster"),
     "names": names,

@@ -8,7 +8,7 @@ import os
 import re
 import string
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterable, List, Set
 
 from train.errors import UserError
 from train.host.clusters import signing_policy
@@ -51,6 +51,26 @@ def load(cluster: str) -> Dict[str, Any]:
     for key, value in values.items():
         check(str(key), value, where)
     return values
+
+
+def unread_keys(referenced: Iterable[str]) -> List[str]:
+    """The settings file's keys nothing reads: not cluster-train's own and not a value any cluster file refers to
+    (`referenced`, their ${name}s), as `key` or `clusters.NAME.key`. load() lets such a key be (it may be a value
+    for a cluster file elsewhere), so a misspelt `scrach:` fails only when a job expands ${scratch}; doctor names it."""
+    file = path()
+    raw = load_yaml(file, "settings file") if file.is_file() else None
+    if not isinstance(raw, dict):
+        return []
+    known = {*BUILT_IN, *PATHS, *referenced}
+    per_cluster = raw.get("clusters") if isinstance(raw.get("clusters"), dict) else {}
+    found = [str(key) for key in raw if str(key) not in known]
+    return found + [f"clusters.{name}.{key}" for name, values in per_cluster.items() if isinstance(values, dict)
+                    for key in values if str(key) not in known]
+
+
+def references(text: str) -> Set[str]:
+    """The settings a cluster file's text refers to, read as `expand` reads them: ${name} and $name."""
+    return {m.group("named") or m.group("braced") for m in string.Template.pattern.finditer(text)} - {None}
 
 
 def check(key: str, value: Any, where: str) -> None:

@@ -120,6 +120,10 @@ class Scheduler:
       each_node        how the batch shell runs a command once on every node of its job (staging a data image).
       inventory()      what the live scheduler says it has (partitions, your accounts and QOS): init-cluster's draft
                        and check-cluster's drift; None where it cannot say.
+      commands, version_command, associations()
+                       what `run-cluster doctor` looks for and asks on a login node: the commands a user of
+                       this scheduler needs there, the one that prints its version, the accounts and QOS
+                       this user may use.
       partition_word, job_id_var, hosts_var, constraint_join, follow_by_default,
       test_script()    the remaining facts, each documented where it is declared below.
     """
@@ -139,6 +143,8 @@ class Scheduler:
     each_node = '"$@"'  # the body of ct_each_node COMMAND...: here, the batch shell's host is the job's only one
     directive_prefix = ""  # how a script line hands an option to the scheduler ("": no directives)
     constraint_join = "&"  # how two node-feature expressions are both required
+    commands: Tuple[str, ...] = ()  # what a user of it needs on a login node; `doctor` looks for each on PATH
+    version_command: Tuple[str, ...] = ()  # prints the scheduler's version (`doctor`); (): nothing to ask
     # Profile and partition settings this scheduler has no way to express: key -> the fix.
     unsupported: Dict[Tuple[str, str], str] = {}
     short_options: Dict[str, str] = {}  # -p -> partition
@@ -260,6 +266,11 @@ class Scheduler:
     def accounting(self, job_id: str) -> Optional[Dict[str, str]]:
         """The accounting's record of the job, which outlives the scheduler's memory: {'state': State,
         'exit_code', 'nodes', 'said' (its own words, with who ended the job where it says)}; None if it has none."""
+        return None
+
+    def associations(self) -> Optional[Dict[str, Tuple[str, ...]]]:
+        """The accounts this user may charge, each with the QOS it may use there (`doctor`); None where the
+        scheduler keeps no such record or cannot be asked from this machine."""
         return None
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:

@@ -99,6 +99,8 @@ class Lsf(Scheduler):
                 "nodes": fields[2] if len(fields) > 2 else ""}
 
     accounting_name = "bhist"
+    commands = ("bsub", "bjobs", "bkill", "bhist")
+    version_command = ("lsid",)
     # bhist -l's events (IBM's wording), in the order they happen to a job: the last one found is its state
     EVENTS = ((r"Submitted from host", State.PENDING), (r"Starting \(Pid", State.RUNNING),
               (r"Pending: Job has been requeued", State.PENDING), (r"Done successfully", State.COMPLETED),

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
-from train.host.schedulers.slurm_inventory import inventory as live_inventory
+from train.host.schedulers.slurm_inventory import inventory as live_inventory, qos_by_account
 
 # sbatch's words when it is installed but no controller answers (this machine is no cluster's login node)
 SLURM_UNREACHABLE = ("Could not establish a configuration source", "Unable to contact slurm controller")
@@ -52,6 +52,8 @@ class Slurm(Scheduler):
               "RESV_DEL_HOLD": "PENDING", "STOPPED": "SUSPENDED", "REVOKED": "CANCELLED"}
     FORGOTTEN = ("Invalid job id specified", "not found")  # scontrol on a job past MinJobAge, an array's element
     accounting_name = "sacct"
+    commands = ("sbatch", "squeue", "sinfo", "scontrol", "sacct", "scancel")
+    version_command = ("sinfo", "--version")
 
     array_replaces = ("output", "job-name")
     array_index = "SLURM_ARRAY_TASK_ID"
@@ -164,6 +166,9 @@ class Slurm(Scheduler):
         word, _, uid = said.partition(" by ")  # CANCELLED by 1234
         return {"state": State.of(word, self.STATES), "exit_code": exit_code, "nodes": nodes,
                 "said": f"sacct: {word}" + (f" by {user_of(uid)}" if uid else "")}
+
+    def associations(self) -> Optional[Dict[str, Tuple[str, ...]]]:
+        return qos_by_account()
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         run_or_refuse(["scancel", job_id], "scancel")

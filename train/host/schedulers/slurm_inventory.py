@@ -67,13 +67,28 @@ def time_limit(text: str) -> str:
 
 def associations() -> Dict[str, Tuple[str, ...]]:
     """The accounts and QOS this user's associations allow (empty where accounting is off or sacctmgr is not here)."""
+    found = qos_by_account() or {}
+    return {"accounts": tuple(found), "qos": tuple(sorted({qos for listed in found.values() for qos in listed}))}
+
+
+def qos_by_account() -> Optional[Dict[str, Tuple[str, ...]]]:
+    """Each account this user's associations let it charge -> the QOS it may use there (sacctmgr lists one line per
+    association, e.g. per partition: merged); None where sacctmgr is not here or no accounting answers."""
     if shutil.which("sacctmgr") is None:
-        return {"accounts": (), "qos": ()}
-    done = subprocess.run(["sacctmgr", "--noheader", "--parsable2", "show", "assoc", f"user={getpass.getuser()}",
-                           "format=account,qos"], capture_output=True, text=True)
-    rows = [line.split("|") for line in done.stdout.splitlines() if "|" in line] if done.returncode == 0 else []
-    qos = {q for row in rows for q in row[1].split(",") if q}
-    return {"accounts": tuple(dict.fromkeys(row[0] for row in rows if row[0])), "qos": tuple(sorted(qos))}
+        return None
+    try:
+        done = subprocess.run(["sacctmgr", "--noheader", "--parsable2", "show", "assoc", f"user={getpass.getuser()}",
+                               "format=account,qos"], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return None
+    if done.returncode != 0:
+        return None
+    found: Dict[str, set] = {}
+    for line in done.stdout.splitlines():
+        account, _, qos = line.partition("|")
+        if account:
+            found.setdefault(account, set()).update(filter(None, qos.split(",")))
+    return {account: tuple(sorted(qos)) for account, qos in found.items()}
 
 
 def cores_per_gpu(part: LivePartition) -> int:
