@@ -55,6 +55,16 @@ def test_this_machine_can_run_a_job_on_the_test_cluster(cpu_image, slurm_cluster
     assert "wants 5.0 GB" in line(done, "run root") and "the cpu image's size" in line(done, "image store")
 
 
+@pytest.mark.image
+@pytest.mark.slurm
+def test_the_node_check_runs_an_all_reduce_across_two_nodes(cpu_image, slurm_cluster, runs_dir):
+    done = run_cluster("doctor", "ci-slurm", "--node", "n2_gpu1")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    assert re.search(r"^ +0  n1 .*\n +1  n2 ", done.stdout, re.M), done.stdout[-3000:]  # a rank on each node
+    assert re.search(r"all-reduce of 16 MiB over 2 rank\(s\) \(gloo\): [\d.]+ ms, [\d.]+ GB/s bus bandwidth",
+                     done.stdout), done.stdout[-2000:]
+
+
 @pytest.mark.slurm
 def test_apptainer_without_setuid_or_user_namespaces_is_a_problem(slurm_cluster, tmp_path):
     """What doctor finds of Apptainer is taken away for doctor alone: first on its PATH, an apptainer that forwards

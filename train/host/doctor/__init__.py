@@ -8,12 +8,13 @@ not what a configuration file claims.
     cluster.py    your settings file, the cluster file's needs:, its modules, the scheduler, your account and QOS
     apptainer.py  Apptainer: found, how it starts containers unprivileged, image mounts, builds, the image run
     space.py      free space and quota where runs, images and data images are written; the images verified
+    node.py       --node PROFILE: a short job on the profile's nodes (train/node_check.py), its table
 """
 from typing import Iterator, List
 
 from train.host import clusters, project
 from train.host.clusters import Cluster
-from train.host.doctor import apptainer, cluster as site_checks, space
+from train.host.doctor import apptainer, cluster as site_checks, node, space
 from train.host.doctor.check import PROBLEM, WARNING, Check
 from train.host.jobs.build import Site
 from train.host.usage import Parser
@@ -24,7 +25,11 @@ def main(argv: List[str]) -> int:
                                                         "settings, modules, Apptainer, scheduler, account, space, "
                                                         "images")
     p.add_argument("cluster", help="a name in clusters/ or the path of a cluster YAML file")
+    p.add_argument("--node", metavar="PROFILE", help="instead: a short job on that profile's nodes reports what each "
+                                                     "rank sees (GPUs, driver, fabric) and an all-reduce's bandwidth")
     args = p.parse_args(argv)
+    if args.node:
+        return node.run(Site.load(args.cluster), args.node)
     cluster = clusters.load(clusters.find(args.cluster, project.CLUSTERS))  # a bad file: check-cluster lists why
     states = []
     for check in checks(cluster):
