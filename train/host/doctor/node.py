@@ -16,13 +16,15 @@ from train.host.jobs.build import Request, Site, build
 from train.host.runs.queue import one_run, show_and_queue
 
 COMMAND = ["python", "-m", "train.node_check"]
+RANK_MEM_GB = 1  # a rank holds the image's torch and one all-reduce buffer, not a model or data: host RAM checked so
 TIMEOUT_S = 900.0  # the job waits in the queue first; the check itself takes seconds
 
 
 def run(site: Site, profile: str, timeout_s: float = TIMEOUT_S) -> int:
     with tempfile.TemporaryDirectory(prefix="ct-doctor-") as tmp:
         experiment = Path(tmp) / "node_check.yaml"  # the command, and the code it runs: this checkout
-        experiment.write_text(yaml.safe_dump({"name": "node_check", "command": COMMAND, "code": str(project.ROOT)}))
+        experiment.write_text(yaml.safe_dump({"name": "node_check", "command": COMMAND, "code": str(project.ROOT),
+                                              "data": {"num_workers": 0, "rank_mem_gb": RANK_MEM_GB}}))
         sub = build(site, Request(profile, str(experiment), stale_image_ok=True))  # it runs the snapshot
         status = show_and_queue(one_run(sub), dry_run=False, wait=True, timeout_s=timeout_s)
     found = Path(sub.job.run_dir) / "node_check.json"
