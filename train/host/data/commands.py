@@ -5,9 +5,8 @@ from pathlib import Path
 from typing import List, Optional
 
 from train.errors import UserError, raise_all
-from train.host import project, settings
 from train.host.data import pack, store, transport
-from train.host.images.locations import store_of
+from train.host.images.locations import command_store
 from train.host.images.store import sha256_file
 from train.host.usage import Parser
 
@@ -40,14 +39,9 @@ def parser() -> Parser:
     return p
 
 
-def data_store(cluster: Optional[str]) -> Path:
-    images = store_of(cluster) if cluster else project.images_dir(settings.load("").get("images"))
-    return store.data_root(images)
-
-
 def main(argv: List[str]) -> int:
     args = parser().parse_args(argv)
-    root = data_store(args.cluster)
+    root = store.data_root(command_store(args.cluster))
     if args.command == "pack":
         pack.pack(args.dir, args.name or args.dir.resolve().name, root)
         return 0

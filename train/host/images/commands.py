@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import List, Optional
 
 from train.errors import UserError, raise_all
-from train.host import project, settings
 from train.host.images import derive, oci, signing, store
-from train.host.images.locations import store_of
+from train.host.images.locations import command_store
 from train.host.images.sif import admit
 from train.host.usage import Parser
 
@@ -54,7 +53,7 @@ def parser() -> Parser:
 
 def main(argv: List[str]) -> int:
     args = parser().parse_args(argv)
-    root = store_of(args.cluster) if args.cluster else project.images_dir(settings.load("").get("images"))
+    root = command_store(args.cluster)
     if args.command == "list":
         return list_images(root)
     if args.command == "import":

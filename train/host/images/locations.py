@@ -18,6 +18,11 @@ def store_of(cluster_file: str) -> Path:
     return cluster_store(cluster, settings.load(cluster.name))
 
 
+def command_store(cluster: Optional[str]) -> Path:
+    """The store an `images` or `data` command works on: that cluster's (--cluster), else this machine's own."""
+    return store_of(cluster) if cluster else project.images_dir(settings.load("").get("images"))
+
+
 def run_image(manifest: dict, what: str, root: Optional[Path] = None) -> store.ImageRecord:
     """The image a recorded run used, verified, from this machine's store for its cluster (`root`, when the caller
     has it already); pulled first from the registry the run recorded where the store lacks it (--rerun and resume on
