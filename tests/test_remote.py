@@ -36,6 +36,15 @@ def test_every_word_reaches_the_remote_shell_as_data(tmp_path):
     assert not list(tmp_path.iterdir()), "a value ran as code"
 
 
+def test_a_full_disk_is_named_as_the_cause_not_the_broken_pipe_it_leaves():
+    """rsync's words when the receiver's disk fills (recorded from rsync 3.2.7): the sender's broken pipe follows."""
+    said = ssh.failure_line(Reach("ci-slurm", "ct-other", "/tmp/x"), (
+        'rsync: [receiver] write failed on "/x/clusters/ci-lsf.yaml": No space left on device (28)\n'
+        "rsync error: error in file IO (code 11) at receiver.c(401) [receiver=3.2.7]\n"
+        "rsync: [sender] write error: Broken pipe (32)\n"))
+    assert "quota there is full (No space left on device)" in said and "dropped" not in said
+
+
 @pytest.fixture(scope="module")
 def login_node(tmp_path_factory):
     """The test's sshd: (client config, base directory, ports); every shared connection closed at the end."""

@@ -72,7 +72,11 @@ def where(reach: Reach) -> str:
     return f"{reach.cluster} over ssh ({reach.destination})"
 
 
-FAILURES = (  # what ssh says -> what it means and the fix
+FAILURES = (  # what ssh says -> what it means and the fix; the first that matches is the cause
+    # first: a full disk there ends the receiver, and the sender then reports a broken pipe, an effect
+    (r"No space left on device|Disk quota exceeded",
+     "the disk or your quota there is full ({reason}); free space there or point remote_dir: (and runs:, images:) "
+     "at your scratch directory, then try again (nothing was queued)"),
     (r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host key verification failed|No .* host key is known",
      "its host key is not the one your known_hosts holds for it (changed, or never seen); confirm the new key with "
      "the site, then `ssh-keygen -R HOST` and connect once with `ssh DEST` to accept it"),
@@ -83,9 +87,6 @@ FAILURES = (  # what ssh says -> what it means and the fix
      r"|Connection closed( \(ssh ended without a word\))?|Connection reset|closed by remote host|Broken pipe",
      "it cannot be reached or the connection dropped ({reason}); check ssh: in your settings, the network or VPN the "
      "site requires, and try again (what was sent is not sent twice)"),
-    (r"No space left on device|Disk quota exceeded",
-     "the disk or your quota there is full ({reason}); free space there or point remote_dir: (and runs:, images:) "
-     "at your scratch directory, then try again (nothing was queued)"),
 )
 
 
