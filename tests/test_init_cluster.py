@@ -1,5 +1,5 @@
 """`init-cluster` drafts a cluster file from the live scheduler; `check-cluster` reports where a file has drifted
-from it (issue 30 items 1 and 2, Slurm)."""
+from it (issue 30 items 1 and 2: the test Slurm cluster, and the LSF stand-in's bqueues -l and lshosts)."""
 import json
 
 import pytest
@@ -76,3 +76,26 @@ def test_a_draft_of_the_test_cluster_checks_trains_the_demo_and_shows_drift(cpu_
     assert said.returncode == 2, said.stdout
     assert "partition 'ci-small' states gpus_per_node 8 but the scheduler's ci-small nodes have 4" in said.stderr
     assert "partition 'ci-gone': the scheduler has no partition 'ci-gone'" in said.stderr
+
+
+def test_a_draft_of_the_lsf_standin_has_its_queues_checks_and_shows_drift(lsf_path, tmp_path, monkeypatch):
+    draft = tmp_path / "lsf.yaml"
+    done = run_cluster("init-cluster", "drafted-lsf", "--scheduler", "lsf", "--out", str(draft))
+    assert done.returncode == 0 and "2 partition(s)" in done.stdout, done.stderr
+    text = draft.read_text()
+    assert "scheduler: lsf" in text and "FILL_IN" not in text  # lshosts -gpu's model ctgpu is a flavors.yaml alias
+    assert "  ci: {image: cpu, gpu_type: fake, gpus_per_node: 4, scheduler_gpu_name: ctgpu, gpu_request: typed, " \
+           "cpus_per_node: 8, mem_per_node_gb: 15, nodes: 4}" in text  # lshosts' 16000M is 15 GiB and a bit
+    assert 'nodes: 2, max_time: "0:30"}' in text and 'ci_short_1gpu: {description: one GPU of ci-short, ' \
+           'partition: ci-short, nodes: 1, gpus_per_node: 1, cpus_per_task: 2, mem_gb: 3, time: "0:30"}' in text
+    checked = run_cluster("check-cluster", str(draft))
+    assert checked.returncode == 0 and "agrees with the live lsf's 2 partition(s)" in checked.stdout, checked.stderr
+    draft.write_text(text.replace("nodes: 2, max_time", "nodes: 3, max_time").replace('time: "1:00"', 'time: "2:00"')
+                     .replace('"0:30"}', '"1:00"}'))
+    said = run_cluster("check-cluster", str(draft))
+    assert "partition 'ci-short' states nodes 3 but the scheduler's ci-short nodes have 2" in said.stderr
+    assert "profile 'ci_short_1gpu': time 1:00 is above partition ci-short's limit 0:30" in said.stderr
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # a machine with no scheduler: one line, nothing written
+    nothing = run_cluster("init-cluster", "elsewhere", "--scheduler", "lsf", "--out", str(tmp_path / "none.yaml"))
+    assert nothing.returncode == 2 and "no scheduler answers here (LSF's bqueues)" in nothing.stderr
+    assert not (tmp_path / "none.yaml").exists()

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A stand-in for LSF's bsub, bjobs, bkill, brequeue, bhist and blaunch, for tests only (LSF has no free implementation).
+"""A stand-in for LSF's bsub, bjobs, bkill, brequeue, bhist, blaunch, bqueues and lshosts, for tests only (LSF has
+no free implementation).
 
 It checks what real bsub checks before accepting a job (queue, -n, -W, -wa/-wt, -Q, -gpu and -R syntax; #BSUB lines
 read from a script given on standard input), places the job on the queue's hosts, and runs the script on the first one
@@ -33,8 +34,8 @@ State: $CT_LSF_STATE (default /tmp/ct-lsf), one directory per job: job.json, env
 exit_code, exit_reason, pid, history.jsonl (every event with its time).
 Modules, siblings of this file: bsub_options.py (what bsub accepts and refuses, requeue values, placement on hosts),
 records.py (the state directory and job records), supervisor.py (the per-job supervisor), job_commands.py (bjobs,
-bkill, brequeue, bhist). Here: bsub, blaunch and the entry point that the wrappers (symlinks to this file named bsub,
-bjobs, ...) and the supervisor run.
+bkill, brequeue, bhist), site_commands.py (bqueues -l, lshosts: the queues and hosts, hosts.json). Here: bsub,
+blaunch and the entry point that the wrappers (symlinks to this file named bsub, bjobs, ...) and the supervisor run.
 """
 import getpass
 import json
@@ -50,6 +51,7 @@ sys.path.insert(0, str(HERE))  # the sibling modules, wherever this runs from (a
 from bsub_options import check, minutes, parse_bsub, place, refuse, split_bsub  # noqa: E402
 from job_commands import bhist, bjobs, bkill, brequeue  # noqa: E402
 from records import STATE, event, job_dir, write  # noqa: E402
+from site_commands import bqueues, lshosts  # noqa: E402
 from supervisor import on_host, start_supervisor, supervise  # noqa: E402
 
 
@@ -160,4 +162,4 @@ if __name__ == "__main__":
         supervise(sys.argv[2])
     else:
         {"bsub": bsub, "bjobs": bjobs, "bkill": bkill, "brequeue": brequeue, "bhist": bhist,
-         "blaunch": blaunch}[Path(sys.argv[0]).name](sys.argv[1:])
+         "blaunch": blaunch, "bqueues": bqueues, "lshosts": lshosts}[Path(sys.argv[0]).name](sys.argv[1:])

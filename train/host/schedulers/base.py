@@ -35,6 +35,8 @@ class Inventory:
     partitions: List[LivePartition]
     accounts: Tuple[str, ...]
     qos: Tuple[str, ...]
+    scheduler: str = "slurm"  # the adapter that asked (init-cluster's draft names it and uses its time format)
+    charged_to: str = ""  # where it has no accounts to list: how it charges a job, for the draft's reader
 
 
 class State(str, enum.Enum):
@@ -124,11 +126,12 @@ class Scheduler:
                        what `run-cluster doctor` looks for and asks on a login node: the commands a user of
                        this scheduler needs there, the one that prints its version, the accounts and QOS
                        this user may use.
-      partition_word, job_id_var, hosts_var, constraint_join, follow_by_default,
+      title, partition_word, job_id_var, hosts_var, constraint_join, follow_by_default,
       test_script()    the remaining facts, each documented where it is declared below.
     """
 
     name: str
+    title = ""  # its name in prose (Slurm, LSF)
     template: str  # the job script's Jinja file in template_dir()
     partition_word = "partition"  # what the cluster file's `partitions:` are called in this scheduler's manuals
     default_launch: str

@@ -6,13 +6,15 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 from train.errors import UserError
-from train.host.schedulers.base import Scheduler, State, run_or_refuse
+from train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
+from train.host.schedulers.lsf_inventory import inventory as live_inventory
 
 RUN_LIMIT = re.compile(r"^(?:(\d+):)?(\d+)(?:/[A-Za-z0-9_.-]+)?$")  # bsub -W [hour:]minute[/host]
 
 
 class Lsf(Scheduler):
     name = "lsf"
+    title = "LSF"  # its name in prose
     template = "lsf.sh.j2"
     partition_word = "queue"
     default_launch = "lightning"
@@ -64,6 +66,9 @@ class Lsf(Scheduler):
 
     def log_name(self, job_name: str) -> str:
         return f"{job_name}_%J.out"
+
+    def inventory(self) -> Optional[Inventory]:
+        return live_inventory()
 
     def time_seconds(self, text: str) -> Optional[int]:
         """bsub -W [hour:]minute[/host_name | /host_model]: minutes alone may pass 59 (210 is 3:30), after hours

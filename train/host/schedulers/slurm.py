@@ -24,6 +24,7 @@ CPU_BIND_WORDS = ("none, cores, threads, sockets, ldoms, rank, rank_ldom, map_cp
 
 class Slurm(Scheduler):
     name = "slurm"
+    title = "Slurm"  # its name in prose
     template = "slurm.sh.j2"
     default_launch = "srun"
     launches = ("srun", "lightning", "independent")
