@@ -90,12 +90,10 @@ def test_fusion_without_experts_dir_is_a_one_line_error(tmp_path):
 def test_fusion_logs_to_weights_and_biases_only_when_configured(experts_run, demo_data, tmp_path, monkeypatch, mode):
     pytest.importorskip("wandb")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    if mode:
-        monkeypatch.setenv("WANDB_MODE", mode)  # offline: W&B writes its run files locally, no network
-    else:
-        monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
     experts_out, _ = experts_run
-    fit(cfg.resolve(dict(COMMON, task="cifar_fusion", output_dir=str(tmp_path),
+    tracker = {"use": ["wandb"], "offline": True} if mode else {}  # offline: W&B writes its run files locally
+    fit(cfg.resolve(dict(COMMON, task="cifar_fusion", output_dir=str(tmp_path), tracker=tracker,
                          task_params={"experts_dir": str(experts_out / "checkpoints" / "resnet_cifar"),
                                       "fusion": "concatenation", "fusion_dim": 16},
                          data={"root": str(demo_data), "batch_size": 32, "num_workers": 0})))

@@ -1,0 +1,68 @@
+"""Experiment trackers (train/trackers.py): `tracker:` resolved once and checked on the host; a run resumed from its
+checkpoint continues the same MLflow run on a real tracking server (conftest.mlflow_server, SQLite) at the step it
+stopped, with its identity as tags and its config as parameters. The requeued training on the test Slurm cluster
+(tests/test_long_runs.py) proves the same through the job script, with W&B offline and a canary credential."""
+import json
+
+import pytest
+
+from train import config as cfg
+from train.errors import UserError
+
+COMMON = {"optim": {"name": "adamw", "lr": 3e-3, "weight_decay": 0.0},
+          "model": {"name": "resnet_cifar", "params": {"depth": 8, "width": 4}},
+          "trainer": {"max_epochs": 1, "strategy": "single", "accelerator": "cpu", "limit_train_batches": 4,
+                      "limit_val_batches": 1, "log_every_n_steps": 1, "export_weights": False}}
+
+
+@pytest.mark.parametrize("raw, use", [({}, ["tensorboard"]), ({"tracker": "mlflow"}, ["mlflow"]),
+                                      ({"tracker": ["mlflow", "wandb"]}, ["mlflow", "wandb"]),
+                                      ({"tracker": {"use": "tensorboard,wandb", "offline": True}}, ["tensorboard", "wandb"])])
+def test_every_spelling_of_tracker_resolves_to_one_typed_config(raw, use):
+    assert cfg.resolve(raw).tracker.use == use
+    assert cfg.resolve({}, [f"tracker.use={','.join(use)}"]).tracker.use == use  # --set says the same
+
+
+@pytest.mark.parametrize("tracker, message", [
+    ("mlfow", r"unknown tracker 'mlfow' \(did you mean 'mlflow'\?\)"),
+    ({"use": ["mlflow"], "mlflow_uri": "http://me:secret@mlflow.example.org"}, "MLFLOW_TRACKING_PASSWORD"),
+    ({"use": ["mlflow"], "mlflow_uri": "mlflow.example.org:5000"}, "must start with one of http"),
+    ({"use": ["mlflow"], "mlflow_uri": "http://"}, "names no host"),
+    ({"use": ["mlflow"], "offline": "sometimes"}, "tracker.offline"),
+])
+def test_a_bad_tracker_is_refused_in_one_line_naming_it(tracker, message):
+    with pytest.raises(UserError, match=message) as refused:
+        cfg.resolve({"tracker": tracker})
+    assert "secret" not in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_continues_the_same_mlflow_run_at_its_step(mlflow_server, demo_data, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from mlflow.tracking import MlflowClient
+
+    from train.fit import fit
+
+    monkeypatch.setenv("CT_IMAGE_SHA256", "ab" * 32)
+    (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "tracked", "cluster": "ci-slurm", "git": {
+        "commit": "c0ffee", "dirty": False}, "data": {"sha256": "da" * 32}}))
+    monkeypatch.setenv("CT_RUN_DIR", str(tmp_path))
+    raw = dict(COMMON, name="tracked_demo", output_dir=str(tmp_path), data={"root": str(demo_data), "batch_size": 32,
+               "num_workers": 0}, tracker={"use": ["mlflow"], "mlflow_uri": mlflow_server})
+    for segment, epochs in ((1, 1), (2, 2)):  # the second resumes from the first's last.ckpt
+        monkeypatch.setenv("CT_SEGMENT", str(segment))
+        fit(cfg.resolve(raw, {"trainer.max_epochs": epochs}))
+    client = MlflowClient(mlflow_server)
+    (experiment,) = [e for e in client.search_experiments() if e.name == "tracked_demo"]
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert json.loads((tmp_path / "trackers.json").read_text())["mlflow"]["run_id"] == run.info.run_id
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert steps == list(range(1, 9)) or steps == list(range(0, 8)), steps  # 4 steps an epoch, none twice
+    epochs = sorted({m.step for m in client.get_metric_history(run.info.run_id, "val/loss")})
+    assert 4 in epochs and 8 in epochs, epochs
+    tags, params = run.data.tags, run.data.params
+    assert tags["ct.image_sha256"] == "ab" * 32 and tags["ct.data_sha256"] == "da" * 32
+    assert tags["ct.code_commit"] == "c0ffee" and tags["ct.run_id"] == "tracked"
+    assert {"ct.segment.1", "ct.segment.2"} <= set(tags) and json.loads(tags["ct.segment.2"])["step"] == 4
+    assert params["trainer/max_epochs"] == "1" and params["model/name"] == "resnet_cifar"
+    assert run.info.status == "FINISHED"
