@@ -37,25 +37,37 @@ def test_a_bad_tracker_is_refused_in_one_line_naming_it(tracker, message):
 
 
 @pytest.mark.slow
-def test_a_resumed_run_continues_the_same_mlflow_run_at_its_step(mlflow_server, demo_data, tmp_path, monkeypatch):
+@pytest.mark.parametrize("offline", [False, True])
+def test_a_resumed_run_continues_the_same_mlflow_run_at_its_step(mlflow_server, demo_data, tmp_path, monkeypatch,
+                                                                 offline):
+    """Online: each segment logs to the server. Offline: to the run directory's file store, then `sync` sends it."""
     pytest.importorskip("torch")
     from mlflow.tracking import MlflowClient
 
     from train.fit import fit
+    from train.host.runs import sync
 
     monkeypatch.setenv("CT_IMAGE_SHA256", "ab" * 32)
     (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "tracked", "cluster": "ci-slurm", "git": {
         "commit": "c0ffee", "dirty": False}, "data": {"sha256": "da" * 32}}))
     monkeypatch.setenv("CT_RUN_DIR", str(tmp_path))
-    raw = dict(COMMON, name="tracked_demo", output_dir=str(tmp_path), data={"root": str(demo_data), "batch_size": 32,
-               "num_workers": 0}, tracker={"use": ["mlflow"], "mlflow_uri": mlflow_server})
+    raw = dict(COMMON, name=f"tracked_demo_{offline}", output_dir=str(tmp_path), data={"root": str(demo_data),
+               "batch_size": 32, "num_workers": 0}, tracker={"use": ["mlflow"], "mlflow_uri": mlflow_server,
+                                                             "offline": offline})
     for segment, epochs in ((1, 1), (2, 2)):  # the second resumes from the first's last.ckpt
         monkeypatch.setenv("CT_SEGMENT", str(segment))
         fit(cfg.resolve(raw, {"trainer.max_epochs": epochs}))
+        cfg.dump(cfg.resolve(raw), tmp_path / "config.yaml")  # as run-cluster writes it
+    if offline:
+        assert sync.status_lines(tmp_path)[0].endswith(f"not synced: run-cluster sync {tmp_path}")
+        assert sync.main([str(tmp_path)]) == 0
+        assert "synced 20" in sync.status_lines(tmp_path)[0]
+        assert sync.sync_dir(tmp_path)[0].endswith(", 0 new metric point(s)")  # again: nothing twice
     client = MlflowClient(mlflow_server)
-    (experiment,) = [e for e in client.search_experiments() if e.name == "tracked_demo"]
+    (experiment,) = [e for e in client.search_experiments() if e.name == f"tracked_demo_{offline}"]
     (run,) = client.search_runs([experiment.experiment_id])
-    assert json.loads((tmp_path / "trackers.json").read_text())["mlflow"]["run_id"] == run.info.run_id
+    kept = json.loads((tmp_path / "trackers.json").read_text())["mlflow"]["run_id"]
+    assert kept == run.info.run_id or offline and (tmp_path / "mlruns").is_dir()
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
     assert steps == list(range(1, 9)) or steps == list(range(0, 8)), steps  # 4 steps an epoch, none twice
     epochs = sorted({m.step for m in client.get_metric_history(run.info.run_id, "val/loss")})
