@@ -6,6 +6,7 @@
     run-cluster CLUSTER --first-to-start PROFILE_A PROFILE_B [EXPERIMENT]
     run-cluster --rerun runs/<id>
     run-cluster status|logs|cancel runs/<id>
+    run-cluster sync runs/<id>                   upload what its trackers logged offline
     run-cluster resume runs/<id> [--profile P] [--set KEY=VALUE ...]
     run-cluster report runs/<id>|sweeps/<id> [--metric M]
     run-cluster compare runs/<a> runs/<b> ...
