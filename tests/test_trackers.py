@@ -78,3 +78,52 @@ def test_a_resumed_run_continues_the_same_mlflow_run_at_its_step(mlflow_server, 
     assert {"ct.segment.1", "ct.segment.2"} <= set(tags) and json.loads(tags["ct.segment.2"])["step"] == 4
     assert params["trainer/max_epochs"] == "1" and params["model/name"] == "resnet_cifar"
     assert run.info.status == "FINISHED"
+
+
+def test_settings_then_experiment_then_profile_then_set_each_key_over_the_last(monkeypatch):
+    from types import SimpleNamespace
+
+    from train.host.jobs.resolve import tracker_layers
+
+    profile = SimpleNamespace(name="offline_nodes", tracker={"offline": True})
+    raw = tracker_layers({"tracker": {"use": ["mlflow"], "experiment": "mine"}}, "wandb", profile)
+    assert raw["tracker"] == {"use": ["mlflow"], "experiment": "mine", "offline": True}
+    assert cfg.resolve(raw, ["tracker.offline=false"]).tracker.offline is False  # --set wins
+    assert tracker_layers({}, None, SimpleNamespace(name="p", tracker={})) == {}  # nothing set: the default
+    with pytest.raises(UserError, match="tracker in your settings is 3"):
+        tracker_layers({}, 3, profile)
+
+
+def test_the_job_forwards_credentials_by_name_never_their_values(runs_dir):
+    import os
+
+    from conftest import run_cluster
+
+    env = {**os.environ, "WANDB_API_KEY": "canary-wandb-0000", "MLFLOW_TRACKING_TOKEN": "canary-mlflow-0000"}
+    tracked = run_cluster("ci-slurm", "n1_gpu1", "demo", "--set", "tracker=[mlflow, wandb]", "--dry-run", env=env)
+    assert tracked.returncode == 0, tracked.stderr
+    assert "|MLFLOW_TRACKING_TOKEN|MLFLOW_TRACKING_USERNAME|MLFLOW_TRACKING_PASSWORD|WANDB_API_KEY)" in tracked.stdout
+    plain = run_cluster("ci-slurm", "n1_gpu1", "demo", "--dry-run", env=env)
+    assert "WANDB_API_KEY" not in plain.stdout and "MLFLOW" not in plain.stdout  # a run without trackers: none
+    assert "canary" not in tracked.stdout + tracked.stderr + plain.stdout + plain.stderr
+
+
+def test_status_says_where_each_tracked_run_logs_and_whether_it_is_synced(tmp_path):
+    from train.host.runs import sync
+
+    (tmp_path / "config.yaml").write_text("tracker: {use: [mlflow, wandb], mlflow_uri: 'http://mlflow.example.org'}\n")
+    (tmp_path / "trackers.json").write_text(json.dumps({
+        "mlflow": {"run_id": "abc", "tracking_uri": (tmp_path / "mlruns").as_uri()},
+        "wandb": {"id": "w1", "project": "demo", "offline": True}}))
+    lines = sync.status_lines(tmp_path)
+    assert lines[0] == f"tracker mlflow: run abc ({(tmp_path / 'mlruns').as_uri()}), not synced: run-cluster sync {tmp_path}"
+    assert lines[1] == f"tracker wandb: run w1 (W&B project demo), not synced: run-cluster sync {tmp_path}"
+    (tmp_path / "config.yaml").write_text("tracker: {use: [mlflow]}\n")  # the run directory's store is the tracker
+    (tmp_path / "trackers.json").write_text(json.dumps({"mlflow": {"run_id": "abc", "tracking_uri": "file:///x"}}))
+    assert sync.status_lines(tmp_path) == ["tracker mlflow: run abc (file:///x), in the run directory"]
+    assert sync.sync_dir(tmp_path) == ["mlflow: kept in file:///x (no tracker.mlflow_uri to upload to)"]
+    (tmp_path / "untracked").mkdir()
+    with pytest.raises(UserError, match="logged nothing offline"):
+        sync.main([str(tmp_path / "untracked")])
+    with pytest.raises(UserError, match="is not a run directory"):
+        sync.main([str(tmp_path / "nothing")])

@@ -27,6 +27,8 @@ def main(argv: List[str]) -> int:
     p = Parser(prog="run-cluster sync")
     p.add_argument("run_dir", type=runs.find, help="a run's directory, or its id")
     run_dir = p.parse_args(argv).run_dir.resolve()
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is not a run directory; give runs/<id> or the run's id")
     done = [line for out in tracked_dirs(run_dir) for line in sync_dir(out)]
     if not done:
         raise UserError(f"{run_dir} logged nothing offline to upload (tracker.offline is off, or no segment ran)")
