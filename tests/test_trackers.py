@@ -127,3 +127,23 @@ def test_status_says_where_each_tracked_run_logs_and_whether_it_is_synced(tmp_pa
         sync.main([str(tmp_path / "untracked")])
     with pytest.raises(UserError, match="is not a run directory"):
         sync.main([str(tmp_path / "nothing")])
+
+
+def test_each_model_of_a_multi_model_task_is_its_own_wandb_run(tmp_path, monkeypatch):
+    """WandbLogger reuses whatever W&B run is active: the next model's logger ends the last model's run first."""
+    pytest.importorskip("wandb")
+    import wandb
+
+    from train import trackers
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    run = cfg.resolve({"output_dir": str(tmp_path), "tracker": {"use": ["wandb"], "offline": True}})
+    ids = []
+    for name in ("expert_0", "expert_1"):
+        (logger,) = trackers.loggers(run, tmp_path, name)
+        logger.log_metrics({"x": 1.0}, step=1)
+        ids.append(logger.experiment.id)
+    wandb.finish()
+    assert ids[0] != ids[1] and ids == [trackers.wandb_id(tmp_path, "expert_0"), trackers.wandb_id(tmp_path, "expert_1")]
+    assert sorted(d.name.rsplit("-", 1)[-1] for d in (tmp_path / "wandb").glob("offline-run-*")) == sorted(
+        i.rsplit("-", 1)[-1] for i in ids)

@@ -66,11 +66,15 @@ def mlflow_uri(run: cfg.RunConfig, out: Path) -> str:
 
 
 def wandb_logger(run: cfg.RunConfig, out: Path, name: str, project: str):
+    import wandb
     from pytorch_lightning.loggers import WandbLogger
 
+    run_id = wandb_id(out, name)
+    if wandb.run is not None and wandb.run.id != run_id:  # a multi-model task's previous model: WandbLogger would
+        wandb.finish()                                     # log this one into it
     return WandbLogger(name=run_name(out, name), project=run.tracker.experiment or project or run.name,
-                       entity=run.tracker.wandb_entity or None, id=wandb_id(out, name), resume="allow",
-                       save_dir=str(out), offline=run.tracker.offline)
+                       entity=run.tracker.wandb_entity or None, id=run_id, resume="allow", save_dir=str(out),
+                       offline=run.tracker.offline)
 
 
 def wandb_id(out: Path, name: str) -> str:
