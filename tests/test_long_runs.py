@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_same_tensors, job_logs, manifest, release_requeued, run_cluster
+from conftest import assert_same_tensors, job_logs, manifest, mlflow_up, release_requeued, run_cluster
 
 from train.host.runs import segments
 
@@ -59,6 +59,7 @@ def synced_to_one_mlflow_run(run_dir: Path, server: str) -> None:
     """`sync` sends the offline run to the server: one run, every step metrics.csv has, params and digests."""
     from mlflow.tracking import MlflowClient
 
+    mlflow_up(server)
     assert "not synced: run-cluster sync" in run_cluster("status", run_dir).stdout
     done = run_cluster("sync", run_dir)
     assert done.returncode == 0 and "new metric point(s)" in done.stdout, done.stdout + done.stderr

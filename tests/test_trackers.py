@@ -42,10 +42,13 @@ def test_a_resumed_run_continues_the_same_mlflow_run_at_its_step(mlflow_server, 
                                                                  offline):
     """Online: each segment logs to the server. Offline: to the run directory's file store, then `sync` sends it."""
     pytest.importorskip("torch")
+    from conftest import mlflow_up
     from mlflow.tracking import MlflowClient
 
     from train.fit import fit
     from train.host.runs import sync
+
+    mlflow_up(mlflow_server)
 
     monkeypatch.setenv("CT_IMAGE_SHA256", "ab" * 32)
     (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "tracked", "cluster": "ci-slurm", "git": {
