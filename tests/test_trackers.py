@@ -97,16 +97,17 @@ def test_settings_then_experiment_then_profile_then_set_each_key_over_the_last(m
         tracker_layers({}, 3, profile)
 
 
-def test_the_job_forwards_credentials_by_name_never_their_values(runs_dir):
+def test_the_job_forwards_credentials_by_name_never_their_values(runs_dir, tmp_path):
     import os
 
     from conftest import run_cluster
 
     env = {**os.environ, "WANDB_API_KEY": "canary-wandb-0000", "MLFLOW_TRACKING_TOKEN": "canary-mlflow-0000"}
-    tracked = run_cluster("ci-slurm", "n1_gpu1", "demo", "--set", "tracker=[mlflow, wandb]", "--dry-run", env=env)
+    demo = ["ci-slurm", "n1_gpu1", "demo", "--set", f"data.root={tmp_path}", "--dry-run"]
+    tracked = run_cluster(*demo, "--set", "tracker=[mlflow, wandb]", env=env)
     assert tracked.returncode == 0, tracked.stderr
     assert "|MLFLOW_TRACKING_TOKEN|MLFLOW_TRACKING_USERNAME|MLFLOW_TRACKING_PASSWORD|WANDB_API_KEY)" in tracked.stdout
-    plain = run_cluster("ci-slurm", "n1_gpu1", "demo", "--dry-run", env=env)
+    plain = run_cluster(*demo, env=env)
     assert "WANDB_API_KEY" not in plain.stdout and "MLFLOW" not in plain.stdout  # a run without trackers: none
     assert "canary" not in tracked.stdout + tracked.stderr + plain.stdout + plain.stderr
 

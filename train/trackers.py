@@ -127,17 +127,33 @@ def write_state(out: Path, key: str, value: Dict[str, Any]) -> None:
 
 
 class TrackedRun(Callback):
-    """On rank 0 at each segment's start: keep the trackers' run ids, log identity and config, record the segment.
-    Other ranks log nothing, so they drop the trackers' credentials the job forwarded."""
+    """On rank 0: each tracker's run id kept as soon as the run exists (the first validation, before training, may
+    create it), then at each segment's start its identity, config and the segment. Other ranks log nothing, so they
+    drop the trackers' credentials the job forwarded."""
 
     def __init__(self, run: cfg.RunConfig, out: Path, name: str):
         self.run, self.out, self.name = run, out, name
+        self.continued: Dict[str, bool] = {}  # per tracker: did an earlier segment start this run?
 
     def setup(self, trainer, pl_module, stage):
         if trainer.global_rank != 0:
             for names in CREDENTIALS.values():
                 for variable in names:
                     os.environ.pop(variable, None)
+            return
+        for logger in trainer.loggers:
+            if type(logger).__name__ == "MLFlowLogger":
+                self._keep(state_key("mlflow", self.name), logger.run_id, tracking_uri=logger._tracking_uri,
+                           experiment_id=logger.experiment_id)
+            elif type(logger).__name__ == "WandbLogger":
+                experiment = logger.experiment
+                self._keep(state_key("wandb", self.name), experiment.id, project=experiment.project,
+                           dir=experiment.dir, offline=bool(self.run.tracker.offline))
+
+    def _keep(self, key: str, run_id: str, **facts) -> None:
+        before = read_state(self.out).get(key, {})
+        self.continued.setdefault(key, (before.get("run_id") or before.get("id")) == run_id)
+        write_state(self.out, key, {"run_id" if key.startswith("mlflow") else "id": run_id, **facts})
 
     def on_train_start(self, trainer, pl_module):  # after the checkpoint restored the step
         if trainer.global_rank != 0:
@@ -151,12 +167,8 @@ class TrackedRun(Callback):
                 self._wandb(logger, event)
 
     def _mlflow(self, logger, event: Dict[str, Any]) -> None:
-        key = state_key("mlflow", self.name)
-        continued = read_state(self.out).get(key, {}).get("run_id")
         client, run_id = logger.experiment, logger.run_id
-        write_state(self.out, key,
-                    {"run_id": run_id, "tracking_uri": logger._tracking_uri, "experiment_id": logger.experiment_id})
-        if continued == run_id:  # an earlier segment's end marked it finished
+        if self.continued.get(state_key("mlflow", self.name)):  # an earlier segment's end marked it finished
             client.update_run(run_id, status="RUNNING")
         else:  # params once: MLflow refuses a changed value, and a resume may raise trainer.max_epochs
             logger.log_hyperparams(cfg.to_dict(self.run))
@@ -166,9 +178,6 @@ class TrackedRun(Callback):
 
     def _wandb(self, logger, event: Dict[str, Any]) -> None:
         experiment = logger.experiment
-        write_state(self.out, state_key("wandb", self.name),
-                    {"id": experiment.id, "project": experiment.project, "dir": experiment.dir,
-                     "offline": bool(self.run.tracker.offline)})
         experiment.config.update({"cluster_train": identity(self.out), **cfg.to_dict(self.run)},
                                  allow_val_change=True)
         experiment.log({"cluster_train/segment": event["segment"], "trainer/global_step": event["step"]})
