@@ -46,7 +46,7 @@ def test_a_resumed_run_continues_the_same_mlflow_run_at_its_step(mlflow_server, 
     from mlflow.tracking import MlflowClient
 
     from train.fit import fit
-    from train.host.runs import sync
+    from train.host.runs import tracker_sync as sync
 
     mlflow_up(mlflow_server)
 
@@ -113,7 +113,7 @@ def test_the_job_forwards_credentials_by_name_never_their_values(runs_dir, tmp_p
 
 
 def test_status_says_where_each_tracked_run_logs_and_whether_it_is_synced(tmp_path):
-    from train.host.runs import sync
+    from train.host.runs import tracker_sync as sync
 
     (tmp_path / "config.yaml").write_text("tracker: {use: [mlflow, wandb], mlflow_uri: 'http://mlflow.example.org'}\n")
     (tmp_path / "trackers.json").write_text(json.dumps({

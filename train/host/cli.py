@@ -122,7 +122,7 @@ SUBCOMMANDS: Dict[str, Callable[[List[str]], int]] = {
     "data": lazily("train.host.data.commands"),
     "probe-data": lazily("train.host.probe_data"),
     "fetch": lazily("train.host.remote.commands", "fetch_command"),
-    "sync": lazily("train.host.runs.sync"),
+    "sync": lazily("train.host.runs.tracker_sync"),
     "runs": lazily("train.host.runs.table"),
     "report": lazily("train.host.reports.report"),
     "compare": lazily("train.host.reports.compare"),
