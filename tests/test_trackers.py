@@ -15,9 +15,9 @@ COMMON = {"optim": {"name": "adamw", "lr": 3e-3, "weight_decay": 0.0},
                       "limit_val_batches": 1, "log_every_n_steps": 1, "export_weights": False}}
 
 
-@pytest.mark.parametrize("raw, use", [({}, ["tensorboard"]), ({"tracker": "mlflow"}, ["mlflow"]),
-                                      ({"tracker": ["mlflow", "wandb"]}, ["mlflow", "wandb"]),
-                                      ({"tracker": {"use": "tensorboard,wandb", "offline": True}}, ["tensorboard", "wandb"])])
+@pytest.mark.parametrize("raw, use", [
+    ({}, ["tensorboard"]), ({"tracker": "mlflow"}, ["mlflow"]), ({"tracker": ["mlflow", "wandb"]}, ["mlflow", "wandb"]),
+    ({"tracker": {"use": "tensorboard,wandb", "offline": True}}, ["tensorboard", "wandb"])])
 def test_every_spelling_of_tracker_resolves_to_one_typed_config(raw, use):
     assert cfg.resolve(raw).tracker.use == use
     assert cfg.resolve({}, [f"tracker.use={','.join(use)}"]).tracker.use == use  # --set says the same
@@ -120,7 +120,8 @@ def test_status_says_where_each_tracked_run_logs_and_whether_it_is_synced(tmp_pa
         "mlflow": {"run_id": "abc", "tracking_uri": (tmp_path / "mlruns").as_uri()},
         "wandb": {"id": "w1", "project": "demo", "offline": True}}))
     lines = sync.status_lines(tmp_path)
-    assert lines[0] == f"tracker mlflow: run abc ({(tmp_path / 'mlruns').as_uri()}), not synced: run-cluster sync {tmp_path}"
+    store = (tmp_path / "mlruns").as_uri()
+    assert lines[0] == f"tracker mlflow: run abc ({store}), not synced: run-cluster sync {tmp_path}"
     assert lines[1] == f"tracker wandb: run w1 (W&B project demo), not synced: run-cluster sync {tmp_path}"
     (tmp_path / "config.yaml").write_text("tracker: {use: [mlflow]}\n")  # the run directory's store is the tracker
     (tmp_path / "trackers.json").write_text(json.dumps({"mlflow": {"run_id": "abc", "tracking_uri": "file:///x"}}))
@@ -148,6 +149,6 @@ def test_each_model_of_a_multi_model_task_is_its_own_wandb_run(tmp_path, monkeyp
         logger.log_metrics({"x": 1.0}, step=1)
         ids.append(logger.experiment.id)
     wandb.finish()
-    assert ids[0] != ids[1] and ids == [trackers.wandb_id(tmp_path, "expert_0"), trackers.wandb_id(tmp_path, "expert_1")]
+    assert ids[0] != ids[1] and ids == [trackers.wandb_id(tmp_path, name) for name in ("expert_0", "expert_1")]
     assert sorted(d.name.rsplit("-", 1)[-1] for d in (tmp_path / "wandb").glob("offline-run-*")) == sorted(
         i.rsplit("-", 1)[-1] for i in ids)

@@ -260,4 +260,5 @@ CLUSTER_RULES: List[Callable] = [
     image_can_drive_the_gpus,
     driver_runs_the_image,
 ]
-RULES: List[Callable] = CLUSTER_RULES + [gpu_has_bf16, workers_have_cpus, image_has_the_trackers]  # then host RAM, by the figures check() gets
+# then host RAM, by the figures check() gets
+RULES: List[Callable] = CLUSTER_RULES + [gpu_has_bf16, workers_have_cpus, image_has_the_trackers]
