@@ -110,6 +110,7 @@ def one_wandb_run_with_continuous_steps(run_dir: Path) -> None:
         for record in wandb_records(d / f"run-{state['id']}.wandb"):
             items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
             if "train/loss" in items:
+                assert items["_step"] == items["trainer/global_step"], items  # W&B's own step goes on too
                 steps.append(int(items["trainer/global_step"]))
     assert steps == csv_steps(run_dir, "train/loss"), steps  # every logged step, once, in order
     dry = subprocess.run([str(Path(sys.executable).parent / "wandb"), "sync", "--dry-run", *map(str, dirs)],

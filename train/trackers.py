@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Dict
 
 from pytorch_lightning.callbacks import Callback
-from pytorch_lightning.loggers import TensorBoardLogger
+from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
+from pytorch_lightning.utilities import rank_zero_only
 
 from train import config as cfg
 from train.tracker_config import CREDENTIALS
@@ -67,14 +68,25 @@ def mlflow_uri(run: cfg.RunConfig, out: Path) -> str:
 
 def wandb_logger(run: cfg.RunConfig, out: Path, name: str, project: str):
     import wandb
-    from pytorch_lightning.loggers import WandbLogger
 
     run_id = wandb_id(out, name)
     if wandb.run is not None and wandb.run.id != run_id:  # a multi-model task's previous model: WandbLogger would
         wandb.finish()                                     # log this one into it
-    return WandbLogger(name=run_name(out, name), project=run.tracker.experiment or project or run.name,
-                       entity=run.tracker.wandb_entity or None, id=run_id, resume="allow", save_dir=str(out),
-                       offline=run.tracker.offline)
+    return StepWandbLogger(name=run_name(out, name), project=run.tracker.experiment or project or run.name,
+                           entity=run.tracker.wandb_entity or None, id=run_id, resume="allow", save_dir=str(out),
+                           offline=run.tracker.offline)
+
+
+class StepWandbLogger(WandbLogger):
+    """Lightning's WandbLogger with W&B's own step (_step) set to the trainer's global step. W&B counts its step
+    from 0 again in each offline segment's directory (offline, it cannot ask the server where the run stopped), so a
+    resumed offline run would repeat its steps when synced; the global step goes on from the checkpoint's."""
+
+    @rank_zero_only
+    def log_metrics(self, metrics, step=None) -> None:
+        if step is None:
+            return super().log_metrics(metrics, step)
+        self.experiment.log({**metrics, "trainer/global_step": step}, step=step)
 
 
 def wandb_id(out: Path, name: str) -> str:
@@ -180,7 +192,8 @@ class TrackedRun(Callback):
         experiment = logger.experiment
         experiment.config.update({"cluster_train": identity(self.out), **cfg.to_dict(self.run)},
                                  allow_val_change=True)
-        experiment.log({"cluster_train/segment": event["segment"], "trainer/global_step": event["step"]})
+        experiment.log({"cluster_train/segment": event["segment"], "trainer/global_step": event["step"]},
+                       step=event["step"])
 
 
 def segment_event(step: int) -> Dict[str, Any]:
