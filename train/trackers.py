@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from pytorch_lightning.callbacks import Callback
-from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
+from pytorch_lightning.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
 from pytorch_lightning.utilities import rank_zero_only
 
 from train import config as cfg
@@ -47,8 +47,6 @@ def callbacks(run: cfg.RunConfig, out: Path, name: str = "") -> list:
 
 
 def mlflow_logger(run: cfg.RunConfig, out: Path, name: str, project: str):
-    from pytorch_lightning.loggers import MLFlowLogger
-
     uri = mlflow_uri(run, out)
     saved = read_state(out).get(state_key("mlflow", name), {})
     run_id = saved.get("run_id") if saved.get("tracking_uri") == uri else None  # a run in another store is not ours
@@ -154,10 +152,10 @@ class TrackedRun(Callback):
                     os.environ.pop(variable, None)
             return
         for logger in trainer.loggers:
-            if type(logger).__name__ == "MLFlowLogger":
+            if isinstance(logger, MLFlowLogger):
                 self._keep(state_key("mlflow", self.name), logger.run_id, tracking_uri=logger._tracking_uri,
                            experiment_id=logger.experiment_id)
-            elif type(logger).__name__ == "WandbLogger":
+            elif isinstance(logger, WandbLogger):
                 experiment = logger.experiment
                 self._keep(state_key("wandb", self.name), experiment.id, project=experiment.project,
                            dir=experiment.dir, offline=bool(self.run.tracker.offline))
@@ -172,10 +170,9 @@ class TrackedRun(Callback):
             return
         event = segment_event(trainer.global_step)
         for logger in trainer.loggers:
-            kind = type(logger).__name__
-            if kind == "MLFlowLogger":
+            if isinstance(logger, MLFlowLogger):
                 self._mlflow(logger, event)
-            elif kind == "WandbLogger":
+            elif isinstance(logger, WandbLogger):  # StepWandbLogger
                 self._wandb(logger, event)
 
     def _mlflow(self, logger, event: Dict[str, Any]) -> None:
