@@ -161,6 +161,49 @@ def oci_registry(tmp_path_factory):
     proc.wait(10)
 
 
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real MLflow tracking server on 127.0.0.1 (the host venv's mlflow) with a SQLite store in a temporary
+    directory; its "http://127.0.0.1:PORT". It takes ~16 s to answer: a test calls mlflow_up(url) where it first
+    needs it, so the requeued trainings (which log offline) run meanwhile."""
+    import socket
+
+    pytest.importorskip("mlflow", reason="the host venv has no mlflow: make venv (tests/requirements.txt)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tmp = tmp_path_factory.mktemp("mlflow")
+    with (tmp / "log").open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+                                 "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp / 'mlflow.db'}",
+                                 "--default-artifact-root", str(tmp / "artifacts")],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    MLFLOW_SERVERS[url] = (proc, tmp / "log")
+    yield url
+    os.killpg(proc.pid, 15)  # its own session: the server's uvicorn workers go with it
+    proc.wait(20)
+
+
+MLFLOW_SERVERS = {}  # url -> (process, log file)
+
+
+def mlflow_up(url: str, timeout_s: float = 90) -> str:
+    """`url` once the mlflow_server fixture's server answers."""
+    import urllib.request
+
+    proc, log = MLFLOW_SERVERS[url]
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=1)
+            return url
+        except OSError:
+            if time.time() > deadline or proc.poll() is not None:
+                pytest.fail(f"the MLflow server did not answer on {url}: {log.read_text()[-2000:]}")
+            time.sleep(0.2)
+
+
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     """A stand-in image store (tiny files recorded as cpu, cuda11.6 and cuda12.8 images), settings, empty runs dir."""

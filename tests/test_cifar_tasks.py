@@ -1,5 +1,6 @@
 """Seed 001 end to end at small scale: experts (with the saved fusion split), then every fusion head over them."""
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ torch = pytest.importorskip("torch")
 
 from train import config as cfg  # noqa: E402
 from train.fit import fit  # noqa: E402
+from train import trackers  # noqa: E402
 from train.models.fusion import FUSION_HEADS, FusionNet  # noqa: E402
 from train.models import MODELS  # noqa: E402
 
@@ -90,14 +92,16 @@ def test_fusion_without_experts_dir_is_a_one_line_error(tmp_path):
 def test_fusion_logs_to_weights_and_biases_only_when_configured(experts_run, demo_data, tmp_path, monkeypatch, mode):
     pytest.importorskip("wandb")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    if mode:
-        monkeypatch.setenv("WANDB_MODE", mode)  # offline: W&B writes its run files locally, no network
-    else:
-        monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
     experts_out, _ = experts_run
-    fit(cfg.resolve(dict(COMMON, task="cifar_fusion", output_dir=str(tmp_path),
+    tracker = {"use": ["wandb"], "offline": True} if mode else {}  # offline: W&B writes its run files locally
+    fit(cfg.resolve(dict(COMMON, task="cifar_fusion", output_dir=str(tmp_path), tracker=tracker,
                          task_params={"experts_dir": str(experts_out / "checkpoints" / "resnet_cifar"),
                                       "fusion": "concatenation", "fusion_dim": 16},
                          data={"root": str(demo_data), "batch_size": 32, "num_workers": 0})))
     runs = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(runs) == (1 if mode else 0), sorted(p.name for p in tmp_path.iterdir())
+    if mode:  # the model's tracked run, kept for the next segment (train/trackers.py)
+        (key,) = json.loads((tmp_path / "trackers.json").read_text())
+        assert key == "wandb/resnet_cifar_concatenation"
+        assert runs[0].name == f"run-{trackers.wandb_id(tmp_path, 'resnet_cifar_concatenation')}.wandb"

@@ -1,7 +1,8 @@
 """Runs longer than one allocation, on the real test Slurm cluster and through the LSF stand-in, inside the image:
 each segment is warned, every rank saves, the job requeues itself, and the run finishes on its own with the same
 metrics.csv and weights, bit for bit, as an uninterrupted run of the same config and shape (one rank and two DDP
-ranks; the stops fall mid-epoch).
+ranks; the stops fall mid-epoch). The same runs carry the experiment trackers: one MLflow run on a real server after
+`sync`, one W&B run offline, both with every step once, and no credential value in their run directories.
 
 The test asks for the segments it proves, whatever the machine's speed: it sends each job the scheduler's own warning
 (`scancel --batch --signal=USR1`, `bkill -s USR1`: what `--signal=B:USR1@N` and `-wa USR1` deliver) once the
@@ -9,13 +10,16 @@ segment has trained an epoch, twice, and then lets the run finish. That the time
 proven by tests/test_slurm_requeue.py and tests/test_lsf_requeue.py, and here by your own code below, which runs under
 a real two-minute limit."""
 import json
+import os
 import re
+import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_same_tensors, job_logs, manifest, release_requeued, run_cluster
+from conftest import assert_same_tensors, job_logs, manifest, mlflow_up, release_requeued, run_cluster
 
 from train.host.runs import segments
 
@@ -26,9 +30,103 @@ ENDED = ("COMPLETED", "FAILED", "TIMEOUT")
 WARN = {"slurm": ["scancel", "--batch", "--signal=USR1"], "lsf": ["bkill", "-s", "USR1"]}
 
 
+# The trackers ride on two of the requeued runs: MLflow offline (the nodes, on their own network, cannot reach a
+# server on 127.0.0.1) then `sync` from this login node to a real server; W&B offline. Canary credentials are in the
+# submitting environment of both, and must be nowhere in their run directories.
+CANARIES = {"MLFLOW_TRACKING_TOKEN": "canary-mlflow-4f1d2c9e8b7a", "WANDB_API_KEY": "c4nary" + "0" * 34}
+TRACKED = {"ci-slurm": "{use: [tensorboard, mlflow], offline: true, experiment: long-runs, mlflow_uri: %s}",
+           "ci-slurm-ddp": "{use: [wandb], offline: true, experiment: long-runs}"}
+
+
 def config(demo_data, strategy):
     return ["demo", "--set", f"data.root={demo_data}", "--set", "data.num_workers=0",
             "--set", f"trainer.max_epochs={EPOCHS}", "--set", f"trainer.strategy={strategy}", "--no-wait"]
+
+
+def tracker_args(name: str, mlflow_server: str) -> list:
+    return ["--set", "tracker=" + TRACKED[name].replace("%s", mlflow_server)] if name in TRACKED else []
+
+
+def csv_steps(run_dir: Path, column: str) -> list:
+    """The steps at which metrics.csv holds `column`: what every logger of the run was given."""
+    import csv
+
+    with (run_dir / "metrics.csv").open() as f:
+        return sorted({int(row["step"]) for row in csv.DictReader(f) if row.get(column)})
+
+
+def synced_to_one_mlflow_run(run_dir: Path, server: str) -> None:
+    """`sync` sends the offline run to the server: one run, every step metrics.csv has, params and digests."""
+    from mlflow.tracking import MlflowClient
+
+    mlflow_up(server)
+    assert "not synced: run-cluster sync" in run_cluster("status", run_dir).stdout
+    done = run_cluster("sync", run_dir)
+    assert done.returncode == 0 and "new metric point(s)" in done.stdout, done.stdout + done.stderr
+    status = run_cluster("status", run_dir).stdout
+    assert "tracker mlflow: run " in status and "), synced 20" in status, status
+    client = MlflowClient(server)
+    (run,) = client.search_runs([client.get_experiment_by_name("long-runs").experiment_id])
+    for metric in ("train/loss", "val/loss"):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, metric)]
+        assert sorted(set(steps)) == csv_steps(run_dir, metric), (metric, steps)
+        assert metric != "train/loss" or len(steps) == len(set(steps)), steps  # no step logged twice
+    assert len(set(csv_steps(run_dir, "val/loss"))) >= EPOCHS
+    tags, image = run.data.tags, manifest(run_dir)["image"]["sha256"]
+    assert tags["ct.image_sha256"] == image and tags["ct.run_id"] == "ci-slurm" and tags["ct.code_commit"]
+    assert {f"ct.segment.{n}" for n in range(1, REQUEUES + 2)} <= set(tags), sorted(tags)
+    assert run.data.params["trainer/max_epochs"] == str(EPOCHS) and run.info.status == "FINISHED"
+
+
+def wandb_records(path: Path):
+    """The records of a W&B transaction log, parsed with the client's own protobuf (wandb_internal_pb2.Record):
+    a 7-byte header (:W&B, 0xBEE1, version), then LevelDB log blocks of 32 KiB holding 7-byte-headed chunks."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, block, pos, chunks = path.read_bytes(), 32768, 7, b""
+    assert data[:4] == b":W&B" and struct.unpack("<H", data[4:6])[0] == 0xBEE1, data[:7]
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7]) if left >= 7 else (0, 0, 0)
+        if not (length or kind):  # a block's zero padding
+            pos += left
+            continue
+        chunks, pos = chunks + data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind in (1, 4):  # a FULL record, or a split one's LAST chunk
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(chunks)
+            yield record
+            chunks = b""
+
+
+def one_wandb_run_with_continuous_steps(run_dir: Path) -> None:
+    """One W&B run id over every segment: the client keeps a directory per process start (offline-run-<time>-<id>,
+    the resumed parts `wandb sync` sends in start order), whose histories go on from step to step."""
+    state = json.loads((run_dir / "trackers.json").read_text())["wandb"]
+    dirs = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert len(dirs) == REQUEUES + 1 and all(d.name.endswith(f"-{state['id']}") for d in dirs), dirs
+    steps = []
+    for d in dirs:
+        for record in wandb_records(d / f"run-{state['id']}.wandb"):
+            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
+            if "train/loss" in items:
+                assert items["_step"] == items["trainer/global_step"], items  # W&B's own step goes on too
+                steps.append(int(items["trainer/global_step"]))
+    assert steps == csv_steps(run_dir, "train/loss"), steps  # every logged step, once, in order
+    dry = subprocess.run([str(Path(sys.executable).parent / "wandb"), "sync", "--dry-run", *map(str, dirs)],
+                         capture_output=True, text=True)  # the client's own command takes them
+    assert dry.stdout.count(".wandb") + dry.stderr.count(".wandb") == len(dirs), dry.stdout + dry.stderr
+
+
+def no_canary_under(*run_dirs: Path) -> None:
+    """The job forwarded the credentials by name (so rank 0 had them), and no file of the run holds a value."""
+    for run_dir in run_dirs:
+        assert set(CANARIES) & set(re.findall(r"[A-Z_]+", (run_dir / "job.sh").read_text())), run_dir
+        for path in run_dir.rglob("*"):
+            if path.is_file():
+                data = path.read_bytes()
+                leaked = [name for name, value in CANARIES.items() if value.encode() in data]
+                assert not leaked, f"{path} holds the value of {leaked}"
 
 
 def epochs_logged(run_dir: Path) -> int:
@@ -101,7 +199,7 @@ def own_code_saved_on_the_warning_and_resumed(run_dir: Path, found: list) -> Non
 
 
 def test_runs_longer_than_one_allocation_requeue_themselves_and_complete(cpu_image, slurm_cluster, demo_data,
-                                                                        runs_dir, lsf_path):
+                                                                        runs_dir, lsf_path, mlflow_server):
     """Slurm (one rank and two DDP ranks) and the LSF stand-in warned twice each, your own code under a real
     two-minute limit, and the uninterrupted references on the same shapes, all side by side."""
     submitted = {}
@@ -111,7 +209,8 @@ def test_runs_longer_than_one_allocation_requeue_themselves_and_complete(cpu_ima
                                          ("ci-slurm-ddp", "ci-slurm", "n1_gpu2", config(demo_data, "ddp")),
                                          ("ci-lsf", "ci-lsf", "one_gpu", config(demo_data, "single")),
                                          ("own-code", "ci-slurm", "requeue_1x1", [LIGHTNING, "--no-wait"])):
-        done = run_cluster(cluster, profile, *args, "--run-id", name, *(LIGHTNING_LONG * (name == "own-code")))
+        done = run_cluster(cluster, profile, *args, "--run-id", name, *tracker_args(name, mlflow_server),
+                           *(LIGHTNING_LONG * (name == "own-code")), env={**os.environ, **CANARIES})
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr
         submitted[name] = manifest(runs_dir / name)["scheduler"]
     runs = {name: (runs_dir / name, job["name"], job["job_id"], REQUEUES if name.startswith("ci-") else 0)
@@ -125,6 +224,9 @@ def test_runs_longer_than_one_allocation_requeue_themselves_and_complete(cpu_ima
     for name, reference in (("ci-slurm", "reference"), ("ci-slurm-ddp", "reference-ddp"), ("ci-lsf", "reference")):
         assert len(found[name]) == REQUEUES + 1, found[name]
         assert_resumed_to_the_same_result(runs_dir / name, runs_dir / reference, found[name])
+    synced_to_one_mlflow_run(runs_dir / "ci-slurm", mlflow_server)
+    one_wandb_run_with_continuous_steps(runs_dir / "ci-slurm-ddp")
+    no_canary_under(runs_dir / "ci-slurm", runs_dir / "ci-slurm-ddp")
     own_code_saved_on_the_warning_and_resumed(runs_dir / "own-code", found["own-code"])
     slurm_job, lsf_job = submitted["ci-slurm"]["job_id"], submitted["ci-lsf"]["job_id"]
     assert {s.job_id for s in found["ci-slurm"]} == {slurm_job}  # a requeued job keeps its id

@@ -15,6 +15,7 @@ import yaml
 
 from train.errors import UserError, raise_all
 from train.registry import unknown_name
+from train.tracker_config import TrackerConfig, check as check_tracker, normalize as normalize_tracker
 from train.yaml_file import MAX_DEPTH, check_bounds, load_yaml
 
 
@@ -86,6 +87,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    tracker: TrackerConfig = field(default_factory=TrackerConfig)  # where metrics go besides metrics.csv
     # Your own training code (train/command.py): `command` runs inside the image, from a snapshot of the `code`
     # directory taken at submission, instead of `task`. `code` without a command runs the task from that code's own
     # train package over the image's (run-cluster --dev). `reads` names the keys of your own YAML config that mean
@@ -116,11 +118,14 @@ def resolve(raw: Mapping[str, Any], overrides: Union[Mapping[str, Any], List[str
     merged = _deep_copy(raw)
     for key, value in parse_overrides(overrides).items():
         _set_dotted(merged, key, value)
+    if "tracker" in merged:
+        merged["tracker"] = normalize_tracker(merged["tracker"])
     run = _build(RunConfig, merged, "")
     from train.strategies import check_compile, check_precision  # torch-free
 
     run.trainer.precision = check_precision(run.trainer.precision)
     check_compile(run.trainer.strategy, run.trainer.compile)
+    check_tracker(run.tracker)
     return run
 
 

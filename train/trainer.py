@@ -7,12 +7,12 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
-from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.plugins.environments import SLURMEnvironment
 from pytorch_lightning.profilers import PassThroughProfiler
 from pytorch_lightning.strategies import DeepSpeedStrategy
 
 from train import config as cfg
+from train import trackers
 from train.checkpoint_io import AtomicCheckpointIO, atomic_directory_saves, restore_aside
 from train.csv_append import AppendingCSVLogger
 from train.guard import RunGuard, keep_our_signal_handlers
@@ -80,9 +80,9 @@ def build_trainer(run: cfg.RunConfig, out: Path, callbacks=(), **overrides) -> p
     return resilient(pl.Trainer(**{
         **options,
         "default_root_dir": out,
-        "logger": [AppendingCSVLogger(out, name="", version=""), TensorBoardLogger(out, name="tensorboard", version="")],
+        "logger": [AppendingCSVLogger(out, name="", version=""), *trackers.loggers(run, out)],
         "callbacks": [*ours, RunGuard(last_checkpoint(out)), best, keep_last(last_checkpoint(out)), AnnounceRanks(),
-                      *callbacks],
+                      *trackers.callbacks(run, out), *callbacks],
         **overrides,
     }))
 

@@ -6,6 +6,7 @@
     run-cluster CLUSTER --first-to-start PROFILE_A PROFILE_B [EXPERIMENT]
     run-cluster --rerun runs/<id>
     run-cluster status|logs|cancel runs/<id>
+    run-cluster sync runs/<id>                   upload what its trackers logged offline
     run-cluster resume runs/<id> [--profile P] [--set KEY=VALUE ...]
     run-cluster report runs/<id>|sweeps/<id> [--metric M]
     run-cluster compare runs/<a> runs/<b> ...
@@ -121,6 +122,7 @@ SUBCOMMANDS: Dict[str, Callable[[List[str]], int]] = {
     "data": lazily("train.host.data.commands"),
     "probe-data": lazily("train.host.probe_data"),
     "fetch": lazily("train.host.remote.commands", "fetch_command"),
+    "sync": lazily("train.host.runs.tracker_sync"),
     "runs": lazily("train.host.runs.table"),
     "report": lazily("train.host.reports.report"),
     "compare": lazily("train.host.reports.compare"),

@@ -28,7 +28,8 @@ def path() -> Path:
     return base / "cluster-train" / "settings.yaml"
 
 
-BUILT_IN = ("email", "account", "modules", "images", "runs", "require_signed", "signers", "clusters", *reach.KEYS)  # every other key is a value cluster files refer to
+BUILT_IN = ("email", "account", "modules", "images", "runs", "require_signed", "signers", "clusters", "tracker",
+            *reach.KEYS)  # every other key is a value cluster files refer to
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 PATHS = ("scratch", "images")  # settings read as directories (runs: is checked once ${scratch} is filled in)
 
@@ -99,7 +100,12 @@ def _modules(value: Any, where: str) -> None:
             raise UserError(f"{where}: modules item {str(item)[:60]!r} is not a module name like cuda/12.8; fix modules")
 
 
-NOT_SCALARS = {"modules": _modules, "require_signed": signing_policy.flag, "signers": signing_policy.fingerprints}
+def _tracker(value: Any, where: str) -> None:
+    """A name, a list or a mapping: checked where it goes, in the run config each job resolves (train/tracker_config.py)."""
+
+
+NOT_SCALARS = {"modules": _modules, "require_signed": signing_policy.flag, "signers": signing_policy.fingerprints,
+               "tracker": _tracker}
 
 
 def _scalar(where: str, value: Any) -> str:

@@ -13,7 +13,8 @@ Writes under output_dir (at the best validation accuracy):
   csv_logs/<arch>_fusions/<arch>_<fusion>_training_log.csv   per epoch: loss, accuracy, val_loss, val_accuracy,
                                                              expert_accuracy, experts_lr, fusion_lr
   checkpoints/<arch>_<fusion>/last.ckpt   a requeued run resumes from it (the CSV keeps the epochs before it)
-Weights & Biases logging is on when `wandb` imports and is configured (WANDB_API_KEY or WANDB_MODE set), else off.
+The trackers `tracker:` names (W&B, MLflow) log it as a run in the project wandb_project (unless tracker.experiment
+names one), as seed 001 named one per architecture.
 task_params: experts_dir (required), holdout_path (default: fusion_holdout_indices.npy in experts_dir, else
 <experts run>/splits/fusion_holdout_indices.npy),
 fusion (multiplicative), num_experts (4), experts_lr (optim.lr / 10), fusion_lr (optim.lr), fusion_dim (64),
@@ -22,7 +23,6 @@ expert_loss_weight (0.5), wandb_project (MCN_<arch>_Fusion).
 import csv
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -153,18 +153,6 @@ def load_fusion_model(folder) -> FusionNet:
     return net
 
 
-def wandb_logger(project: str, name: str, out: Path):
-    """A WandbLogger when wandb is installed and configured; None (off) otherwise: no run ever needs the network."""
-    if not (os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_MODE")):
-        return None
-    try:
-        import wandb  # noqa: F401
-        from pytorch_lightning.loggers import WandbLogger
-    except ImportError:
-        return None
-    return WandbLogger(project=project, name=name, save_dir=str(out))
-
-
 def _cpu(state):
     return {k: v.detach().cpu() for k, v in state.items()}
 
@@ -202,8 +190,8 @@ def cifar_fusion(run) -> dict:
     saver = CsvAndComponents(csv_path, components, meta)
     if run.trainer.gradient_clip_val is None:
         run.trainer.gradient_clip_val = 1.0
-    extra = wandb_logger(p.get("wandb_project", f"MCN_{arch}_Fusion"), f"{arch}-{fusion}", out)
-    fitter = trainer(run, out, f"{arch}_{fusion}", callbacks=[saver], extra_loggers=[extra] if extra else [])
+    fitter = trainer(run, out, f"{arch}_{fusion}", callbacks=[saver],
+                     project=p.get("wandb_project", f"MCN_{arch}_Fusion"))  # seed 001's project per architecture
     fit_resuming(fitter, module, data, out, f"{arch}_{fusion}")
     record = {"task": "cifar_fusion", "model": arch, "fusion": fusion, "best_val_acc": saver.best,
               "experts_lr": experts_lr, "fusion_lr": fusion_lr, "components": str(components), "csv_log": str(csv_path),

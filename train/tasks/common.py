@@ -14,6 +14,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
 
+from train import trackers
 from train.checkpoint_io import atomic_write_bytes
 from train.config import RunConfig
 from train.csv_append import AppendingCSVLogger
@@ -24,7 +25,9 @@ from train.speed import speed_facts
 from train.trainer import AnnounceRanks, keep_last, resilient, resume_from, trainer_options
 
 
-def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=None, extra_loggers=()) -> pl.Trainer:
+def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=None, project: str = "") -> pl.Trainer:
+    """One model's Trainer; its tracked run (train/trackers.py) is named after `log_name`, in the task's `project`
+    unless tracker.experiment names one. No TensorBoard files: these tasks keep their seeds' CSV logs."""
     options = trainer_options(run)
     options["max_epochs"] = max_epochs or options["max_epochs"]
     ours = options.pop("callbacks")
@@ -32,8 +35,10 @@ def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=N
     return resilient(pl.Trainer(
         **options,
         default_root_dir=out,
-        logger=[AppendingCSVLogger(out / "logs", name=log_name, version=""), *extra_loggers],
-        callbacks=[*ours, *callbacks, RunGuard(last), keep_last(last), AnnounceRanks()],  # Announce: where ranks ran
+        logger=[AppendingCSVLogger(out / "logs", name=log_name, version=""),
+                *trackers.loggers(run, out, log_name, project, tensorboard=False)],
+        callbacks=[*ours, *callbacks, RunGuard(last), keep_last(last), AnnounceRanks(),  # Announce: where ranks ran
+                   *trackers.callbacks(run, out, log_name)],
     ))
 
 

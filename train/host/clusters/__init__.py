@@ -98,6 +98,8 @@ class Profile:
     experiment: str = ""  # the experiment this profile is made for (packed tasks, a seed's shape): the default
     trainer: Dict[str, Any] = field(default_factory=dict)  # forced onto the run config
     data: Dict[str, Any] = field(default_factory=dict)
+    # `tracker:` keys over the experiment's (a site whose nodes cannot reach the tracker: {offline: true})
+    tracker: Dict[str, Any] = field(default_factory=dict)
     env: Dict[str, str] = field(default_factory=dict)
     directives: List[str] = field(default_factory=list)  # extra raw scheduler directives
     notify: bool = False  # mail at start and end (LSF -B -N, Slurm --mail-type=BEGIN,END)

@@ -24,7 +24,7 @@ from train.registry import unknown_name
 
 DEFAULT_EXPERIMENT = "cifar100_resnet"  # where neither the command line nor the profile names one
 DERIVED = ("trainer.devices", "trainer.num_nodes", "output_dir")
-PROFILE_KEYS = {f.name for f in dataclasses.fields(Profile)} - {"name", "trainer", "data", "description"}
+PROFILE_KEYS = {f.name for f in dataclasses.fields(Profile)} - {"name", "trainer", "data", "tracker", "description"}
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ def config_of(site: Site, profile: Profile, request: Request) -> Tuple[cfg.RunCo
     config_file = experiment_config(named) if named else None
     raw = user_code.experiment_raw(site.experiment(config_file) if config_file else {}, request.command, request.dev,
                                    config_file.resolve().parent if config_file else Path.cwd())
-    return run_config(raw, user_set, profile, shape, run_dir), user_set, config_file
+    return run_config(raw, user_set, profile, shape, run_dir, site.user.get("tracker")), user_set, config_file
 
 
 def job_of(site: Site, profile: Profile, run: cfg.RunConfig, image: Optional[store.ImageRecord],

@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from train import config as cfg
 from train.errors import UserError, raise_all
+from train.host import project
 from train.host.clusters import Cluster
 from train.host.clusters.flavors import driver_version, flavor_table, gpu_model
 from train.host.images import signing
@@ -199,6 +200,23 @@ def workers_have_cpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
         )
 
 
+TRACKER_CLIENTS = {"mlflow": "mlflow-skinny", "wandb": "wandb"}  # the package each tracker imports, as a lock names it
+
+
+def image_has_the_trackers(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+    """A tracker whose client the image does not install would fail in the job, after the wait in the queue."""
+    lock = project.ROOT / "containers" / f"{base_flavor(job.image_flavor)}.lock"
+    if job.image_parent_sha256 or run.command or not lock.is_file():  # a derived image may add it; own code logs itself
+        return
+    pinned = {line.split("==")[0].lower() for line in lock.read_text().splitlines() if line[:1].isalnum()}
+    missing = [name for name in run.tracker.use if name in TRACKER_CLIENTS and TRACKER_CLIENTS[name] not in pinned]
+    if missing:
+        packages = " ".join(TRACKER_CLIENTS[name] for name in missing)
+        raise UserError(f"tracker {', '.join(missing)}: the {job.image_flavor} image does not carry {packages} yet; "
+                        f"derive one that does (bin/run-cluster images derive NAME --from {job.image_flavor} "
+                        f"--requirements FILE.lock) or leave it out of tracker.use")
+
+
 def directives_repeated(job: Job, script: str) -> List[UserError]:
     """A raw directive that sets what the script already sets from a key: the scheduler would take one of the two
     (which one depends on the scheduler), so the key would silently not hold."""
@@ -242,4 +260,5 @@ CLUSTER_RULES: List[Callable] = [
     image_can_drive_the_gpus,
     driver_runs_the_image,
 ]
-RULES: List[Callable] = CLUSTER_RULES + [gpu_has_bf16, workers_have_cpus]  # then host RAM, by the figures check() gets
+# then host RAM, by the figures check() gets
+RULES: List[Callable] = CLUSTER_RULES + [gpu_has_bf16, workers_have_cpus, image_has_the_trackers]

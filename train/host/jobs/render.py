@@ -27,7 +27,7 @@ def render(job: Job) -> str:
     scheduler = adapter(job.scheduler)
     template = environment(scheduler.template_dir()).get_template(scheduler.template)
     return template.render(job=job, scheduler=scheduler, requeue_exit=exit_codes.REQUEUE,
-                           forward_patterns="|".join(FORWARDED + sorted(job.env)), fabric=fabric)
+                           forward_patterns="|".join(FORWARDED + sorted(job.env) + job.credentials), fabric=fabric)
 
 
 @functools.lru_cache(maxsize=None)  # one per template folder: compiling the templates is most of a render's time

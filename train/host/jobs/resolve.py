@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from train import config as cfg
+from train import tracker_config
 from train.errors import UserError
 from train.host import fabric, project, settings
 from train.host.clusters import Cluster, Partition, Profile
@@ -100,6 +101,7 @@ def environment_fields(cluster: Cluster, profile: Profile, part: Partition, run:
         fabric=part.fabric if check_fabric else "", fabric_paths=net.paths if net else [],
         fabric_library_path=net.library_path if net else "",
         env={**env, **(fabric.nccl_env(str(run_dir), env, part.fabric) if check_fabric else {})},
+        credentials=tracker_config.credentials(run.tracker),
         modules=list(cluster.modules) + settings.modules(user), module_init=cluster.module_init,
     )
 
@@ -137,15 +139,30 @@ def independent_tasks(profile: Profile, run_dir: Path) -> List[Task]:
 
 
 def run_config(raw: Dict[str, Any], overrides: Dict[str, Any], profile: Profile, shape: Launch,
-               run_dir: Path) -> cfg.RunConfig:
+               run_dir: Path, user_tracker: Any = None) -> cfg.RunConfig:
     """The run config, resolved once: the experiment, then what the profile sets, then the user's --set (which
-    wins; preflight refuses a choice that cannot run), then what the job shape decides (ranks, nodes, paths)."""
+    wins; preflight refuses a choice that cannot run), then what the job shape decides (ranks, nodes, paths).
+    `user_tracker`: the settings file's `tracker:`, under the experiment's."""
+    raw = tracker_layers(raw, user_tracker, profile)
     for key in ("devices", "num_nodes"):
         if key in profile.trainer:
             raise UserError(f"profile {profile.name!r} sets trainer.{key}; it is derived from nodes and gpus_per_node, remove it")
     shape_keys = {"trainer.devices": 1 if shape.packed else profile.ranks,
                   "trainer.num_nodes": 1 if shape.packed else profile.nodes, "output_dir": str(run_dir)}
     return absolute_inputs(cfg.resolve(raw, {**profile_values(profile), **overrides, **shape_keys}))
+
+
+def tracker_layers(raw: Dict[str, Any], user_tracker: Any, profile: Profile) -> Dict[str, Any]:
+    """`tracker:` from the user's settings (their usual tracker), then the experiment's, then the profile's (what
+    its nodes can reach), each key over the one before; --set goes over all three."""
+    merged: Dict[str, Any] = {}
+    for where, layer in (("your settings", user_tracker), ("the experiment", raw.get("tracker")),
+                         (f"profile {profile.name!r}", profile.tracker or None)):
+        layer = tracker_config.normalize(layer) if layer is not None else {}
+        if not isinstance(layer, dict):
+            raise UserError(f"tracker in {where} is {layer!r}; write a name (mlflow), a list or a mapping")
+        merged.update(layer)
+    return {**raw, "tracker": merged} if merged else raw
 
 
 def profile_values(profile: Profile) -> Dict[str, Any]:

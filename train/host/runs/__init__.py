@@ -12,6 +12,7 @@ run's life after it is built (train/host/jobs/):
     race.py         `--first-to-start`: two shapes queued, the first to start kept
     commands.py     `run-cluster status|logs|cancel|resume`
     table.py        `run-cluster runs`: every run of this machine and of each cluster reached over SSH, one table
+    tracker_sync.py `run-cluster sync`: what a run's trackers logged offline, uploaded; `status`'s tracker lines
 """
 import json
 import shutil

@@ -6,7 +6,7 @@ from typing import List
 
 from train.errors import UserError
 from train.host import fabric, runs
-from train.host.runs import causes, ending, segments, sweep, sweep_state
+from train.host.runs import causes, ending, segments, sweep, sweep_state, tracker_sync
 from train.host.runs.ending import has_ended, run_state
 from train.host.runs.follow import follow_log
 from train.host.runs.queue import one_run, show_and_queue
@@ -78,6 +78,8 @@ def print_status(manifest: dict, scheduler, run_dir: Path) -> None:
         print(f"  data: image {runs.data_version(manifest, 64)}")
     for segment in segments.read(run_dir):
         print(f"  {segment.line()}")
+    for line in tracker_sync.status_lines(run_dir):  # where its trackers log, and whether an offline run is uploaded
+        print(f"  {line}")
     runs.update_manifest(run_dir, segments=segments.as_records(run_dir))
     job = manifest["job"]
     slow_network = fabric.verdict(run_dir, job.get("fabric", "")) if job.get("check_fabric") else None

@@ -1,0 +1,149 @@
+"""`run-cluster sync runs/<id>`: upload what a run's trackers logged into its run directory (`tracker.offline`, for
+compute nodes that cannot reach the tracker) from a machine that can, the login node; `status` says what is synced.
+
+MLflow: the run's file store (mlruns/) is copied into the server `tracker.mlflow_uri` names, as one run whatever the
+number of segments; syncing again sends only the metric points added since (trackers_synced.json keeps the count).
+W&B: each segment's offline directory (wandb/offline-run-*, one id) goes to `wandb sync` in the order they ran.
+Credentials come from this machine's environment (MLFLOW_TRACKING_*, WANDB_API_KEY), as the clients read them.
+"""
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import yaml
+
+from train.errors import UserError
+from train.host import runs
+from train.host.usage import Parser
+
+SYNCED = "trackers_synced.json"  # beside trackers.json: where each tracked run went and how much of it
+
+
+def main(argv: List[str]) -> int:
+    p = Parser(prog="run-cluster sync")
+    p.add_argument("run_dir", type=runs.find, help="a run's directory, or its id")
+    run_dir = p.parse_args(argv).run_dir.resolve()
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is not a run directory; give runs/<id> or the run's id")
+    done = [line for out in tracked_dirs(run_dir) for line in sync_dir(out)]
+    if not done:
+        raise UserError(f"{run_dir} logged nothing offline to upload (tracker.offline is off, or no segment ran)")
+    print("\n".join(done))
+    return 0
+
+
+def tracked_dirs(run_dir: Path) -> List[Path]:
+    """The run's directory and each packed task's: where a Trainer kept trackers.json."""
+    return [d for d in [run_dir, *sorted(run_dir.glob("task-*"))] if (d / "trackers.json").is_file()]
+
+
+def sync_dir(out: Path) -> List[str]:
+    target = mlflow_target(out)
+    lines = []
+    for key, entry in json.loads((out / "trackers.json").read_text()).items():
+        if key.split("/")[0] == "mlflow" and entry.get("tracking_uri", "").startswith("file:"):
+            lines.append(sync_mlflow(out, key, entry, target) if target else
+                         f"{key}: kept in {entry['tracking_uri']} (no tracker.mlflow_uri to upload to)")
+        elif key.split("/")[0] == "wandb" and entry.get("offline"):
+            lines.append(sync_wandb(out, key, entry))
+    return lines
+
+
+def mlflow_target(out: Path) -> str:
+    """The MLflow server the run's config names ("" for the run directory's own store)."""
+    config = yaml.safe_load((out / "config.yaml").read_text()) if (out / "config.yaml").is_file() else {}
+    return ((config or {}).get("tracker") or {}).get("mlflow_uri") or ""
+
+
+def mlflow_clients(source: str, target: str):
+    try:
+        from mlflow.tracking import MlflowClient
+    except ImportError:
+        raise UserError("sync needs MLflow's client on this machine: python3 -m pip install --user "
+                        "mlflow-skinny") from None
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # the run's own store (train/trackers.py)
+    return MlflowClient(source), MlflowClient(target)
+
+
+def sync_mlflow(out: Path, key: str, entry: Dict[str, Any], target: str) -> str:
+    """One tracked run into the server: created there once, then every tag, the params once, the new metric points."""
+    src, dst = mlflow_clients(entry["tracking_uri"], target)
+    run = src.get_run(entry["run_id"])
+    record = read_synced(out).get(key) or {}
+    if record.get("target") != target:  # never sent there: a new run on that server
+        name = src.get_experiment(run.info.experiment_id).name
+        found = dst.get_experiment_by_name(name)
+        experiment = found.experiment_id if found else dst.create_experiment(name)
+        created = dst.create_run(experiment, start_time=run.info.start_time, run_name=run.info.run_name)
+        record = {"target": target, "run_id": created.info.run_id, "sent": {}}
+        params = list(run.data.params.items())
+        for i in range(0, len(params), 100):  # MLflow's most params a call
+            dst.log_batch(record["run_id"], params=[param(k, v) for k, v in params[i:i + 100]])
+    for name, value in run.data.tags.items():
+        dst.set_tag(record["run_id"], name, value)
+    sent = sum(send_metric(src, dst, entry["run_id"], record, name) for name in run.data.metrics)
+    dst.update_run(record["run_id"], status=run.info.status)
+    write_synced(out, key, {**record, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    return f"{key}: run {entry['run_id']} -> {target} run {record['run_id']}, {sent} new metric point(s)"
+
+
+def send_metric(src, dst, run_id: str, record: Dict[str, Any], name: str) -> int:
+    """The points of one metric not sent before, in the order they were logged; how many."""
+    history = src.get_metric_history(run_id, name)
+    new = history[record["sent"].get(name, 0):]
+    for i in range(0, len(new), 1000):  # MLflow's most metrics a call
+        dst.log_batch(record["run_id"], metrics=new[i:i + 1000])
+    record["sent"][name] = len(history)
+    return len(new)
+
+
+def param(key: str, value: str):
+    from mlflow.entities import Param
+
+    return Param(key, value)
+
+
+def sync_wandb(out: Path, key: str, entry: Dict[str, Any]) -> str:
+    """Each segment's offline directory of this W&B run, oldest first, the ones not synced before."""
+    exe = shutil.which("wandb")
+    if exe is None:
+        raise UserError("sync needs W&B's client on this machine: python3 -m pip install --user wandb")
+    record = read_synced(out).get(key) or {"dirs": []}
+    dirs = sorted(str(d) for d in (out / "wandb").glob(f"offline-run-*-{entry['id']}") if str(d) not in record["dirs"])
+    if dirs:
+        done = subprocess.run([exe, "sync", *dirs], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise UserError(f"wandb sync failed for {key}: {(done.stderr or done.stdout).strip()[-300:]}")
+    write_synced(out, key, {"dirs": record["dirs"] + dirs, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    return f"{key}: run {entry['id']}, {len(dirs)} offline segment director(y/ies) synced"
+
+
+def read_synced(out: Path) -> Dict[str, Any]:
+    path = out / SYNCED
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def write_synced(out: Path, key: str, value: Dict[str, Any]) -> None:
+    tmp = out / f".{SYNCED}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({**read_synced(out), key: value}, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, out / SYNCED)
+
+
+def status_lines(run_dir: Path) -> List[str]:
+    """For `status`: each tracked run, where it logs, and for an offline one whether it is synced."""
+    lines = []
+    for out in tracked_dirs(run_dir):
+        synced, target = read_synced(out), mlflow_target(out)
+        for key, entry in json.loads((out / "trackers.json").read_text()).items():
+            local = entry.get("tracking_uri", "").startswith("file:")
+            where = entry.get("tracking_uri") or f"W&B project {entry.get('project')}"
+            if not (entry.get("offline") or (local and target)):
+                state = "in the run directory" if local else "logged online"
+            else:
+                state = f"synced {synced[key]['at']}" if key in synced else f"not synced: run-cluster sync {run_dir}"
+            lines.append(f"tracker {key}: run {entry.get('run_id') or entry.get('id')} ({where}), {state}")
+    return lines
