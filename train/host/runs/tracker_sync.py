@@ -18,6 +18,7 @@ import yaml
 
 from train.errors import UserError
 from train.host import runs
+from train.host.images import store
 from train.host.usage import Parser
 
 SYNCED = "trackers_synced.json"  # beside trackers.json: where each tracked run went and how much of it
@@ -128,9 +129,7 @@ def read_synced(out: Path) -> Dict[str, Any]:
 
 
 def write_synced(out: Path, key: str, value: Dict[str, Any]) -> None:
-    tmp = out / f".{SYNCED}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({**read_synced(out), key: value}, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, out / SYNCED)
+    store.atomic_write(out / SYNCED, json.dumps({**read_synced(out), key: value}, indent=2, sort_keys=True) + "\n")
 
 
 def status_lines(run_dir: Path) -> List[str]:
