@@ -1,3 +1,4 @@
+import contextlib
 import json
 import os
 import subprocess
@@ -204,6 +205,51 @@ def mlflow_up(url: str, timeout_s: float = 90) -> str:
             time.sleep(0.2)
 
 
+@pytest.fixture(scope="session")
+def mlflow_for_nodes(mlflow_server, slurm_cluster):
+    """The MLflow server as the test cluster's nodes reach it: their network is the bridge's 10.77.0.0/24 only (as
+    compute nodes often reach only the login node), so a relay on the bridge's 10.77.0.1 carries each connection to
+    the server on 127.0.0.1, as an `ssh -L` tunnel on a login node would."""
+    import socket
+    import socketserver
+    import threading
+
+    target = ("127.0.0.1", int(mlflow_server.rsplit(":", 1)[1]))
+
+    def pump(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+    class Relay(socketserver.BaseRequestHandler):
+        def handle(self):
+            try:
+                upstream = socket.create_connection(target)
+            except OSError:  # the server not started yet: the client sees the connection close, and retries
+                return
+            with upstream:
+                back = threading.Thread(target=pump, args=(upstream, self.request), daemon=True)
+                back.start()
+                pump(self.request, upstream)
+                back.join(60)
+
+    class Server(socketserver.ThreadingTCPServer):
+        daemon_threads = True  # a connection left open does not hold the session's end
+
+    relay = Server(("10.77.0.1", 0), Relay)
+    threading.Thread(target=relay.serve_forever, daemon=True).start()
+    url = f"http://10.77.0.1:{relay.server_address[1]}"
+    MLFLOW_SERVERS[url] = MLFLOW_SERVERS[mlflow_server]
+    yield url
+    relay.shutdown()
+    relay.server_close()
+
+
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     """A stand-in image store (tiny files recorded as cpu, cuda11.6 and cuda12.8 images), settings, empty runs dir."""
@@ -295,3 +341,12 @@ def assert_same_tensors(a: Path, b: Path) -> None:
 
 def manifest(run_dir: Path) -> dict:
     return json.loads((run_dir / "manifest.json").read_text())
+
+
+def wandb_records(run_dir: Path) -> list:
+    """The records of a W&B run directory's log as W&B's own reader gives them (`wandb leet inspect`, wandb-core's:
+    it checks every chunk's crc and the block layout)."""
+    done = subprocess.run([str(Path(sys.executable).parent / "wandb"), "leet", "inspect", "--json", str(run_dir)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]

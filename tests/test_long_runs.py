@@ -1,8 +1,9 @@
 """Runs longer than one allocation, on the real test Slurm cluster and through the LSF stand-in, inside the image:
 each segment is warned, every rank saves, the job requeues itself, and the run finishes on its own with the same
 metrics.csv and weights, bit for bit, as an uninterrupted run of the same config and shape (one rank and two DDP
-ranks; the stops fall mid-epoch). The same runs carry the experiment trackers: one MLflow run on a real server after
-`sync`, one W&B run offline, both with every step once, and no credential value in their run directories.
+ranks; the stops fall mid-epoch). The same runs carry the experiment trackers: one MLflow run on a real server, logged
+online from the Slurm nodes or sent by `sync` after an offline LSF run; one W&B offline directory (W&B's own reader
+reads its log as one run); every step once, and no credential value in their run directories.
 
 The test asks for the segments it proves, whatever the machine's speed: it sends each job the scheduler's own warning
 (`scancel --batch --signal=USR1`, `bkill -s USR1`: what `--signal=B:USR1@N` and `-wa USR1` deliver) once the
@@ -12,14 +13,14 @@ a real two-minute limit."""
 import json
 import os
 import re
-import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_same_tensors, job_logs, manifest, mlflow_up, release_requeued, run_cluster
+from conftest import (assert_same_tensors, job_logs, manifest, mlflow_up, release_requeued, run_cluster,
+                      wandb_records)
 
 from train.host.runs import segments
 
@@ -30,11 +31,13 @@ ENDED = ("COMPLETED", "FAILED", "TIMEOUT")
 WARN = {"slurm": ["scancel", "--batch", "--signal=USR1"], "lsf": ["bkill", "-s", "USR1"]}
 
 
-# The trackers ride on two of the requeued runs: MLflow offline (the nodes, on their own network, cannot reach a
-# server on 127.0.0.1) then `sync` from this login node to a real server; W&B offline. Canary credentials are in the
-# submitting environment of both, and must be nowhere in their run directories.
+# The trackers ride on three of the requeued runs: MLflow online from the Slurm nodes to a real server (through
+# mlflow_for_nodes' relay: the nodes have their own network); MLflow offline through the LSF stand-in, then `sync`
+# from this login node; W&B offline on the DDP run. Canary credentials are in the submitting environment of all
+# three, and must be nowhere in their run directories.
 CANARIES = {"MLFLOW_TRACKING_TOKEN": "canary-mlflow-4f1d2c9e8b7a", "WANDB_API_KEY": "c4nary" + "0" * 34}
-TRACKED = {"ci-slurm": "{use: [tensorboard, mlflow], offline: true, experiment: long-runs, mlflow_uri: %s}",
+TRACKED = {"ci-slurm": "{use: [tensorboard, mlflow], experiment: long-runs-online, mlflow_uri: %s}",
+           "ci-lsf": "{use: [mlflow], offline: true, experiment: long-runs-synced, mlflow_uri: %s}",
            "ci-slurm-ddp": "{use: [wandb], offline: true, experiment: long-runs}"}
 
 
@@ -43,8 +46,8 @@ def config(demo_data, strategy):
             "--set", f"trainer.max_epochs={EPOCHS}", "--set", f"trainer.strategy={strategy}", "--no-wait"]
 
 
-def tracker_args(name: str, mlflow_server: str) -> list:
-    return ["--set", "tracker=" + TRACKED[name].replace("%s", mlflow_server)] if name in TRACKED else []
+def tracker_args(name: str, mlflow_uri: str) -> list:
+    return ["--set", "tracker=" + TRACKED[name].replace("%s", mlflow_uri)] if name in TRACKED else []
 
 
 def csv_steps(run_dir: Path, column: str) -> list:
@@ -55,67 +58,57 @@ def csv_steps(run_dir: Path, column: str) -> list:
         return sorted({int(row["step"]) for row in csv.DictReader(f) if row.get(column)})
 
 
-def synced_to_one_mlflow_run(run_dir: Path, server: str) -> None:
-    """`sync` sends the offline run to the server: one run, every step metrics.csv has, params and digests."""
-    from mlflow.tracking import MlflowClient
+def logged_online(run_dir: Path, server: str) -> None:
+    """Each segment logged straight to the server, into the one run the first segment created."""
+    status = run_cluster("status", run_dir).stdout
+    assert "tracker mlflow: run " in status and "), logged online" in status, status
+    one_mlflow_run(run_dir, server, "long-runs-online")
 
-    mlflow_up(server)
+
+def synced_to_one_mlflow_run(run_dir: Path, server: str) -> None:
+    """`sync` sends the offline run to the server as one run."""
     assert "not synced: run-cluster sync" in run_cluster("status", run_dir).stdout
     done = run_cluster("sync", run_dir)
     assert done.returncode == 0 and "new metric point(s)" in done.stdout, done.stdout + done.stderr
     status = run_cluster("status", run_dir).stdout
     assert "tracker mlflow: run " in status and "), synced 20" in status, status
+    one_mlflow_run(run_dir, server, "long-runs-synced")
+
+
+def one_mlflow_run(run_dir: Path, server: str, experiment: str) -> None:
+    """One run on the server for the requeued run: every step metrics.csv has, once; params, digests, segments."""
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(server)
-    (run,) = client.search_runs([client.get_experiment_by_name("long-runs").experiment_id])
+    (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
     for metric in ("train/loss", "val/loss"):
         steps = [m.step for m in client.get_metric_history(run.info.run_id, metric)]
         assert sorted(set(steps)) == csv_steps(run_dir, metric), (metric, steps)
         assert metric != "train/loss" or len(steps) == len(set(steps)), steps  # no step logged twice
     assert len(set(csv_steps(run_dir, "val/loss"))) >= EPOCHS
     tags, image = run.data.tags, manifest(run_dir)["image"]["sha256"]
-    assert tags["ct.image_sha256"] == image and tags["ct.run_id"] == "ci-slurm" and tags["ct.code_commit"]
+    assert tags["ct.image_sha256"] == image and tags["ct.run_id"] == run_dir.name and tags["ct.code_commit"]
     assert {f"ct.segment.{n}" for n in range(1, REQUEUES + 2)} <= set(tags), sorted(tags)
     assert run.data.params["trainer/max_epochs"] == str(EPOCHS) and run.info.status == "FINISHED"
 
 
-def wandb_records(path: Path):
-    """The records of a W&B transaction log, parsed with the client's own protobuf (wandb_internal_pb2.Record):
-    a 7-byte header (:W&B, 0xBEE1, version), then LevelDB log blocks of 32 KiB holding 7-byte-headed chunks."""
-    from wandb.proto import wandb_internal_pb2
-
-    data, block, pos, chunks = path.read_bytes(), 32768, 7, b""
-    assert data[:4] == b":W&B" and struct.unpack("<H", data[4:6])[0] == 0xBEE1, data[:7]
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7]) if left >= 7 else (0, 0, 0)
-        if not (length or kind):  # a block's zero padding
-            pos += left
-            continue
-        chunks, pos = chunks + data[pos + 7:pos + 7 + length], pos + 7 + length
-        if kind in (1, 4):  # a FULL record, or a split one's LAST chunk
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(chunks)
-            yield record
-            chunks = b""
-
-
 def one_wandb_run_with_continuous_steps(run_dir: Path) -> None:
-    """One W&B run id over every segment: the client keeps a directory per process start (offline-run-<time>-<id>,
-    the resumed parts `wandb sync` sends in start order), whose histories go on from step to step."""
+    """One offline directory for the three segments (each process start wrote its own; the job folded them), whose
+    log W&B's own reader reads as one run: one start, one end, every step once and in order, W&B's step the
+    trainer's; `wandb sync` takes it."""
     state = json.loads((run_dir / "trackers.json").read_text())["wandb"]
-    dirs = sorted((run_dir / "wandb").glob("offline-run-*"))
-    assert len(dirs) == REQUEUES + 1 and all(d.name.endswith(f"-{state['id']}") for d in dirs), dirs
-    steps = []
-    for d in dirs:
-        for record in wandb_records(d / f"run-{state['id']}.wandb"):
-            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
-            if "train/loss" in items:
-                assert items["_step"] == items["trainer/global_step"], items  # W&B's own step goes on too
-                steps.append(int(items["trainer/global_step"]))
-    assert steps == csv_steps(run_dir, "train/loss"), steps  # every logged step, once, in order
-    dry = subprocess.run([str(Path(sys.executable).parent / "wandb"), "sync", "--dry-run", *map(str, dirs)],
-                         capture_output=True, text=True)  # the client's own command takes them
-    assert dry.stdout.count(".wandb") + dry.stderr.count(".wandb") == len(dirs), dry.stdout + dry.stderr
+    (folded,) = (run_dir / "wandb").glob("offline-run-*")
+    parts = list((folded / "segments").glob("*.wandb"))  # each segment's own log, kept
+    assert folded.name.endswith(f"-{state['id']}") and len(parts) == REQUEUES + 1, (folded, parts)
+    records = wandb_records(folded)
+    kinds = [r["type"] for r in records]
+    assert kinds.count("run") == kinds.count("exit") == 1 and kinds[-1] == "exit", kinds
+    items = [r["history"]["item"] for r in records if "train/loss" in r.get("history", {}).get("item", {})]
+    assert all(i["_step"] == i["trainer/global_step"] for i in items), items[:3]  # W&B's own step goes on too
+    assert [i["_step"] for i in items] == csv_steps(run_dir, "train/loss"), items  # every logged step, once, in order
+    dry = subprocess.run([str(Path(sys.executable).parent / "wandb"), "sync", "--dry-run", str(folded)],
+                         capture_output=True, text=True)  # the client's own command takes it
+    assert "Would sync 1 run(s)" in dry.stdout + dry.stderr, dry.stdout + dry.stderr
 
 
 def no_canary_under(*run_dirs: Path) -> None:
@@ -199,17 +192,17 @@ def own_code_saved_on_the_warning_and_resumed(run_dir: Path, found: list) -> Non
 
 
 def test_runs_longer_than_one_allocation_requeue_themselves_and_complete(cpu_image, slurm_cluster, demo_data,
-                                                                        runs_dir, lsf_path, mlflow_server):
+                                                                        runs_dir, lsf_path, mlflow_for_nodes):
     """Slurm (one rank and two DDP ranks) and the LSF stand-in warned twice each, your own code under a real
     two-minute limit, and the uninterrupted references on the same shapes, all side by side."""
-    submitted = {}
+    submitted, server = {}, mlflow_up(mlflow_for_nodes)  # the online run's first segment logs at once
     for name, cluster, profile, args in (("reference", "ci-slurm", "n1_gpu1", config(demo_data, "single")),
                                          ("reference-ddp", "ci-slurm", "n1_gpu2", config(demo_data, "ddp")),
                                          ("ci-slurm", "ci-slurm", "n1_gpu1", config(demo_data, "single")),
                                          ("ci-slurm-ddp", "ci-slurm", "n1_gpu2", config(demo_data, "ddp")),
                                          ("ci-lsf", "ci-lsf", "one_gpu", config(demo_data, "single")),
                                          ("own-code", "ci-slurm", "requeue_1x1", [LIGHTNING, "--no-wait"])):
-        done = run_cluster(cluster, profile, *args, "--run-id", name, *tracker_args(name, mlflow_server),
+        done = run_cluster(cluster, profile, *args, "--run-id", name, *tracker_args(name, server),
                            *(LIGHTNING_LONG * (name == "own-code")), env={**os.environ, **CANARIES})
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr
         submitted[name] = manifest(runs_dir / name)["scheduler"]
@@ -224,9 +217,10 @@ def test_runs_longer_than_one_allocation_requeue_themselves_and_complete(cpu_ima
     for name, reference in (("ci-slurm", "reference"), ("ci-slurm-ddp", "reference-ddp"), ("ci-lsf", "reference")):
         assert len(found[name]) == REQUEUES + 1, found[name]
         assert_resumed_to_the_same_result(runs_dir / name, runs_dir / reference, found[name])
-    synced_to_one_mlflow_run(runs_dir / "ci-slurm", mlflow_server)
+    logged_online(runs_dir / "ci-slurm", server)
+    synced_to_one_mlflow_run(runs_dir / "ci-lsf", server)
     one_wandb_run_with_continuous_steps(runs_dir / "ci-slurm-ddp")
-    no_canary_under(runs_dir / "ci-slurm", runs_dir / "ci-slurm-ddp")
+    no_canary_under(*(runs_dir / name for name in TRACKED))
     own_code_saved_on_the_warning_and_resumed(runs_dir / "own-code", found["own-code"])
     slurm_job, lsf_job = submitted["ci-slurm"]["job_id"], submitted["ci-lsf"]["job_id"]
     assert {s.job_id for s in found["ci-slurm"]} == {slurm_job}  # a requeued job keeps its id

@@ -152,3 +152,48 @@ def test_each_model_of_a_multi_model_task_is_its_own_wandb_run(tmp_path, monkeyp
     assert ids[0] != ids[1] and ids == [trackers.wandb_id(tmp_path, name) for name in ("expert_0", "expert_1")]
     assert sorted(d.name.rsplit("-", 1)[-1] for d in (tmp_path / "wandb").glob("offline-run-*")) == sorted(
         i.rsplit("-", 1)[-1] for i in ids)
+
+
+@pytest.mark.slow
+def test_your_own_command_continues_one_tracked_run_through_the_trackers_variables(tmp_path, monkeypatch):
+    """A `command:` run: rank 0's own mlflow.start_run() and wandb.init(), given nothing, continue the run's one
+    MLflow run and one W&B id in every segment; rank 1 gets neither, nor the credentials the job forwarded."""
+    import os
+
+    from test_user_code import runner
+
+    from train import wandb_offline
+
+    tracker = {"use": ["mlflow", "wandb"], "offline": True}
+    for segment in ("1", "2"):
+        env = {"CT_SEGMENT": segment, "WANDB_API_KEY": "c4nary" + "0" * 34, "MLFLOW_TRACKING_TOKEN": "canary-0"}
+        proc, run_dir = runner(tmp_path, OWN_CODE, env=env, name="own", tracker=tracker)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        ranks = {r["rank"]: r["has"] for r in (json.loads(line) for line in out.splitlines() if line[:1] == "{")}
+        assert "MLFLOW_RUN_ID" in ranks["0"] and "WANDB_RUN_ID" in ranks["0"], ranks
+        assert not {"MLFLOW_RUN_ID", "WANDB_RUN_ID", "WANDB_API_KEY", "MLFLOW_TRACKING_TOKEN"} & set(ranks["1"])
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # the run's own store, as `sync` reads it
+    client = MlflowClient((run_dir / "mlruns").as_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name("own").experiment_id])
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [1, 2]
+    assert {"ct.segment.1", "ct.segment.2"} <= set(run.data.tags) and run.data.tags["ct.run_id"] == "run"
+    folded = wandb_offline.fold(run_dir / "wandb", json.loads((run_dir / "trackers.json").read_text())["wandb"]["id"])
+    assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1 and len(list(folded.glob("segments/*"))) == 2
+
+
+OWN_CODE = """
+import json, os, sys
+segment = int(os.environ["CT_SEGMENT"])
+has = sorted(k for k in os.environ if k.startswith(("WANDB_", "MLFLOW_")))  # before MLflow's end_run drops its own
+if os.environ["RANK"] == "0":
+    import mlflow, wandb
+    with mlflow.start_run():  # MLFLOW_RUN_ID: the run's one MLflow run
+        mlflow.log_metric("loss", 1.0 / segment, step=segment)
+    run = wandb.init()
+    run.log({"loss": 1.0 / segment}, step=segment)
+    run.finish()
+sys.stdout.write(json.dumps({"rank": os.environ["RANK"], "has": has}) + "\\n")
+"""

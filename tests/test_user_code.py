@@ -209,13 +209,15 @@ def test_srun_and_blaunch_tasks_map_to_the_same_variables():
     assert set(EXPECTED) <= set(one_host) and one_host["RANK"] == "1" and one_host["WORLD_SIZE"] == "2"
 
 
-def runner(tmp_path, script, ranks=2):
-    """`python -m train command` on the host for a one-host job: a run directory with config.yaml and code/."""
+def runner(tmp_path, script, ranks=2, env=(), **config):
+    """`python -m train command` on the host for a one-host job: a run directory with config.yaml (and `config`'s
+    keys) and code/; the job's environment and `env`. Again on the same tmp_path: the run's next segment."""
     run_dir = tmp_path / "run"
-    (run_dir / "code").mkdir(parents=True)
+    (run_dir / "code").mkdir(parents=True, exist_ok=True)
     (run_dir / "code" / "rank.py").write_text(textwrap.dedent(script))
-    (run_dir / "config.yaml").write_text(json.dumps({"command": [sys.executable, "rank.py"], "code": str(tmp_path)}))
-    env = {**os.environ, "CT_LAUNCH": "lightning", "CT_NODES": "1", "CT_RANKS_PER_NODE": str(ranks),
+    (run_dir / "config.yaml").write_text(json.dumps({"command": [sys.executable, "rank.py"], "code": str(tmp_path),
+                                                     **config}))
+    env = {**os.environ, **dict(env), "CT_LAUNCH": "lightning", "CT_NODES": "1", "CT_RANKS_PER_NODE": str(ranks),
            "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-m", "train", "command", "--config", str(run_dir / "config.yaml")],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), run_dir

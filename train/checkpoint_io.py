@@ -10,60 +10,16 @@ directory, then rank 0 moves the old directory aside, renames the new one into p
 renames are not one atomic step: a kill exactly between them leaves `<name>.old` (the previous checkpoint, complete)
 and no `<name>`; `restore_aside` puts it back when the run starts again.
 """
-import errno
 import io
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import torch
 from lightning_fabric.utilities.types import _PATH
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
-from train.exit_codes import DISK_FULL
-
-FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
-
-
-def disk_full(path, err: OSError):
-    """Print the one line and exit DISK_FULL when err is a full disk; otherwise return (the caller re-raises)."""
-    if err.errno not in FULL_DISK:
-        return
-    try:
-        free = shutil.disk_usage(Path(path).parent).free // 2**20
-    except OSError:
-        free = "?"
-    print(f"[cluster-train] error: disk full writing {path} ({free} MB free); free space or move the run",
-          file=sys.stderr, flush=True)
-    raise SystemExit(DISK_FULL)
-
-
-def fsync_dir(folder) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        disk_full(path, err)
-        raise
-    finally:
-        tmp.unlink(missing_ok=True)
+from train.durable import atomic_write_bytes, disk_full, fsync_dir
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

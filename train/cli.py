@@ -26,7 +26,7 @@ def fit(config: str, **overrides):
     try:
         run_fit(run)
     except OSError as err:  # a full disk under a file the task writes itself (history, weights): the same one line
-        from train.checkpoint_io import disk_full
+        from train.durable import disk_full
 
         disk_full(err.filename or run.output_dir, err)
         raise

@@ -13,10 +13,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 from train import config as cfg
-from train import launch_env
+from train import command_trackers, launch_env
 from train.errors import UserError
 from train.exit_codes import REQUEUE
 
@@ -34,8 +34,8 @@ def run_command(config: str) -> int:
     Path(env["CT_CHECKPOINT_DIR"]).mkdir(exist_ok=True)
     os.chdir(run_dir / CODE_DIR)
     if launch_env.starts_ranks_itself(os.environ):
-        return start_ranks(run.command, env)
-    env.update(launch_env.task_env(os.environ))
+        return start_ranks(run.command, env, lambda rank_env: command_trackers.for_rank(run, run_dir, rank_env))
+    env = command_trackers.for_rank(run, run_dir, {**env, **launch_env.task_env(os.environ)})
     announce(env, run.command)
     try:
         os.execvpe(run.command[0], run.command, env)
@@ -54,13 +54,14 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-def start_ranks(command: List[str], env: Dict[str, str]) -> int:
-    """One process per rank on this host; the worst exit status (75 when they saved to be requeued)."""
+def start_ranks(command: List[str], env: Dict[str, str], for_rank: Callable[[Dict[str, str]], Dict[str, str]]) -> int:
+    """One process per rank on this host (`for_rank`: what each rank's environment gains or loses); the worst exit
+    status (75 when they saved to be requeued)."""
     _, per_node = launch_env.shape(env)
     port = launch_env.free_port()
     procs = []
     for local in range(per_node):
-        rank_env = {**env, **launch_env.local_rank_env(env, local, port)}
+        rank_env = for_rank({**env, **launch_env.local_rank_env(env, local, port)})
         announce(rank_env, command)
         try:
             procs.append(subprocess.Popen(command, env=rank_env))

@@ -6,12 +6,8 @@ directory (trackers.json) and every segment continues that run at the global ste
 the same run_id; W&B: the same id with resume="allow"). The run's identity (run id, cluster, profile, image and data
 digests, code commit) goes in as tags, the resolved config as parameters, each segment's start as an event.
 """
-import hashlib
 import json
 import os
-import re
-import socket
-import time
 from pathlib import Path
 from typing import Any, Dict
 
@@ -20,11 +16,10 @@ from pytorch_lightning.loggers import MLFlowLogger, TensorBoardLogger, WandbLogg
 from pytorch_lightning.utilities import rank_zero_only
 
 from train import config as cfg
+from train import wandb_offline
 from train.tracker_config import CREDENTIALS
-
-STATE = "trackers.json"  # in the run's output directory: each tracker's run id, read by every later segment
-LOCAL_MLFLOW = "mlruns"  # the embedded MLflow file store, and where an offline run logs
-
+from train.tracker_identity import (identity, mark_mlflow_segment, mlflow_uri, read_state, run_name, segment_event,
+                                    state_key, wandb_id, write_state)
 
 def loggers(run: cfg.RunConfig, out: Path, name: str = "", project: str = "", tensorboard: bool = True) -> list:
     """The loggers `run.tracker` names, for the Trainer writing into `out`. `name`: one model's log of a multi-model
@@ -54,20 +49,12 @@ def mlflow_logger(run: cfg.RunConfig, out: Path, name: str, project: str):
                         tracking_uri=uri, tags=identity(out), run_id=run_id)
 
 
-def mlflow_uri(run: cfg.RunConfig, out: Path) -> str:
-    """The server, or the file store in the run directory (no server given, or the nodes cannot reach it)."""
-    if run.tracker.mlflow_uri and not run.tracker.offline:
-        return run.tracker.mlflow_uri
-    # MLflow 3 refuses its file store unless asked: it is the one store its skinny client writes without a
-    # database library, and `bin/run-cluster sync` moves the run into a server's database afterwards
-    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-    return (out / LOCAL_MLFLOW).resolve().as_uri()
-
-
 def wandb_logger(run: cfg.RunConfig, out: Path, name: str, project: str):
     import wandb
 
     run_id = wandb_id(out, name)
+    if run.tracker.offline and rank_zero_only.rank == 0:  # a segment killed before its own end left its directory
+        wandb_offline.fold(out / "wandb", run_id)
     if wandb.run is not None and wandb.run.id != run_id:  # a multi-model task's previous model: WandbLogger would
         wandb.finish()                                     # log this one into it
     return StepWandbLogger(name=run_name(out, name), project=run.tracker.experiment or project or run.name,
@@ -87,53 +74,20 @@ class StepWandbLogger(WandbLogger):
         self.experiment.log({**metrics, "trainer/global_step": step}, step=step)
 
 
-def wandb_id(out: Path, name: str) -> str:
-    """The W&B run id, the same in every segment without anyone having to write it first: the run's id, and a digest
-    of where it writes (two runs given the same --run-id on two machines stay two W&B runs)."""
-    tags = identity(out)
-    digest = hashlib.sha256(f"{tags.get('ct.submitted_at', '')}|{out.resolve()}|{name}".encode()).hexdigest()[:8]
-    return re.sub(r"[^A-Za-z0-9_-]", "-", f"{tags['ct.run_id']}-{name}"[:60]).strip("-") + f"-{digest}"
+def finish(run: cfg.RunConfig, exit_code: int) -> None:
+    """A segment's end, on rank 0 (the only rank that logs): W&B's run closed with the process's exit code, then its
+    offline directories folded into one (train/wandb_offline.py). A segment killed before this is folded by the next
+    segment's start, or by `run-cluster sync`."""
+    if "wandb" not in run.tracker.use or rank_zero_only.rank != 0:
+        return
+    import wandb
 
-
-def run_name(out: Path, name: str) -> str:
-    return f"{identity(out)['ct.run_id']}/{name}" if name else identity(out)["ct.run_id"]
-
-
-def identity(out: Path) -> Dict[str, str]:
-    """What makes the run reproducible, from its manifest (written at submission) and the job's environment; a run
-    started without run-cluster (python -m train fit) has only its directory's name."""
-    run_dir = Path(os.environ.get("CT_RUN_DIR") or out)
-    path = run_dir / "manifest.json"
-    manifest = json.loads(path.read_text()) if path.is_file() else {}
-    found = {
-        "ct.run_id": manifest.get("run_id") or run_dir.name,
-        "ct.submitted_at": manifest.get("submitted_at"),
-        "ct.cluster": manifest.get("cluster"),
-        "ct.profile": manifest.get("profile"),
-        "ct.image_sha256": os.environ.get("CT_IMAGE_SHA256") or (manifest.get("image") or {}).get("sha256"),
-        "ct.data_sha256": (manifest.get("data") or {}).get("sha256"),
-        "ct.code_commit": (manifest.get("git") or {}).get("commit"),
-        "ct.code_dirty": (manifest.get("git") or {}).get("dirty"),
-        "ct.code_sha256": (manifest.get("code") or {}).get("sha256"),
-    }
-    return {key: str(value) for key, value in found.items() if value not in (None, "")}
-
-
-def state_key(tracker: str, name: str) -> str:
-    return f"{tracker}/{name}" if name else tracker
-
-
-def read_state(out: Path) -> Dict[str, Any]:
-    path = Path(out) / STATE
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def write_state(out: Path, key: str, value: Dict[str, Any]) -> None:
-    """One tracker's entry, written atomically (a segment killed mid-write leaves the old file)."""
-    state = {**read_state(out), key: value}
-    tmp = Path(out) / f".{STATE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, Path(out) / STATE)
+    if wandb.run is not None:
+        wandb.finish(exit_code=exit_code)
+    if run.tracker.offline:
+        for key, entry in read_state(Path(run.output_dir)).items():
+            if key.split("/")[0] == "wandb":
+                wandb_offline.fold(Path(run.output_dir) / "wandb", entry["id"])
 
 
 class TrackedRun(Callback):
@@ -176,14 +130,10 @@ class TrackedRun(Callback):
                 self._wandb(logger, event)
 
     def _mlflow(self, logger, event: Dict[str, Any]) -> None:
-        client, run_id = logger.experiment, logger.run_id
-        if self.continued.get(state_key("mlflow", self.name)):  # an earlier segment's end marked it finished
-            client.update_run(run_id, status="RUNNING")
-        else:  # params once: MLflow refuses a changed value, and a resume may raise trainer.max_epochs
+        continued = self.continued.get(state_key("mlflow", self.name))  # an earlier segment started this run
+        if not continued:  # params once: MLflow refuses a changed value, and a resume may raise trainer.max_epochs
             logger.log_hyperparams(cfg.to_dict(self.run))
-        for name, value in identity(self.out).items():
-            client.set_tag(run_id, name, value)
-        client.set_tag(run_id, f"ct.segment.{event['segment']}", json.dumps(event))
+        mark_mlflow_segment(logger.experiment, logger.run_id, self.out, event, continued)
 
     def _wandb(self, logger, event: Dict[str, Any]) -> None:
         experiment = logger.experiment
@@ -191,11 +141,3 @@ class TrackedRun(Callback):
                                  allow_val_change=True)
         experiment.log({"cluster_train/segment": event["segment"], "trainer/global_step": event["step"]},
                        step=event["step"])
-
-
-def segment_event(step: int) -> Dict[str, Any]:
-    """This segment (the job script's count, CT_SEGMENT) and where it starts: the step its checkpoint restored."""
-    return {"segment": int(os.environ.get("CT_SEGMENT") or 1), "step": int(step), "host": socket.gethostname(),
-            "job_id": os.environ.get("SLURM_JOB_ID") or os.environ.get("LSB_JOBID") or "",
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-

@@ -15,7 +15,7 @@ import torch
 from pytorch_lightning.callbacks import Callback
 
 from train import trackers
-from train.checkpoint_io import atomic_write_bytes
+from train.durable import atomic_write_bytes
 from train.config import RunConfig
 from train.csv_append import AppendingCSVLogger
 from train.data import build as build_data

@@ -3,7 +3,8 @@ compute nodes that cannot reach the tracker) from a machine that can, the login 
 
 MLflow: the run's file store (mlruns/) is copied into the server `tracker.mlflow_uri` names, as one run whatever the
 number of segments; syncing again sends only the metric points added since (trackers_synced.json keeps the count).
-W&B: each segment's offline directory (wandb/offline-run-*, one id) goes to `wandb sync` in the order they ran.
+W&B: the run's one offline directory (wandb/offline-run-*-<id>, its segments folded: train/wandb_offline.py) goes to
+`wandb sync`; it is synced while its log has not grown since.
 Credentials come from this machine's environment (MLFLOW_TRACKING_*, WANDB_API_KEY), as the clients read them.
 """
 import json
@@ -16,6 +17,7 @@ from typing import Any, Dict, List
 
 import yaml
 
+from train import wandb_offline
 from train.errors import UserError
 from train.host import runs
 from train.host.images import store
@@ -109,18 +111,30 @@ def param(key: str, value: str):
 
 
 def sync_wandb(out: Path, key: str, entry: Dict[str, Any]) -> str:
-    """Each segment's offline directory of this W&B run, oldest first, the ones not synced before."""
+    """The W&B run's one offline directory (its segments folded first, if the job could not) to `wandb sync`."""
     exe = shutil.which("wandb")
     if exe is None:
         raise UserError("sync needs W&B's client on this machine: python3 -m pip install --user wandb")
-    record = read_synced(out).get(key) or {"dirs": []}
-    dirs = sorted(str(d) for d in (out / "wandb").glob(f"offline-run-*-{entry['id']}") if str(d) not in record["dirs"])
-    if dirs:
-        done = subprocess.run([exe, "sync", *dirs], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise UserError(f"wandb sync failed for {key}: {(done.stderr or done.stdout).strip()[-300:]}")
-    write_synced(out, key, {"dirs": record["dirs"] + dirs, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    return f"{key}: run {entry['id']}, {len(dirs)} offline segment director(y/ies) synced"
+    folded = wandb_offline.fold(out / "wandb", entry["id"])
+    if folded is None:
+        return f"{key}: run {entry['id']} has no offline directory yet"
+    if wandb_synced(out, key, entry):
+        return f"{key}: run {entry['id']}, {folded.relative_to(out)} already synced"
+    done = subprocess.run([exe, "sync", str(folded)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise UserError(f"wandb sync failed for {key}: {(done.stderr or done.stdout).strip()[-300:]}")
+    log = folded / f"run-{entry['id']}.wandb"
+    write_synced(out, key, {"log": str(log.relative_to(out)), "bytes": log.stat().st_size,
+                            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    return f"{key}: run {entry['id']}, {folded.relative_to(out)} synced"
+
+
+def wandb_synced(out: Path, key: str, entry: Dict[str, Any]) -> bool:
+    """Synced: one directory, its log as long as when `sync` sent it (a segment folded in since makes it longer; a
+    segment the job could not fold is a second directory)."""
+    record, dirs = read_synced(out).get(key) or {}, wandb_offline.segment_dirs(out / "wandb", entry["id"])
+    log = dirs[0] / f"run-{entry['id']}.wandb" if len(dirs) == 1 else None
+    return bool(log and log.is_file() and record.get("bytes") == log.stat().st_size)
 
 
 def read_synced(out: Path) -> Dict[str, Any]:
@@ -140,9 +154,10 @@ def status_lines(run_dir: Path) -> List[str]:
         for key, entry in json.loads((out / "trackers.json").read_text()).items():
             local = entry.get("tracking_uri", "").startswith("file:")
             where = entry.get("tracking_uri") or f"W&B project {entry.get('project')}"
+            done = wandb_synced(out, key, entry) if key.split("/")[0] == "wandb" else key in synced
             if not (entry.get("offline") or (local and target)):
                 state = "in the run directory" if local else "logged online"
             else:
-                state = f"synced {synced[key]['at']}" if key in synced else f"not synced: run-cluster sync {run_dir}"
+                state = f"synced {synced[key]['at']}" if done else f"not synced: run-cluster sync {run_dir}"
             lines.append(f"tracker {key}: run {entry.get('run_id') or entry.get('id')} ({where}), {state}")
     return lines
