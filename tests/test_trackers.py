@@ -197,3 +197,33 @@ if os.environ["RANK"] == "0":
     run.finish()
 sys.stdout.write(json.dumps({"rank": os.environ["RANK"], "has": has}) + "\\n")
 """
+
+
+def test_every_image_carries_both_clients_and_one_that_does_not_is_refused_before_queueing(tmp_path, monkeypatch):
+    """Each flavor's lock pins mlflow-skinny and wandb (the CUDA 11.6 one: the last releases for its Python 3.8); a
+    flavor whose lock lacks one (a site's own) is refused in one line naming the fix, before anything is queued."""
+    from types import SimpleNamespace
+
+    from train.host import project
+    from train.host.jobs import preflight
+
+    run = cfg.resolve({"tracker": ["mlflow", "wandb"]})
+    for flavor in ("cpu", "cuda12.8", "cuda11.6"):
+        preflight.image_has_the_trackers(SimpleNamespace(image_flavor=flavor, image_parent_sha256=None), None, run)
+    (tmp_path / "containers").mkdir()
+    (tmp_path / "containers" / "site.lock").write_text("torch==2.6.0 \\\n    --hash=sha256:00\nmlflow-skinny==3.1\n")
+    monkeypatch.setattr(project, "ROOT", tmp_path)
+    with pytest.raises(UserError, match=r"^tracker wandb: the site image does not carry wandb yet; derive one") as no:
+        preflight.image_has_the_trackers(SimpleNamespace(image_flavor="site", image_parent_sha256=None), None, run)
+    assert "images derive NAME --from site" in str(no.value) and "\n" not in str(no.value)
+
+
+def test_your_own_command_with_an_unreachable_mlflow_server_ends_in_one_line(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from train.command_trackers import for_rank
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the client's own retries, minutes by default
+    run = cfg.resolve({"tracker": {"use": ["mlflow"], "mlflow_uri": "http://127.0.0.1:9"}})
+    with pytest.raises(UserError, match=r"^tracker mlflow: http://127.0.0.1:9 did not answer from .*tracker.offline"):
+        for_rank(run, tmp_path, {"RANK": "0"})
+    assert for_rank(run, tmp_path, {"RANK": "1", "MLFLOW_TRACKING_TOKEN": "t", "PATH": "/bin"}) == {"RANK": "1", "PATH": "/bin"}

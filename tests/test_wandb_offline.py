@@ -42,6 +42,9 @@ def test_a_run_of_three_segments_leaves_one_offline_directory_wandb_reads_as_one
     run = cfg.resolve({"output_dir": str(tmp_path), "tracker": {"use": ["wandb"], "offline": True}})
     segment(run, tmp_path, range(0, 10))
     segment(run, tmp_path, range(10, 20), killed=True)  # folded by the next segment's start
+    first, second = sync.wandb_offline.segment_dirs(tmp_path / "wandb", trackers_id(tmp_path))
+    assert sync.wandb_offline.fold(tmp_path / "wandb", trackers_id(tmp_path), leave_last=True) == first
+    assert second.is_dir() and not (first / "segments").exists()  # `sync` while it runs: its directory left alone
     segment(run, tmp_path, range(20, 30), exit_code=0)
     (folded,) = (tmp_path / "wandb").glob("offline-run-*")
     records = wandb_records(folded)
@@ -51,12 +54,17 @@ def test_a_run_of_three_segments_leaves_one_offline_directory_wandb_reads_as_one
     steps = [r["history"]["item"]["_step"] for r in records if "train/loss" in r.get("history", {}).get("item", {})]
     assert steps == list(range(30)), steps  # every step once, in order, across the three processes
     assert sum(json.dumps(r).count(BIG) for r in records if r["type"] == "config") == 3
-    before = (folded / f"run-{folded.name.split('-', 3)[3]}.wandb").read_bytes()
-    assert sync.wandb_offline.fold(tmp_path / "wandb", folded.name.split("-", 3)[3]) == folded
-    assert (folded / f"run-{folded.name.split('-', 3)[3]}.wandb").read_bytes() == before  # folding again: the same
+    log = folded / f"run-{trackers_id(tmp_path)}.wandb"
+    before = (log.read_bytes(), log.stat().st_mtime_ns)
+    assert sync.wandb_offline.fold(tmp_path / "wandb", trackers_id(tmp_path)) == folded
+    assert (log.read_bytes(), log.stat().st_mtime_ns) == before  # folding again: nothing new, nothing rewritten
     dry = subprocess.run([WANDB, "sync", "--dry-run", str(folded)], capture_output=True, text=True, timeout=120)
     assert "Would sync 1 run(s)" in dry.stdout + dry.stderr, dry.stdout + dry.stderr
     sync_status_follows_the_log(tmp_path, sync)
+
+
+def trackers_id(out: Path) -> str:
+    return json.loads((out / "trackers.json").read_text())["wandb"]["id"]
 
 
 def sync_status_follows_the_log(out: Path, sync) -> None:

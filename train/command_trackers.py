@@ -7,12 +7,14 @@ is the server's to give, so the launcher creates the run once (kept in trackers.
 the same MLFLOW_RUN_ID; W&B's is derived from the run (WANDB_RUN_ID, WANDB_RESUME=allow).
 """
 import os
+import socket
 from pathlib import Path
 from typing import Dict
 
 from train import config as cfg
 from train import tracker_identity as tracked
 from train import wandb_offline
+from train.errors import UserError
 from train.tracker_config import CREDENTIALS
 
 
@@ -27,7 +29,12 @@ def for_rank(run: cfg.RunConfig, run_dir: Path, env: Dict[str, str]) -> Dict[str
     if "wandb" in run.tracker.use:
         env.update(wandb_environment(run, run_dir))
     if "mlflow" in run.tracker.use:
-        env.update(mlflow_environment(run, run_dir))
+        try:
+            env.update(mlflow_environment(run, run_dir))
+        except Exception as err:  # MlflowException, or the connection's own after the client's retries
+            raise UserError(f"tracker mlflow: {tracked.mlflow_uri(run, run_dir)} did not answer from "
+                            f"{socket.gethostname()} ({str(err).splitlines()[0][:200]}); set tracker.offline: true "
+                            "where the nodes cannot reach it, and `run-cluster sync` afterwards") from None
     return env
 
 

@@ -6,7 +6,6 @@ directory (trackers.json) and every segment continues that run at the global ste
 the same run_id; W&B: the same id with resume="allow"). The run's identity (run id, cluster, profile, image and data
 digests, code commit) goes in as tags, the resolved config as parameters, each segment's start as an event.
 """
-import json
 import os
 from pathlib import Path
 from typing import Any, Dict
@@ -20,6 +19,7 @@ from train import wandb_offline
 from train.tracker_config import CREDENTIALS
 from train.tracker_identity import (identity, mark_mlflow_segment, mlflow_uri, read_state, run_name, segment_event,
                                     state_key, wandb_id, write_state)
+
 
 def loggers(run: cfg.RunConfig, out: Path, name: str = "", project: str = "", tensorboard: bool = True) -> list:
     """The loggers `run.tracker` names, for the Trainer writing into `out`. `name`: one model's log of a multi-model

@@ -93,12 +93,14 @@ def segment_dirs(wandb_dir: Path, run_id: str) -> List[Path]:
     return [d for *_, d in sorted(found)]
 
 
-def fold(wandb_dir: Path, run_id: str) -> Optional[Path]:
-    """Gather the run's offline directories into the first; returns it (None: the run has none). Safe to repeat, and
-    to be killed part way: a segment's log is moved into the parts before its directory goes, and the run's log is
-    always rebuilt from all the parts."""
+def fold(wandb_dir: Path, run_id: str, leave_last: bool = False) -> Optional[Path]:
+    """Gather the run's offline directories into the first; returns it (None: the run has none). `leave_last`: the
+    newest directory is a running segment's (its process still writes there), left alone. Safe to repeat, and to be
+    killed part way: a segment's log is moved into the parts before its directory goes, and the run's log is rebuilt
+    from all the parts whenever one is newer than it."""
     dirs = segment_dirs(wandb_dir, run_id)
-    if len(dirs) < 2 and not (dirs and (dirs[0] / PARTS).is_dir()):
+    later = dirs[1:-1] if leave_last else dirs[1:]
+    if not dirs or not (later or (dirs[0] / PARTS).is_dir()):
         return dirs[0] if dirs else None
     keep, log = dirs[0], dirs[0] / f"run-{run_id}.wandb"
     parts = keep / PARTS
@@ -106,10 +108,12 @@ def fold(wandb_dir: Path, run_id: str) -> Optional[Path]:
     if not any(parts.glob("*.wandb")) and log.is_file():
         shutil.copyfile(log, parts / ".first.tmp")
         os.replace(parts / ".first.tmp", parts / "001.wandb")
-    for later in dirs[1:]:
-        take_in(keep, later, parts / f"{len(list(parts.glob('*.wandb'))) + 1:03d}.wandb", run_id)
-    write_records(log, one_stream(sorted(parts.glob("*.wandb"))))
-    log.with_suffix(".wandb.synced").unlink(missing_ok=True)  # `wandb sync` marks a log it sent; this one grew
+    for each in later:
+        take_in(keep, each, parts / f"{len(list(parts.glob('*.wandb'))) + 1:03d}.wandb", run_id)
+    found = sorted(parts.glob("*.wandb"))
+    if found and (not log.is_file() or max(p.stat().st_mtime for p in found) >= log.stat().st_mtime):
+        write_records(log, one_stream(found))
+        log.with_suffix(".wandb.synced").unlink(missing_ok=True)  # `wandb sync` marks a log it sent; this one grew
     point_links_at(Path(wandb_dir), keep)
     return keep
 

@@ -206,7 +206,7 @@ TRACKER_CLIENTS = {"mlflow": "mlflow-skinny", "wandb": "wandb"}  # the package e
 def image_has_the_trackers(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     """A tracker whose client the image does not install would fail in the job, after the wait in the queue."""
     lock = project.ROOT / "containers" / f"{base_flavor(job.image_flavor)}.lock"
-    if job.image_parent_sha256 or run.command or not lock.is_file():  # a derived image may add it; own code logs itself
+    if job.image_parent_sha256 or not lock.is_file():  # a derived image may add it
         return
     pinned = {line.split("==")[0].lower() for line in lock.read_text().splitlines() if line[:1].isalnum()}
     missing = [name for name in run.tracker.use if name in TRACKER_CLIENTS and TRACKER_CLIENTS[name] not in pinned]

@@ -21,6 +21,7 @@ from train import wandb_offline
 from train.errors import UserError
 from train.host import runs
 from train.host.images import store
+from train.host.runs import segments
 from train.host.usage import Parser
 
 SYNCED = "trackers_synced.json"  # beside trackers.json: where each tracked run went and how much of it
@@ -32,7 +33,9 @@ def main(argv: List[str]) -> int:
     run_dir = p.parse_args(argv).run_dir.resolve()
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} is not a run directory; give runs/<id> or the run's id")
-    done = [line for out in tracked_dirs(run_dir) for line in sync_dir(out)]
+    found = segments.read(run_dir)
+    running = bool(found) and not found[-1].how  # a segment's process still writes its W&B directory
+    done = [line for out in tracked_dirs(run_dir) for line in sync_dir(out, running)]
     if not done:
         raise UserError(f"{run_dir} logged nothing offline to upload (tracker.offline is off, or no segment ran)")
     print("\n".join(done))
@@ -44,7 +47,7 @@ def tracked_dirs(run_dir: Path) -> List[Path]:
     return [d for d in [run_dir, *sorted(run_dir.glob("task-*"))] if (d / "trackers.json").is_file()]
 
 
-def sync_dir(out: Path) -> List[str]:
+def sync_dir(out: Path, running: bool = False) -> List[str]:
     target = mlflow_target(out)
     lines = []
     for key, entry in json.loads((out / "trackers.json").read_text()).items():
@@ -52,7 +55,7 @@ def sync_dir(out: Path) -> List[str]:
             lines.append(sync_mlflow(out, key, entry, target) if target else
                          f"{key}: kept in {entry['tracking_uri']} (no tracker.mlflow_uri to upload to)")
         elif key.split("/")[0] == "wandb" and entry.get("offline"):
-            lines.append(sync_wandb(out, key, entry))
+            lines.append(sync_wandb(out, key, entry, running))
     return lines
 
 
@@ -110,12 +113,13 @@ def param(key: str, value: str):
     return Param(key, value)
 
 
-def sync_wandb(out: Path, key: str, entry: Dict[str, Any]) -> str:
-    """The W&B run's one offline directory (its segments folded first, if the job could not) to `wandb sync`."""
+def sync_wandb(out: Path, key: str, entry: Dict[str, Any], running: bool = False) -> str:
+    """The W&B run's one offline directory (its segments folded first, if the job could not; a running segment's
+    directory is left to its job) to `wandb sync`."""
     exe = shutil.which("wandb")
     if exe is None:
         raise UserError("sync needs W&B's client on this machine: python3 -m pip install --user wandb")
-    folded = wandb_offline.fold(out / "wandb", entry["id"])
+    folded = wandb_offline.fold(out / "wandb", entry["id"], leave_last=running)
     if folded is None:
         return f"{key}: run {entry['id']} has no offline directory yet"
     if wandb_synced(out, key, entry):
