@@ -10,6 +10,7 @@ import pytest
 from conftest import wandb_records
 
 from train import config as cfg
+from train import wandb_offline
 
 pytest.importorskip("wandb")
 WANDB = str(Path(sys.executable).parent / "wandb")
@@ -42,8 +43,8 @@ def test_a_run_of_three_segments_leaves_one_offline_directory_wandb_reads_as_one
     run = cfg.resolve({"output_dir": str(tmp_path), "tracker": {"use": ["wandb"], "offline": True}})
     segment(run, tmp_path, range(0, 10))
     segment(run, tmp_path, range(10, 20), killed=True)  # folded by the next segment's start
-    first, second = sync.wandb_offline.segment_dirs(tmp_path / "wandb", trackers_id(tmp_path))
-    assert sync.wandb_offline.fold(tmp_path / "wandb", trackers_id(tmp_path), leave_last=True) == first
+    first, second = wandb_offline.segment_dirs(tmp_path / "wandb", trackers_id(tmp_path))
+    assert wandb_offline.fold(tmp_path / "wandb", trackers_id(tmp_path), leave_last=True) == first
     assert second.is_dir() and not (first / "segments").exists()  # `sync` while it runs: its directory left alone
     segment(run, tmp_path, range(20, 30), exit_code=0)
     (folded,) = (tmp_path / "wandb").glob("offline-run-*")
@@ -56,7 +57,7 @@ def test_a_run_of_three_segments_leaves_one_offline_directory_wandb_reads_as_one
     assert sum(json.dumps(r).count(BIG) for r in records if r["type"] == "config") == 3
     log = folded / f"run-{trackers_id(tmp_path)}.wandb"
     before = (log.read_bytes(), log.stat().st_mtime_ns)
-    assert sync.wandb_offline.fold(tmp_path / "wandb", trackers_id(tmp_path)) == folded
+    assert wandb_offline.fold(tmp_path / "wandb", trackers_id(tmp_path)) == folded
     assert (log.read_bytes(), log.stat().st_mtime_ns) == before  # folding again: nothing new, nothing rewritten
     dry = subprocess.run([WANDB, "sync", "--dry-run", str(folded)], capture_output=True, text=True, timeout=120)
     assert "Would sync 1 run(s)" in dry.stdout + dry.stderr, dry.stdout + dry.stderr
