@@ -17,6 +17,7 @@ from typing import Any, Dict, List
 
 import yaml
 
+from train import tracker_identity as tracked
 from train import wandb_offline
 from train.errors import UserError
 from train.host import runs
@@ -44,13 +45,13 @@ def main(argv: List[str]) -> int:
 
 def tracked_dirs(run_dir: Path) -> List[Path]:
     """The run's directory and each packed task's: where a Trainer kept trackers.json."""
-    return [d for d in [run_dir, *sorted(run_dir.glob("task-*"))] if (d / "trackers.json").is_file()]
+    return [d for d in [run_dir, *sorted(run_dir.glob("task-*"))] if (d / tracked.STATE).is_file()]
 
 
 def sync_dir(out: Path, running: bool = False) -> List[str]:
     target = mlflow_target(out)
     lines = []
-    for key, entry in json.loads((out / "trackers.json").read_text()).items():
+    for key, entry in tracked.read_state(out).items():
         if key.split("/")[0] == "mlflow" and entry.get("tracking_uri", "").startswith("file:"):
             lines.append(sync_mlflow(out, key, entry, target) if target else
                          f"{key}: kept in {entry['tracking_uri']} (no tracker.mlflow_uri to upload to)")
@@ -155,7 +156,7 @@ def status_lines(run_dir: Path) -> List[str]:
     lines = []
     for out in tracked_dirs(run_dir):
         synced, target = read_synced(out), mlflow_target(out)
-        for key, entry in json.loads((out / "trackers.json").read_text()).items():
+        for key, entry in tracked.read_state(out).items():
             local = entry.get("tracking_uri", "").startswith("file:")
             where = entry.get("tracking_uri") or f"W&B project {entry.get('project')}"
             done = wandb_synced(out, key, entry) if key.split("/")[0] == "wandb" else key in synced
