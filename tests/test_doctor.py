@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,21 @@ def test_apptainer_without_setuid_or_user_namespaces_is_a_problem(slurm_cluster,
     assert "user namespaces: none can be made (unshare --user: unshare: unshare failed" in containers
     assert "fix: ask the admins for unprivileged user namespaces" in containers and "allow setuid = yes" in containers
     assert line(done, "apptainer:").startswith("ok ")  # found, and its version said: only the ways to start it went
+
+
+@pytest.mark.slurm
+def test_a_controller_that_does_not_answer_is_a_problem(slurm_cluster, tmp_path):
+    """The cluster's own configuration, its controller's port moved to one where nothing listens, for doctor alone:
+    every command is still on PATH, and only asking slurmctld tells that no job can be queued."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(Path("/etc/slurm/slurm.conf").read_text() + "SlurmctldPort=1\n")
+    started = time.monotonic()
+    done = doctor(tmp_path, SLURM_CONF=str(conf))
+    assert done.returncode == 1 and time.monotonic() - started < 60, done.stdout + done.stderr
+    scheduler = line(done, "scheduler:")
+    assert scheduler.startswith("problem ") and "slurmctld does not answer (scontrol ping: " in scheduler
+    assert "fix: no job can be queued until it answers" in scheduler
+    assert done.stdout.splitlines()[-1].startswith("doctor ci-slurm: ") and "a job can run from here" not in done.stdout
 
 
 @pytest.mark.slurm

@@ -13,6 +13,8 @@ from train.host.clusters import Cluster
 from train.host.doctor.check import OK, PROBLEM, WARNING, Check, last_line, run
 from train.host.schedulers import adapter
 
+PING_TIMEOUT_S = 20  # the controller answers in milliseconds; a real submission gives up after about as long
+
 
 def check_settings(cluster: Cluster) -> Tuple[Check, Optional[Dict[str, Any]]]:
     """The settings file loads and every key in it is read by something: (the check, the settings, None where
@@ -99,6 +101,11 @@ def check_scheduler(cluster: Cluster, path: str) -> Check:
         return Check(PROBLEM, f"scheduler: {', '.join(missing)} not on PATH",
                      f"run doctor on {cluster.name}'s login node, or load the module that brings {scheduler.name}")
     found = ", ".join(scheduler.commands)
+    silent = controller_silent(scheduler, path)
+    if silent:  # every sbatch would wait out its own timeouts, then fail: a problem, not a warning
+        return Check(PROBLEM, f"scheduler: {found} here, but {silent}",
+                     f"no job can be queued until it answers: ask the site whether {scheduler.controller} is down, "
+                     f"or fix the configuration this shell's {scheduler.name} commands read")
     tool = scheduler.version_command
     if not tool or not shutil.which(tool[0], path=path):
         return Check(WARNING, f"scheduler: {found} here, but no {tool[0] if tool else 'command'} to tell "
@@ -106,7 +113,21 @@ def check_scheduler(cluster: Cluster, path: str) -> Check:
                      f"put all of {scheduler.name}'s bin directory on PATH")
     done = run(list(tool), env={**os.environ, "PATH": path})
     version = done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else last_line(done)
-    return Check(OK, f"scheduler: {found} here; {version}")
+    answers = f"; {scheduler.controller} answers" if scheduler.ping_command else ""
+    return Check(OK, f"scheduler: {found} here; {version}{answers}")
+
+
+def controller_silent(scheduler, path: str) -> str:
+    """Why the scheduler's controller did not answer its ping within PING_TIMEOUT_S; "" where it did, or where
+    nothing asks it (a scheduler with no controller, its ping command not on PATH)."""
+    tool = scheduler.ping_command
+    if not tool or not shutil.which(tool[0], path=path):
+        return ""
+    done = run(list(tool), timeout=PING_TIMEOUT_S, env={**os.environ, "PATH": path})
+    if done.returncode == 0:
+        return ""
+    said = [line for line in (done.stdout + done.stderr).splitlines() if line.strip() and not line.startswith("*")]
+    return f"{scheduler.controller} does not answer ({' '.join(tool)}: {said[0] if said else last_line(done)})"
 
 
 def check_account(cluster: Cluster, user: Dict[str, Any]) -> Iterator[Check]:

@@ -122,10 +122,10 @@ class Scheduler:
       each_node        how the batch shell runs a command once on every node of its job (staging a data image).
       inventory()      what the live scheduler says it has (partitions, your accounts and QOS): init-cluster's draft
                        and check-cluster's drift; None where it cannot say.
-      commands, version_command, associations()
+      commands, version_command, ping_command, associations()
                        what `run-cluster doctor` looks for and asks on a login node: the commands a user of
-                       this scheduler needs there, the one that prints its version, the accounts and QOS
-                       this user may use.
+                       this scheduler needs there, the one that prints its version, the one that asks its
+                       controller to answer, the accounts and QOS this user may use.
       title, partition_word, job_id_var, hosts_var, constraint_join, follow_by_default,
       test_script()    the remaining facts, each documented where it is declared below.
     """
@@ -148,6 +148,8 @@ class Scheduler:
     constraint_join = "&"  # how two node-feature expressions are both required
     commands: Tuple[str, ...] = ()  # what a user of it needs on a login node; `doctor` looks for each on PATH
     version_command: Tuple[str, ...] = ()  # prints the scheduler's version (`doctor`); (): nothing to ask
+    ping_command: Tuple[str, ...] = ()  # exits 0 only when the controller answers (`doctor`); (): nothing to ask
+    controller = ""  # the daemon ping_command asks, in messages (slurmctld)
     # Profile and partition settings this scheduler has no way to express: key -> the fix.
     unsupported: Dict[Tuple[str, str], str] = {}
     short_options: Dict[str, str] = {}  # -p -> partition

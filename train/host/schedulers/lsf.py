@@ -106,6 +106,8 @@ class Lsf(Scheduler):
     accounting_name = "bhist"
     commands = ("bsub", "bjobs", "bkill", "bhist")
     version_command = ("lsid",)
+    ping_command = ("bqueues", "-l")  # mbatchd's answer; while it is down LSF retries, so doctor times it out
+    controller = "mbatchd"
     # bhist -l's events (IBM's wording), in the order they happen to a job: the last one found is its state
     EVENTS = ((r"Submitted from host", State.PENDING), (r"Starting \(Pid", State.RUNNING),
               (r"Pending: Job has been requeued", State.PENDING), (r"Done successfully", State.COMPLETED),

@@ -55,6 +55,8 @@ class Slurm(Scheduler):
     accounting_name = "sacct"
     commands = ("sbatch", "squeue", "sinfo", "scontrol", "sacct", "scancel")
     version_command = ("sinfo", "--version")
+    ping_command = ("scontrol", "ping")  # exit 1 and "is DOWN" when slurmctld does not answer
+    controller = "slurmctld"
 
     array_replaces = ("output", "job-name")
     array_index = "SLURM_ARRAY_TASK_ID"
