@@ -5,6 +5,7 @@ a run submitted from the laptop trains on the test Slurm cluster and every run c
 import json
 import os
 import re
+import shutil
 import dataclasses
 import hashlib
 import subprocess
@@ -104,6 +105,23 @@ def test_a_full_remote_disk_or_a_missing_python_queue_nothing(login_node, tmp_pa
     said = submit_to(config, tmp_path, remote_dir=str(tmp_path / "copy"), remote_python="python9")
     assert said.returncode == 2 and "ci-slurm over ssh (ct-other) has no python9" in said.stderr, said.stderr
     assert len(said.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()  # no record: not queued
+
+
+@pytest.mark.slow  # a real sshd, a whole project sent
+def test_doctor_checks_the_login_node_it_reaches_over_ssh(login_node, tmp_path):
+    """The login node's sessions have the LSF stand-in's commands on PATH, this machine has none of them: doctor
+    ci-lsf finds them there, as a job submitted over ssh would."""
+    config, base, _ = login_node
+    assert shutil.which("bsub") is None  # here: not on this machine's PATH
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(json.dumps({"clusters": {"ci-lsf": {"ssh": "ct-other", "ssh_config": str(config),
+                                                            "remote_dir": str(base / "doctor" / "cluster-train")}}}))
+    done = run_cluster("doctor", "ci-lsf", env={**os.environ, "CT_SETTINGS": str(settings),
+                                                "CT_RUNS_DIR": str(tmp_path / "runs")})
+    assert done.stdout.startswith("doctor ci-lsf: checked on ci-lsf over ssh (ct-other)"), done.stdout + done.stderr
+    scheduler = [row for row in done.stdout.splitlines() if " scheduler: " in row]
+    assert len(scheduler) == 1 and "bsub, bjobs, bkill, bhist here" in scheduler[0], done.stdout
+    assert f"run root {base / 'doctor' / 'cluster-train' / 'runs'}" in done.stdout  # the login node's own
 
 
 def close_shared(config, host: str) -> None:

@@ -9,14 +9,18 @@ not what a configuration file claims.
     apptainer.py  Apptainer: found, how it starts containers unprivileged, image mounts, builds, the image run
     space.py      free space and quota where runs, images and data images are written; the images verified
     node.py       --node PROFILE: a short job on the profile's nodes (train/node_check.py), its table
+Where your settings reach the cluster over SSH (ssh:), the same doctor runs on its login node, with your code and
+settings sent as a submission sends them: what a job meets is that machine, not the laptop.
 """
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
-from train.host import clusters, project
+from train.errors import UserError
+from train.host import clusters, project, reach, settings
 from train.host.clusters import Cluster
 from train.host.doctor import apptainer, cluster as site_checks, node, space
 from train.host.doctor.check import PROBLEM, WARNING, Check
 from train.host.jobs.build import Site
+from train.host.reach import Reach
 from train.host.usage import Parser
 
 
@@ -28,9 +32,12 @@ def main(argv: List[str]) -> int:
     p.add_argument("--node", metavar="PROFILE", help="instead: a short job on that profile's nodes reports what each "
                                                      "rank sees (GPUs, driver, fabric) and an all-reduce's bandwidth")
     args = p.parse_args(argv)
+    cluster = clusters.load(clusters.find(args.cluster, project.CLUSTERS))  # a bad file: check-cluster lists why
+    login = over_ssh(cluster)
+    if login is not None:
+        return on_login_node(login, argv)
     if args.node:
         return node.run(Site.load(args.cluster), args.node)
-    cluster = clusters.load(clusters.find(args.cluster, project.CLUSTERS))  # a bad file: check-cluster lists why
     states = []
     for check in checks(cluster):
         print(check.line(), flush=True)  # each as it comes: an image's digest takes seconds
@@ -39,6 +46,27 @@ def main(argv: List[str]) -> int:
     verdict = f"{problems} problem(s) to fix before a job can run" if problems else "a job can run from here"
     print(f"doctor {cluster.name}: {verdict} ({warnings} warning(s))")
     return 1 if problems else 0
+
+
+def over_ssh(cluster: Cluster) -> Optional[Reach]:
+    """How your settings reach the cluster over SSH; None where they do not (or do not load: the settings check
+    says why)."""
+    try:
+        user = settings.load(cluster.name)
+    except UserError:
+        return None
+    return reach.of(cluster.name, user)
+
+
+def on_login_node(where: Reach, argv: List[str]) -> int:
+    """The same doctor on the login node your settings reach: a job takes that machine's PATH, modules, scheduler
+    and stores, not this one's; its checks stream back as they come."""
+    from train.host.remote import commands as remote, ssh, sync
+
+    sync.send_code(where)
+    sync.send_settings(where, settings.load(where.cluster))
+    print(f"doctor {where.cluster}: checked on {ssh.where(where)}, where its jobs are queued", flush=True)
+    return remote.launcher(where, ["doctor", *argv]).returncode
 
 
 def checks(cluster: Cluster) -> Iterator[Check]:
