@@ -1,6 +1,8 @@
 """`init-cluster` drafts a cluster file from the live scheduler; `check-cluster` reports where a file has drifted
 from it (issue 30 items 1 and 2: the test Slurm cluster, and the LSF stand-in's bqueues -l and lshosts)."""
 import json
+import os
+import subprocess
 
 import pytest
 
@@ -99,3 +101,25 @@ def test_a_draft_of_the_lsf_standin_has_its_queues_checks_and_shows_drift(lsf_pa
     nothing = run_cluster("init-cluster", "elsewhere", "--scheduler", "lsf", "--out", str(tmp_path / "none.yaml"))
     assert nothing.returncode == 2 and "no scheduler answers here (LSF's bqueues)" in nothing.stderr
     assert not (tmp_path / "none.yaml").exists()
+
+
+def test_a_draft_or_a_store_on_a_read_only_file_system_is_one_line(tmp_path):
+    """A file system mounted read-only (root may write anywhere else): init-cluster's draft, an image import and a
+    data pack into it each end in one line naming it, before anything is asked or written (issue 39 item 22)."""
+    frozen = tmp_path / "frozen"
+    frozen.mkdir()
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_text("data\n")
+    (tmp_path / "x.sif").write_text("not read: the store is checked first\n")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "ct-frozen", str(frozen)], check=True)
+    try:
+        env = {**os.environ, "CT_IMAGES": str(frozen / "images")}
+        said = [run_cluster(*argv, env=env) for argv in (["init-cluster", "mine", "--out", str(frozen / "mine.yaml")],
+                                                         ["images", "import", str(tmp_path / "x.sif")],
+                                                         ["data", "pack", str(tmp_path / "src"), "--name", "mine"])]
+    finally:
+        subprocess.run(["umount", str(frozen)], check=True)
+    for done, what in zip(said, (f"the draft {frozen / 'mine.yaml'}: its directory {frozen}",
+                                 f"the image store {frozen / 'images'}", f"the data store {frozen / 'images' / 'data'}")):
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert f"{what} cannot be written: no directory can be made in {frozen} (Read-only file system)" in done.stderr

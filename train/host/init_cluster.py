@@ -38,6 +38,9 @@ def main(argv: List[str]) -> int:
     out = args.out or project.CLUSTERS / f"{args.name}.yaml"
     if out.exists() and not args.force:
         raise UserError(f"{out} already exists; choose another name or --out, or pass --force to replace it")
+    # before the scheduler is asked: a draft that cannot be written is found out now, not after the inventory
+    project.check_writable(out.parent, f"the draft {out}: its directory", "write it elsewhere: --out DIR/NAME.yaml "
+                                                                           "in a directory you can write")
     found = live_inventory(args.scheduler)
     text = draft(args.name, found)
     out.parent.mkdir(parents=True, exist_ok=True)

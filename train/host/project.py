@@ -1,6 +1,7 @@
 """Where the project's own folders are: the checkout that holds this package."""
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -35,6 +36,28 @@ def chosen_dir(variable: str, key: str, configured, default: Path) -> Path:
         raise UserError(f"{named} {path} is a file, not a directory; point {named.rstrip(':')} at a directory "
                         f"(it is created if missing)")
     return path
+
+
+def existing(path: Path) -> Path:
+    """The path, or its nearest parent that exists: a store or a run root is made by its first write."""
+    path = Path(path).absolute()
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def check_writable(path: Path, named: str, fix: str) -> None:
+    """Refuse, before anything is written, a directory that cannot be made or written there: under a file, on a
+    read-only file system, in /proc. A directory made and removed at once in its nearest existing parent proves it
+    (access(2) says yes to root where mkdir then fails); the path itself is not made."""
+    here = existing(path)
+    if not here.is_dir():
+        raise UserError(f"{named} {path} cannot be made: {here} is a file, not a directory; {fix}")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".ct-writable-", dir=here))
+    except OSError as err:
+        raise UserError(f"{named} {path} cannot be written: no directory can be made in {here} ({err.strerror}); "
+                        f"{fix}") from None
 
 
 def run_dir_for(run_id: str, root: Optional[Path] = None) -> Path:

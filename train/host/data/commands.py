@@ -5,10 +5,13 @@ from pathlib import Path
 from typing import List, Optional
 
 from train.errors import UserError, raise_all
+from train.host import project
 from train.host.data import pack, store, transport
-from train.host.images.locations import command_store
+from train.host.images.locations import STORE_FIX, command_store
 from train.host.images.store import sha256_file
 from train.host.usage import Parser
+
+WRITES = ("pack", "import", "pull")  # the commands that add to the store
 
 
 def parser() -> Parser:
@@ -42,6 +45,8 @@ def parser() -> Parser:
 def main(argv: List[str]) -> int:
     args = parser().parse_args(argv)
     root = store.data_root(command_store(args.cluster))
+    if args.command in WRITES:
+        project.check_writable(root, "the data store", STORE_FIX)
     if args.command == "pack":
         pack.pack(args.dir, args.name or args.dir.resolve().name, root)
         return 0

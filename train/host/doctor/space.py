@@ -9,6 +9,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 from train.errors import UserError
 from train.host import project
+from train.host.project import existing
 from train.host.clusters import Cluster
 from train.host.data import store as data_store
 from train.host.doctor.check import OK, PROBLEM, WARNING, Check, run
@@ -76,14 +77,6 @@ def space(what: str, path: Path, needs: int, why: str, short: str, fix: str, war
     if warned:  # the run root inside the checkout while you have a scratch directory
         return Check(WARNING, f"{said}; {warned[0].removeprefix('warning: ')}")
     return Check(OK, f"{said}, wants {size(needs)} ({why})" if needs else f"{said} ({why})")
-
-
-def existing(path: Path) -> Path:
-    """The path, or its nearest parent that exists: a run root is made by the first run."""
-    path = Path(path).absolute()
-    while not path.exists():
-        path = path.parent
-    return path
 
 
 def quota_left(path: Path) -> Tuple[Optional[int], str]:

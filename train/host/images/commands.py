@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import List, Optional
 
 from train.errors import UserError, raise_all
+from train.host import project
 from train.host.images import derive, oci, signing, store
-from train.host.images.locations import command_store
+from train.host.images.locations import STORE_FIX, command_store
 from train.host.images.sif import admit
 from train.host.usage import Parser
+
+WRITES = ("import", "pull", "sign", "derive")  # the commands that add to the store
 
 
 def parser() -> Parser:
@@ -54,6 +57,8 @@ def parser() -> Parser:
 def main(argv: List[str]) -> int:
     args = parser().parse_args(argv)
     root = command_store(args.cluster)
+    if args.command in WRITES and not getattr(args, "dry_run", False):
+        project.check_writable(root, "the image store", STORE_FIX)
     if args.command == "list":
         return list_images(root)
     if args.command == "import":

@@ -18,6 +18,10 @@ def store_of(cluster_file: str) -> Path:
     return cluster_store(cluster, settings.load(cluster.name))
 
 
+# The fix for a store that cannot be written: the data store lives inside the image store, so it moves with it
+STORE_FIX = "point $CT_IMAGES (or images: in your settings, or the cluster file's) at a directory you can write"
+
+
 def command_store(cluster: Optional[str]) -> Path:
     """The store an `images` or `data` command works on: that cluster's (--cluster), else this machine's own."""
     return store_of(cluster) if cluster else project.images_dir(settings.load("").get("images"))
