@@ -91,17 +91,18 @@ def age(submitted_at: Optional[str]) -> str:
 def remote_rows(cluster: Optional[str]) -> List[Dict]:
     """Each cluster your settings reach over SSH, asked at once (one thread each: the time is the slowest one's).
     Asked for every cluster, none may prompt (prompts would interleave); asked for one, it may (a 2FA login)."""
-    from train.host.jobs.build import Site
+    from train.host import clusters, settings
     from train.host.reach import of
 
     reaches = []
     for file in sorted(project.CLUSTERS.glob("*.yaml")):
         try:
-            site = Site.load(str(file))
+            found = clusters.load(str(file))
         except UserError:
-            continue
-        if site.user.get("ssh") and (not cluster or cluster == site.cluster.name):
-            reaches.append((of(site.cluster.name, site.user), site.user))
+            continue  # a cluster file that does not load: check-cluster says why
+        user = settings.load(found.name)  # settings it refuses (a hostile ssh:) are refused here as status refuses them
+        if user.get("ssh") and (not cluster or cluster == found.name):
+            reaches.append((of(found.name, user), user))
     with ThreadPoolExecutor(max_workers=max(1, len(reaches))) as pool:
         return [row for rows in pool.map(lambda r: ask(*r, batch=not cluster), reaches) for row in rows]
 
