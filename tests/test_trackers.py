@@ -3,8 +3,12 @@ checkpoint continues the same MLflow run on a real tracking server (conftest.mlf
 stopped, with its identity as tags and its config as parameters. The requeued training on the test Slurm cluster
 (tests/test_long_runs.py) proves the same through the job script, with W&B offline and a canary credential."""
 import json
+import os
+import shutil
+import subprocess
 
 import pytest
+from conftest import ROOT
 
 from train import config as cfg
 from train.errors import UserError
@@ -128,10 +132,30 @@ def test_status_says_where_each_tracked_run_logs_and_whether_it_is_synced(tmp_pa
     assert sync.status_lines(tmp_path) == ["tracker mlflow: run abc (file:///x), in the run directory"]
     assert sync.sync_dir(tmp_path) == ["mlflow: kept in file:///x (no tracker.mlflow_uri to upload to)"]
     (tmp_path / "untracked").mkdir()
+    (tmp_path / "untracked" / "manifest.json").write_text("{}\n")  # a run, whose trackers logged nothing
     with pytest.raises(UserError, match="logged nothing offline"):
         sync.main([str(tmp_path / "untracked")])
     with pytest.raises(UserError, match="is not a run directory"):
         sync.main([str(tmp_path / "nothing")])
+
+
+def test_sync_with_a_python_that_lacks_the_tracker_clients_says_which_one_has_them(tmp_path):
+    """bin/run-cluster runs on whatever python3 is first on PATH (the login node's, here pyenv's), which has neither
+    client: sync says so in one line naming the checkout's Python, which has both (issue 39 item 24)."""
+    python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin:" + os.environ["PATH"])
+    if subprocess.run([python, "-c", "import mlflow"], capture_output=True).returncode == 0:
+        pytest.skip(f"{python} has MLflow's client")
+    for tracker, state in (("mlflow", {"run_id": "abc", "tracking_uri": (tmp_path / "mlruns").as_uri()}),
+                           ("wandb", {"id": "w1", "project": "demo", "offline": True})):
+        run = tmp_path / tracker
+        run.mkdir()
+        (run / "manifest.json").write_text("{}\n")
+        (run / "config.yaml").write_text(f"tracker: {{use: [{tracker}], mlflow_uri: 'http://mlflow.example.org'}}\n")
+        (run / "trackers.json").write_text(json.dumps({tracker: state}))
+        done = subprocess.run([python, str(ROOT / "bin" / "run-cluster"), "sync", str(run)], capture_output=True,
+                              text=True, env={**os.environ, "PATH": "/usr/bin:/bin"})
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert f"{ROOT / '.venv' / 'bin' / 'python'} bin/run-cluster sync runs/<id>" in done.stderr, done.stderr
 
 
 def test_each_model_of_a_multi_model_task_is_its_own_wandb_run(tmp_path, monkeypatch):

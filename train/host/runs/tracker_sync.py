@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -20,7 +21,7 @@ import yaml
 from train import tracker_identity as tracked
 from train import wandb_offline
 from train.errors import UserError
-from train.host import runs
+from train.host import project, runs
 from train.host.images import store
 from train.host.runs import segments
 from train.host.usage import Parser
@@ -32,8 +33,8 @@ def main(argv: List[str]) -> int:
     p = Parser(prog="run-cluster sync")
     p.add_argument("run_dir", type=runs.find, help="a run's directory, or its id")
     run_dir = p.parse_args(argv).run_dir.resolve()
-    if not run_dir.is_dir():
-        raise UserError(f"{run_dir} is not a run directory; give runs/<id> or the run's id")
+    if not (run_dir / runs.MANIFEST).is_file():  # /etc, a run's logs/: nothing run-cluster made
+        raise UserError(f"{run_dir} is not a run directory (no {runs.MANIFEST}); give runs/<id> or the run's id")
     found = segments.read(run_dir)
     running = bool(found) and not found[-1].how  # a segment's process still writes its W&B directory
     done = [line for out in tracked_dirs(run_dir) for line in sync_dir(out, running)]
@@ -70,10 +71,19 @@ def mlflow_clients(source: str, target: str):
     try:
         from mlflow.tracking import MlflowClient
     except ImportError:
-        raise UserError("sync needs MLflow's client on this machine: python3 -m pip install --user "
-                        "mlflow-skinny") from None
+        raise UserError(f"sync needs MLflow's client, which this Python ({sys.executable}) lacks: "
+                        f"{with_clients('mlflow-skinny')}") from None
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # the run's own store (train/trackers.py)
     return MlflowClient(source), MlflowClient(target)
+
+
+def with_clients(package: str) -> str:
+    """The fix for a missing tracker client: the checkout's virtual environment (make venv) has both, where it is
+    there; else the package, installed for this user."""
+    venv = project.ROOT / ".venv" / "bin"
+    if (venv / "python").is_file():
+        return f"run it with the checkout's Python, which has both: {venv / 'python'} bin/run-cluster sync runs/<id>"
+    return f"install it: python3 -m pip install --user {package}"
 
 
 def sync_mlflow(out: Path, key: str, entry: Dict[str, Any], target: str) -> str:
@@ -117,9 +127,9 @@ def param(key: str, value: str):
 def sync_wandb(out: Path, key: str, entry: Dict[str, Any], running: bool = False) -> str:
     """The W&B run's one offline directory (its segments folded first, if the job could not; a running segment's
     directory is left to its job) to `wandb sync`."""
-    exe = shutil.which("wandb")
+    exe = shutil.which("wandb") or shutil.which("wandb", path=str(Path(sys.executable).parent))  # a venv's own
     if exe is None:
-        raise UserError("sync needs W&B's client on this machine: python3 -m pip install --user wandb")
+        raise UserError(f"sync needs W&B's client, which is not on PATH: {with_clients('wandb')}")
     folded = wandb_offline.fold(out / "wandb", entry["id"], leave_last=running)
     if folded is None:
         return f"{key}: run {entry['id']} has no offline directory yet"
