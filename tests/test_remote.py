@@ -75,7 +75,8 @@ def test_ssh_failures_are_one_line_naming_the_host_and_the_fix(login_node, tmp_p
     changed.write_text(config.read_text().replace(str(base / "known_hosts"), str(tmp_path / "known_hosts"))
                        .replace("Host ct-other", "Host ct-changed"))
     said = failure(Reach("ci-slurm", "ct-changed", "/tmp/x", config=str(changed)))
-    assert "ct-changed" in said and "host key" in said and "ssh-keygen -R" in said
+    assert "ct-changed" in said and "host key" in said  # the alias's own address, port and known_hosts:
+    assert f"ssh-keygen -R '[127.0.0.1]:{ports['ct-other']}' -f {tmp_path / 'known_hosts'}" in said, said
     refused = tmp_path / "refused_config"
     refused.write_text(config.read_text().replace(str(base / "id_user"), str(base / "id_stranger"))
                        .replace("Host ct-other", "Host ct-refused"))

@@ -79,7 +79,7 @@ FAILURES = (  # what ssh says -> what it means and the fix; the first that match
      "at your scratch directory, then try again (nothing was queued)"),
     (r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host key verification failed|No .* host key is known",
      "its host key is not the one your known_hosts holds for it (changed, or never seen); confirm the new key with "
-     "the site, then `ssh-keygen -R HOST` and connect once with `ssh DEST` to accept it"),
+     "the site, then `KEYGEN` and connect once with `ssh DEST` to accept it"),
     (r"Permission denied|Too many authentication failures",
      "it refused your key (Permission denied); load it with ssh-add or name it in ~/.ssh/config (IdentityFile), "
      "then check with `ssh DEST`"),
@@ -95,10 +95,21 @@ def failure_line(reach: Reach, stderr: str) -> str:
     if not lines:  # a shared connection that ended under a running command: ssh exits 255 and says nothing
         stderr = "Connection closed (ssh ended without a word)"
     last = lines[-1] if lines else stderr
-    host = reach.destination.split("@")[-1]
     for pattern, meaning in FAILURES:
         found = re.search(pattern, stderr)
         if found:
-            said = meaning.replace("HOST", host).replace("DEST", reach.destination).format(reason=found.group(0))
+            said = meaning.replace("DEST", reach.destination).format(reason=found.group(0))
+            said = said.replace("KEYGEN", forget_key(reach)) if "KEYGEN" in said else said
             return f"{where(reach)}: {said}"
     return f"{where(reach)}: {last}; check with `ssh {reach.destination}`"
+
+
+def forget_key(reach: Reach) -> str:
+    """`ssh-keygen -R` for the host and port ssh really connects to, in the known_hosts it really reads: a Host of
+    ~/.ssh/config may give its own HostName, Port and UserKnownHostsFile, which `ssh -G` resolves."""
+    done = subprocess.run([*ssh_argv(reach), "-G", reach.destination], capture_output=True, text=True, timeout=30,
+                          stdin=subprocess.DEVNULL)
+    said = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    host, port = said.get("hostname", reach.destination.split("@")[-1]), said.get("port", "22")
+    known = os.path.expanduser(said.get("userknownhostsfile", "~/.ssh/known_hosts").split()[0])  # where ssh adds keys
+    return f"ssh-keygen -R {shlex.quote(host if port == '22' else f'[{host}]:{port}')} -f {shlex.quote(known)}"
