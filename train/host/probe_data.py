@@ -69,7 +69,19 @@ def probe_config(site: Site, experiment: str, overrides: List[str]) -> cfg.RunCo
         raise UserError(f"data.num_workers is 0 in {experiment}: there are no dataloader workers to measure; "
                         f"--set data.num_workers=N as the job will run")
     raise_all(config_check.problems(run))
+    if not run.data.image:
+        refuse_empty_root(run)
     return run
+
+
+def refuse_empty_root(run: cfg.RunConfig) -> None:
+    """An empty data.root, said here at once, by the data set's name: the image would take seconds to start before
+    its data module found nothing there."""
+    root = Path(run.data.root)
+    if root.is_dir() and not any(root.iterdir()):
+        raise UserError(f"data.root {root} is empty: probe-data loads the data a job will read; put the "
+                        f"{run.data.name} data set there (a small generated one: python -m train make_data "
+                        f"{run.data.name} {root}, run in the CPU image)")
 
 
 def data_image(run: cfg.RunConfig, site: Site) -> Tuple[str, Optional[str]]:
