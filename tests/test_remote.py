@@ -108,6 +108,17 @@ def test_a_full_remote_disk_or_a_missing_python_queue_nothing(login_node, tmp_pa
     assert len(said.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()  # no record: not queued
 
 
+@pytest.mark.slow  # a real sshd
+def test_a_cluster_that_cannot_be_reached_is_one_row_of_a_terminal_s_width(login_node):
+    from train.host.runs import table
+
+    config, _, _ = login_node
+    down = Reach("gilbreth", "ct-other", "/tmp/x", port=login.free_port(), config=str(config))
+    (row,) = table.ask(down, {}, batch=True)
+    assert row["state"] == "UNREACHABLE" and "cannot be reached" in row["last"] and "Connection refused" in row["last"]
+    assert max(len(line) for line in table.table([row]).splitlines()) <= 120, table.table([row])
+
+
 @pytest.mark.slow  # a real sshd, a whole project sent
 def test_doctor_checks_the_login_node_it_reaches_over_ssh(login_node, tmp_path):
     """The login node's sessions have the LSF stand-in's commands on PATH, this machine has none of them: doctor

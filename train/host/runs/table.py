@@ -16,6 +16,7 @@ from train.host.schedulers import adapter
 from train.host.usage import Parser
 
 COLUMNS = ("cluster", "run", "state", "segments", "progress", "last", "age")
+CAUSE_WIDTH = 80  # an unreachable cluster's row: the table stays within a terminal's width
 
 
 def main(argv: List[str]) -> int:
@@ -109,14 +110,15 @@ def remote_rows(cluster: Optional[str]) -> List[Dict]:
 
 def ask(reach, user: Dict, batch: bool) -> List[Dict]:
     """The cluster's own rows (its `runs --json`), with the settings it needs sent first; or one row saying why not."""
-    from train.host.remote import sync
+    from train.host.remote import ssh, sync
 
     try:
         sync.send_settings(reach, user, batch=batch)
         said = sync.launcher_line(reach, ["runs", "--json", "--here", "--cluster", reach.cluster], batch=batch)
-    except UserError as err:
+    except UserError as err:  # the cause, without the cluster the row names already or the fix: a row, not a page
+        cause = str(err).removeprefix(f"{ssh.where(reach)}: ").split("; ")[0]
         return [{"cluster": reach.cluster, "run": "-", "state": "UNREACHABLE", "segments": "", "progress": "",
-                 "last": str(err), "age": ""}]
+                 "last": cause[:CAUSE_WIDTH], "age": ""}]
     return [json.loads(line) for line in said.splitlines() if line.startswith("{")]
 
 
