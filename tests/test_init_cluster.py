@@ -119,7 +119,8 @@ def test_a_draft_or_a_store_on_a_read_only_file_system_is_one_line(tmp_path):
                                                          ["data", "pack", str(tmp_path / "src"), "--name", "mine"])]
     finally:
         subprocess.run(["umount", str(frozen)], check=True)
-    for done, what in zip(said, (f"the draft {frozen / 'mine.yaml'}: its directory {frozen}",
-                                 f"the image store {frozen / 'images'}", f"the data store {frozen / 'images' / 'data'}")):
+    places = (f"the draft {frozen / 'mine.yaml'}: its directory {frozen}", f"the image store {frozen / 'images'}",
+              f"the data store {frozen / 'images' / 'data'}")
+    for done, what in zip(said, places):
         assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
         assert f"{what} cannot be written: no directory can be made in {frozen} (Read-only file system)" in done.stderr
