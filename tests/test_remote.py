@@ -252,6 +252,7 @@ def test_a_run_submitted_from_the_laptop_trains_and_every_run_command_reaches_it
     record = json.loads((laptop["local"] / "short" / "remote.json").read_text())
     assert (record["cluster"], record["ssh"]) == ("ci-slurm", "ct-login")
     job = remote_manifest(laptop, "short")["scheduler"]["job_id"]
+    assert remote_manifest(laptop, "short")["command"].count("--run-id") == 1  # typed once: recorded once
     assert wait_for_slurm_job(job, 300) == "COMPLETED", job_logs(laptop["cluster"] / "runs" / "short")[-3000:]
     status = run_cluster("status", "short", env=env)
     assert status.returncode == 0 and f"short: slurm job {job} COMPLETED" in status.stdout, status.stdout + status.stderr

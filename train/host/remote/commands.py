@@ -30,7 +30,8 @@ def submit(site, argv: List[str], run_id: str, dry_run: bool, image: Optional[st
     data_sent = f"; data image sent, {sync.send_data(reach, data)} bytes" if data else ""
     print(f"[cluster-train] {ssh.where(reach)}: code sent, {files} changed files, "
           f"{sent} bytes; image sent, {image_bytes} bytes{data_sent}", flush=True)
-    done = launcher(reach, [*argv, "--run-id", run_id])
+    named = run_id in argv or f"--run-id={run_id}" in argv  # typed: said once, as the run's manifest records argv
+    done = launcher(reach, argv if named else [*argv, "--run-id", run_id])
     if done.returncode == 0 and not dry_run:
         write_record(reach, run_id)
     return done.returncode
