@@ -133,6 +133,7 @@ def test_doctor_checks_the_login_node_it_reaches_over_ssh(login_node, tmp_path):
     assert done.stdout.startswith("doctor ci-lsf: checked on ci-lsf over ssh (ct-other)"), done.stdout + done.stderr
     scheduler = [row for row in done.stdout.splitlines() if " scheduler: " in row]
     assert len(scheduler) == 1 and "bsub, bjobs, bkill, bhist here" in scheduler[0], done.stdout
+    assert not scheduler[0].startswith("problem"), scheduler  # its mbatchd answers: the stand-in's bqueues -l
     assert f"run root {base / 'doctor' / 'cluster-train' / 'runs'}" in done.stdout  # the login node's own
 
 

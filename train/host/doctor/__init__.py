@@ -20,7 +20,6 @@ from train.host.clusters import Cluster
 from train.host.doctor import apptainer, cluster as site_checks, node, space
 from train.host.doctor.check import PROBLEM, WARNING, Check
 from train.host.jobs.build import Site
-from train.host.reach import Reach
 from train.host.usage import Parser
 
 
@@ -48,7 +47,7 @@ def main(argv: List[str]) -> int:
     return 1 if problems else 0
 
 
-def over_ssh(cluster: Cluster) -> Optional[Reach]:
+def over_ssh(cluster: Cluster) -> Optional[reach.Reach]:
     """How your settings reach the cluster over SSH; None where they do not (or do not load: the settings check
     says why)."""
     try:
@@ -58,7 +57,7 @@ def over_ssh(cluster: Cluster) -> Optional[Reach]:
     return reach.of(cluster.name, user)
 
 
-def on_login_node(where: Reach, argv: List[str]) -> int:
+def on_login_node(where: reach.Reach, argv: List[str]) -> int:
     """The same doctor on the login node your settings reach: a job takes that machine's PATH, modules, scheduler
     and stores, not this one's; its checks stream back as they come."""
     from train.host.remote import commands as remote, ssh, sync
