@@ -13,7 +13,7 @@ PLANNER_DATA := data/navsim-synthetic
 MOTION_DATA := data/smart-synthetic
 
 -include containers/images.mk
--include bench/bench.mk
+-include benchmarks/bench.mk
 
 .PHONY: help demo deps apptainer slurm registry chromium sshd venv data test test-all test-fast golden clean
 help:
@@ -21,7 +21,7 @@ help:
 	@echo "make test       every test: installs Apptainer and Slurm, builds the image, starts the test cluster"
 	@echo "make test-fast  unit tests only (no image, no Slurm), under 2 minutes"
 	@echo "make test-all   make test, and the CUDA 12.8 image built and tested even if its inputs did not change"
-	@echo "make bench      throughput, step time and memory per model and strategy -> bench/results/<host>-<date>.json"
+	@echo "make bench      throughput, step time and memory per model and strategy -> benchmarks/results/"
 	@echo "make image      build images/\$$FLAVOR.sif (FLAVOR=cpu|cuda12.8|cuda11.6) and record its sha256"
 	@echo "make golden     rewrite tests/golden/ from every profile's dry run, after a deliberate change (review the diff)"
 

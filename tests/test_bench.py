@@ -1,5 +1,5 @@
 """`make bench` (train/bench.py) on the CPU at the smallest size: each kind of row is measured in its own processes and
-the comparisons are computed. The GPU figures come from the same code on a GPU (bench/README.md)."""
+the comparisons are computed. The GPU figures come from the same code on a GPU (benchmarks/README.md)."""
 import json
 
 import pytest

@@ -1,4 +1,4 @@
-"""train/lit.py's Classifier: what its training steps log, and on which steps (its per-step cost: bench/README.md)."""
+"""train/lit.py's Classifier: what its training steps log, and on which steps (per-step cost: benchmarks/README.md)."""
 import csv
 
 import pytorch_lightning as pl

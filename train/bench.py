@@ -1,5 +1,6 @@
-"""`python -m train bench`: throughput, step time and peak memory -> bench/results/<host>[-<gpu>]-<date>.json, written
-after every case; a case that fails (a strategy this device cannot run) is a row naming its error.
+"""`python -m train bench`: throughput, step time and peak memory ->
+benchmarks/results/<host>[-<gpu>]-<date>.json, written after every case; a case that fails (a strategy
+this device cannot run) is a row naming its error.
 
 Three kinds of rows, each case in fresh processes:
 - strategy: every registered strategy trains the first model with the run defaults (on a GPU: bf16 + channels-last),
@@ -281,7 +282,7 @@ def median_row(runs: list) -> dict:
 
 
 def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=None, steps=None, warmup: int = 3,
-          repeats=None, out_dir: str = "bench/results") -> Path:
+          repeats=None, out_dir: str = "benchmarks/results") -> Path:
     cuda = torch.cuda.is_available()
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if cuda else "cpu")
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.expanduser("~/.cache/torch_extensions"))

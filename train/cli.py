@@ -50,7 +50,7 @@ def export(checkpoint: str, out: str):
 
 
 def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=None, steps=None, warmup: int = 3,
-          repeats=None, out_dir="bench/results"):
+          repeats=None, out_dir="benchmarks/results"):
     """Throughput, step time, peak memory per model, strategy and variant, and a plain PyTorch loop for reference:
     `bench [--models=resnet50_224,...] [--strategies=ddp,zero3] [--variants=fp32,bf16] [--batch=N] [--steps=N]
     [--repeats=N]`: steps timed (default 20 on a GPU, 100 on the CPU); repeats: the loop comparison's runs, alternately

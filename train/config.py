@@ -68,7 +68,7 @@ class TrainerConfig:
     limit_train_batches: Optional[Union[int, float]] = field(default=None, metadata={"min": 0})
     limit_val_batches: Optional[Union[int, float]] = field(default=None, metadata={"min": 0})
     # Lightning's own default: each logged step costs ~3.5 ms of Lightning's bookkeeping and two loggers' writes on
-    # a 2-core VM (bench/README.md, the loop's overhead); experiments that want denser curves say so (demo: 5)
+    # a 2-core VM (benchmarks/README.md, the loop's overhead); experiments that want denser curves say so (demo: 5)
     log_every_n_steps: int = field(default=50, metadata={"min": 1})
     flops_profiler: bool = False  # DeepSpeed strategies only: print DeepSpeed's FLOPS profile at step 2
     export_weights: bool = True  # at the end of fit, write models/<Model>_best_weights.pth from the best checkpoint

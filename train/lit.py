@@ -52,7 +52,7 @@ def logging_step(trainer) -> bool:
     """Whether the loggers write this training step's metrics: every `trainer.log_every_n_steps` steps (and on the
     step training stops), the only steps whose on_step values reach metrics.csv or TensorBoard. Logging (and the
     accuracy) on those steps alone leaves the logged rows as they were and spares every other step Lightning's
-    per-call bookkeeping, ~0.3 ms a call on a 2-core VM (bench/README.md); trainer.callback_metrics then hold the
+    per-call bookkeeping, ~0.3 ms a call on a 2-core VM (benchmarks/README.md); trainer.callback_metrics then hold the
     last logged step's train/* values, not the last step's."""
     connector = getattr(trainer, "_logger_connector", None)
     return connector is None or connector.should_update_logs

@@ -36,7 +36,7 @@ class AnnounceRanks(Callback):
 class NoProfiler(PassThroughProfiler):
     """Lightning's default profiler records nothing, yet wraps each of the ~130 hook calls of a training step in a new
     generator-based context manager; this one hands out one shared no-op context: the same nothing, ~0.8 us a call
-    less on a 2-core VM (bench/README.md). A run config sets no profiler."""
+    less on a 2-core VM (benchmarks/README.md). A run config sets no profiler."""
 
     def profile(self, action_name: str):
         return _NOTHING

@@ -1,5 +1,5 @@
 """The demo's epoch time with four 1-CPU ranks side by side against one rank alone, before and after each rank's
-threads followed its share of the job's CPUs (train/threads.py) -> bench/results/<host>-<date>-threads.json.
+threads followed its share of the job's CPUs (train/threads.py) -> benchmarks/results/<host>-<date>-threads.json.
 
 "before": no scheduler variable, so PyTorch sizes each rank's pool by the machine's cores (what every rank did
 before); "after": each rank is a 1-CPU Slurm task (SLURM_CPUS_PER_TASK=1), so it computes on one thread. The ranks
@@ -55,7 +55,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--data", default=str(ROOT / "data" / "cifar100-synthetic"))
     p.add_argument("--epochs", type=int, default=2, help="the last epoch is timed (the first warms up)")
-    p.add_argument("--out-dir", default=str(ROOT / "bench" / "results"))
+    p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
     args = p.parse_args()
     results = {"machine": {"host": socket.gethostname(), "cpus": os.cpu_count()},
                "workload": f"experiments/demo.yaml, strategy single, data.num_workers 0, epoch {args.epochs} timed"}

@@ -7,8 +7,8 @@ the same Python, torch, bytecode and libraries, read from the host's disk throug
 sandbox directory run by Apptainer, which separates Apptainer's own start from the SquashFS mount). Per side:
 `python -c pass`, `import torch`, `import torch, pytorch_lightning` and a process that trains exactly one step, cold
 (page cache dropped before each) and warm (median of --runs), and the CPU throughput of the same loop
-(bench/overhead_workload.py), sides alternated so drift hits all. Root only (chroot, mounts, drop_caches).
-Writes bench/results/<host>-<date>-container.json. `make bench-container`.
+(benchmarks/overhead_workload.py), sides alternated so drift hits all. Root only (chroot, mounts, drop_caches).
+Writes benchmarks/results/<host>-<date>-container.json. `make bench-container`.
 """
 import argparse
 import contextlib
@@ -119,7 +119,7 @@ def at_once(python: list, ranks: int) -> float:
 def ranks_at_once(image: str, root: Path, ranks: int, runs: int) -> dict:
     """A node's ranks starting together: each its own SquashFS mount (as jobs run them), one mount shared by all
     (`--sharens`, Apptainer >= 1.3: ranks launched by one parent join the first one's container; jobs cannot use it,
-    bench/README.md says why), and outside."""
+    benchmarks/README.md says why), and outside."""
     sides = {"outside": outside(root), "a mount per rank": [*APPTAINER, image, "python"],
              "one mount per node (--sharens)": [*APPTAINER, "--sharens", image, "python"]}
     found = {name: [] for name in sides}

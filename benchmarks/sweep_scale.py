@@ -1,6 +1,6 @@
 """A 1000-element sweep: preparing it (every element built, checked and rendered; `--dry-run`) and `status` of it
-once queued on the test Slurm cluster -> bench/results/<host>-<date>-sweeps.json. Targets (issue 26): at most 5 s to
-prepare, at most 2 s for status, on this 2-core machine.
+once queued on the test Slurm cluster -> benchmarks/results/<host>-<date>-sweeps.json. Targets (issue 26): at most
+5 s to prepare, at most 2 s for status, on this 2-core machine.
 
 The images are stand-ins (tiny files recorded in a store of their own, as the tests make them): nothing here
 trains. The queued array is cancelled at once with `run-cluster cancel`, so status reads 1000 ended elements;
@@ -69,7 +69,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--elements", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" /
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" /
                    f"{socket.gethostname().split('.')[0]}-{time.strftime('%Y-%m-%d')}-sweeps.json")
     args = p.parse_args()
     result = measure(args.elements, args.repeats)

@@ -17,7 +17,7 @@ the open and stat calls the processes make. Last, the start of a job that stages
 folder, sha256 checked on arrival in the same pass) against one that binds the shared image: seconds until the first
 file is read. Root only (drop_caches, fanotify, the kernel's SquashFS mounts): without it the bench says so and
 writes nothing, so that `make bench` goes on.
-Writes bench/results/<host>-<date>-data.json. `make bench-data`.
+Writes benchmarks/results/<host>-<date>-data.json. `make bench-data`.
 """
 import argparse
 import ctypes
@@ -385,7 +385,7 @@ def main() -> None:
     p.add_argument("--out-dir", default=str(HERE / "results"))
     args = p.parse_args()
     if os.geteuid() != 0:  # without root Apptainer may unpack the whole SIF for every exec: minutes, and no cold runs
-        print("bench/data_files.py: root only (drop_caches, fanotify, the kernel's image mounts); skipped",
+        print("benchmarks/data_files.py: root only (drop_caches, fanotify, the kernel's image mounts); skipped",
               file=sys.stderr)
         return
     dirs = args.dirs or max(1, args.files // 100)

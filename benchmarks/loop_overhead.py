@@ -1,5 +1,5 @@
 """What the registered training loop costs per step beyond a plain PyTorch loop, piece by piece, and what each of issue
-29's removals bought: `make bench-loop` -> bench/results/<host>-<date>-loop.json.
+29's removals bought: `make bench-loop` -> benchmarks/results/<host>-<date>-loop.json.
 
 One process, one thread, the same batches (train.bench.ReusedBatches), model and optimizer on every side; each
 variant trains `steps` timed steps after 20, the variants alternate for `rounds` rounds (every other round in reverse
@@ -197,7 +197,8 @@ def main(argv=None) -> Path:
                    for a, b, what in DIFFERENCES if a in medians and b in medians]
     result = {"host": socket.gethostname(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
               timespec="seconds"), "cpu_count": os.cpu_count(), "threads": 1, "torch": torch.__version__,
-              "lightning": pl.__version__, "command": "python bench/loop_overhead.py " + " ".join(argv or sys.argv[1:]),
+              "lightning": pl.__version__,
+              "command": "python benchmarks/loop_overhead.py " + " ".join(argv or sys.argv[1:]),
               "model": MODEL, "steps": steps, "warmup": WARMUP,
               "rounds": args.rounds, "total_s": round(time.time() - started, 1),
               "us_per_step": {n: {"median": medians[n], "runs": samples[n]} for n in names},
