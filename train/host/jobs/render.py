@@ -48,6 +48,9 @@ def environment(own: Optional[Path] = None):
         autoescape=False,
         comment_start_string="{{#",  # bash's ${#array[@]} would otherwise open a Jinja comment
         comment_end_string="#}}",
+        # compiled once per user (in /tmp), not by every command; a name of its own: the key is the template's source,
+        # not this environment's settings
+        bytecode_cache=jinja2.FileSystemBytecodeCache(pattern="__cluster_train_%s.cache"),
     )
     env.filters["q"] = lambda value: shlex.quote(str(value))
     env.filters["env_word"] = env_word
