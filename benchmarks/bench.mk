@@ -37,3 +37,10 @@ BENCH_IMAGE ?= cpu
 bench-container:
 	$(MAKE) image FLAVOR=$(BENCH_IMAGE)
 	python3 benchmarks/container_overhead.py --image images/$(BENCH_IMAGE).sif
+
+# The command line's answer (issue 40): `bin/run-cluster ci-slurm n1_gpu1 demo --dry-run` as a whole process, 20 runs
+# after a warm-up, wall and CPU min/median/max -> benchmarks/results/<host>-<date>-cli.json (target: at most 0.3 s).
+# BASELINE=DIR times another checkout in the same loop (e.g. main's), runs alternated. ~30 s.
+.PHONY: bench-cli
+bench-cli: venv
+	$(PY) benchmarks/cli_speed.py $(if $(BASELINE),--baseline $(BASELINE))

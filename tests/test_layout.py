@@ -1,6 +1,8 @@
 """The host side stays a set of rooms a newcomer can read (issue 25): short functions, short modules, and no import
 circle, neither between modules nor between the rooms (train/host/<room>/) they sit in."""
 import ast
+import re
+import subprocess
 from pathlib import Path
 from typing import Dict, List, Set
 
@@ -90,3 +92,16 @@ def test_no_import_circle_between_modules_or_rooms():
 
 def test_the_circle_finder_finds_one():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_top_level_folder_shares_a_name_with_a_module_of_train():
+    """bench/ beside train/bench.py read as one thing in two places (issue 40): the benchmarks live in benchmarks/,
+    and `make bench` and its siblings still find their scripts there."""
+    modules_of_train = {path.stem for path in (ROOT / "train").iterdir() if path.suffix == ".py" or path.is_dir()}
+    tracked = subprocess.run(["git", "ls-tree", "-d", "--name-only", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert set(tracked) & modules_of_train == set()
+    targets = ["bench", "bench-threads", "bench-sweeps", "bench-data", "bench-loop", "bench-container", "bench-cli"]
+    planned = subprocess.run(["make", "-n", *targets], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert planned.returncode == 0, planned.stderr
+    assert all((ROOT / script).is_file() for script in re.findall(r"\bbenchmarks/\w+\.py", planned.stdout))

@@ -154,7 +154,7 @@ def test_a_missing_input_path_is_one_line_and_submits_nothing(store, tmp_path):
 
 def test_rerun_applies_and_records_extra_set_values(store, tmp_path, monkeypatch):
     """--rerun keeps the run's cluster, profile, config and image; a --set on top is applied and recorded."""
-    from train.host import cli
+    from train.host import cli, submit
     from train.host.images import store as image_store
     record = image_store.current("cpu", store / "images")
     old = tmp_path / "old"
@@ -165,8 +165,8 @@ def test_rerun_applies_and_records_extra_set_values(store, tmp_path, monkeypatch
         "run_id": "old", "cluster_file": str(ROOT / "clusters" / "local.yaml"), "profile": "cpu_1proc",
         "image": {"sha256": record.sha256}, "scheduler": {"name": "local", "job_id": "4242"}}))
     seen = {}
-    real = cli.one_run
-    monkeypatch.setattr(cli, "one_run", lambda sub: real(seen.setdefault("sub", sub)))
+    real = submit.one_run
+    monkeypatch.setattr(submit, "one_run", lambda sub: real(seen.setdefault("sub", sub)))
     assert cli.main(["--rerun", str(old), "--set", "trainer.max_epochs=7", "--dry-run"]) == 0
     sub = seen["sub"]
     assert sub.run.trainer.max_epochs == 7 and sub.overrides == ["trainer.max_epochs=7"] and sub.rerun_of == "old"
