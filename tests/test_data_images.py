@@ -108,7 +108,8 @@ def test_a_truncated_data_image_is_refused_on_import_and_named_by_verify(ufc, en
     assert data_index(env) == before
     with open(stored, "r+b") as f:  # a store copy cut after it was recorded (as an import used to record one)
         f.truncate(stored.stat().st_size // 2)
-    (Path(env["CT_IMAGES"]) / "data" / "index.json").write_text(json.dumps([{**before[0], "sha256": sha256_file(stored)}]))
+    recorded_cut = {**before[0], "sha256": sha256_file(stored)}
+    (Path(env["CT_IMAGES"]) / "data" / "index.json").write_text(json.dumps([recorded_cut]))
     verified = run_cluster("data", "verify", env=env)
     assert verified.returncode == 2 and "is damaged (truncated:" in verified.stderr and "ok " not in verified.stdout
 
@@ -230,6 +231,10 @@ def test_jobs_stage_the_data_image_fall_back_and_refuse_a_modified_one(cpu_image
     assert json.loads((runs / "tiny-disk" / "results.json").read_text())["input"]["data_from"] == "image"
     assert states["tampered"] == "FAILED", logs["tampered"][-3000:]
     assert "it was modified" in logs["tampered"] and not (runs / "tampered" / "results.json").exists()
+    status = run_cluster("status", runs / "tampered", env=env).stdout  # the cause where status and runs show it
+    assert re.search(r"cause: the data image \S+ on n\d is not the one run .* it was modified; restore", status), status
+    listed = run_cluster("runs", "--here", "--state", "FAILED", env=env).stdout
+    assert "it was modified" in next(line for line in listed.splitlines() if " tampered " in line), listed
     assert manifest(runs / "staged")["data"]["sha256"] == digest
 
 
