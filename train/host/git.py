@@ -21,7 +21,10 @@ def sent_from(source: Path):
     for directory in (source, *source.resolve().parents):
         record = directory / SENT_FROM
         if record.is_file():
-            sent = json.loads(record.read_text())
+            try:
+                sent = json.loads(record.read_text())
+            except ValueError:  # cut short by a dropped connection: the next submission writes it again
+                return None, False
             return sent.get("commit"), bool(sent.get("dirty"))
     return None, False
 

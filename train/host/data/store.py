@@ -66,6 +66,8 @@ def damage(path: Path) -> Optional[str]:
     size = Path(path).stat().st_size
     if size < used:
         return f"truncated: {size} of its {used} bytes"
+    if shutil.which("unsquashfs") is None:
+        raise UserError("unsquashfs is not installed; install squashfs-tools (apt-get install squashfs-tools)")
     listed = subprocess.run(["unsquashfs", "-lls", str(path)], capture_output=True, text=True)
     said = [line for line in listed.stderr.splitlines() if line.strip()]
     return f"unsquashfs cannot read it ({said[-1] if said else listed.returncode})" if listed.returncode else None
