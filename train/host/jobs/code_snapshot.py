@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from train.errors import UserError
-from train.host.git import git, git_state
+from train.host.git import SENT_FROM, git, git_state
 from train.host.images.store import sha256_file
 
 TAR = "code.tar"  # in the run directory: the snapshot as submitted, never written by the job
 DIR = "code"  # in the run directory: the snapshot unpacked, where the command runs
 MAX_BYTES = 200 * 2**20  # code, not data: more than this is almost always a data set or checkpoints in the tree
-SKIPPED = {".git", "__pycache__", ".pytest_cache", ".venv", ".mypy_cache"}  # outside git: never part of code
+SKIPPED = {".git", "__pycache__", ".pytest_cache", ".venv", ".mypy_cache", SENT_FROM}  # outside git: never code
 
 
 @dataclass
@@ -69,7 +69,8 @@ def project_files(source: Path) -> List[str]:
     found = []
     for root, dirs, files in os.walk(source):
         dirs[:] = sorted(d for d in dirs if d not in SKIPPED)
-        found += [os.path.relpath(os.path.join(root, f), source) for f in files if not f.endswith(".pyc")]
+        found += [os.path.relpath(os.path.join(root, f), source) for f in files
+                  if not f.endswith(".pyc") and f not in SKIPPED]
     return sorted(found)
 
 
