@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from train import config as cfg
 from train.errors import UserError, raise_all
 from train.host import project
-from train.host.clusters import Cluster
+from train.host.clusters import Cluster, fields
 from train.host.clusters.flavors import driver_version, flavor_table, gpu_model
 from train.host.images import signing
 from train.host.images.store import base_flavor
@@ -142,12 +142,14 @@ def launcher_starts_every_rank(job: Job, cluster: Cluster, run: cfg.RunConfig) -
 
 def names_are_safe(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     # Directive lines are read by the scheduler, not a shell, so they cannot be quoted: refuse what needs quoting.
-    typed = job.gpu_type if job.gpu_request.startswith("typed") else None
-    gpu_key = "scheduler_gpu_name" if cluster.partition(job.partition).scheduler_gpu_name else "gpu_type"
-    for what, value in (("partition", job.queue or None), ("job name", job.job_name), ("account", job.account),
-                        ("qos", job.qos or None), ("reservation", job.reservation or None), (gpu_key, typed)):
+    # The cluster file's names (partition, qos, reservation, GPU name) were refused as it was read, naming it.
+    for what, value in (("job name", job.job_name), ("account", job.account)):
         if value is not None and not SAFE_NAME.match(value):
             raise UserError(f"{what} {value!r} has characters a scheduler directive cannot carry; use letters, digits, '_.-+'")
+    if adapter(job.scheduler).directive_prefix and fields.UNCARRIED.search(job.run_dir):
+        raise UserError(f"run dir {job.run_dir!r} has characters a scheduler directive (its log path) cannot carry; "
+                        f"choose a runs root of letters, digits and '_./+@,=~-' (runs: in your settings or "
+                        f"{cluster.path}, or CT_RUNS_DIR)")
 
 
 def image_can_drive_the_gpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
