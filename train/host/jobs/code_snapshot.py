@@ -145,6 +145,15 @@ def read_text(snapshot: Snapshot, name: str) -> Optional[str]:
         return member.read().decode("utf-8", errors="replace") if member else None
 
 
+def holds(snapshot: Snapshot, name: str) -> bool:
+    """Whether the snapshot holds a file by that name (relative to its top)."""
+    with tarfile.open(snapshot.tar_path) as tar:
+        try:
+            return tar.getmember(os.path.normpath(name)).isfile()
+        except KeyError:
+            return False
+
+
 def place(snapshot: Snapshot, run_dir: Path) -> None:
     """Put the snapshot into the run directory (a resumed run has it there already) and unpack it: the directory
     the job runs the code from."""
