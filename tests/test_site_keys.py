@@ -114,6 +114,7 @@ profiles:
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert [line.split("'")[1] for line in lines] == ["too_many_gpus", "repeats", "wrong_image"], done.stderr
+    assert all(line.startswith(f"run-cluster: error: cluster file {path}: profile '") for line in lines)
     assert "ok fine:" in done.stdout
     assert "cannot drive V100" in lines[2]
 
