@@ -221,7 +221,8 @@ def test_a_script_missing_from_the_snapshot_is_refused_and_arguments_are_shown_q
                    f"command: nosuch.py is not a file of the code snapshot of {code} (3 file(s)); fix its name")
     assert len(said.strip().splitlines()) == 1
     refused(run_cluster("local", "cpu_1proc", "--dry-run", "--", "./run.sh", cwd=code), "command: ./run.sh is not")
-    done = run_cluster("local", "cpu_1proc", "--dry-run", "--", "python", "train.py", "--note", "a\nb", "it's", cwd=code)
+    done = run_cluster("local", "cpu_1proc", "--dry-run", "--", "python", "train.py", "--note", "a\nb", "it's",
+                       cwd=code)
     assert done.returncode == 0, done.stderr
     assert "command: python train.py --note $'a\\nb' 'it'\"'\"'s'\n" in done.stdout  # one line, as a shell takes it
 
