@@ -1,3 +1,5 @@
+import time
+
 import pytest
 
 from train import config as cfg
@@ -64,3 +66,15 @@ def test_deepspeed_configs_are_files_and_precision_comes_from_the_trainer():
     stage3 = deepspeed_config("zero3_offload", TrainerConfig(flops_profiler=True))
     assert stage3["zero_optimization"]["offload_param"]["device"] == "cpu" and "bf16" not in stage3
     assert stage3["flops_profiler"]["enabled"] is True
+
+
+@pytest.mark.parametrize("text", ["[" * 20_000, "{a: " * 20_000, "- " * 20_000 + "x\n",
+                                  "".join(" " * i + "a:\n" for i in range(3000))])
+def test_a_yaml_nested_20000_deep_is_refused_at_once(text):
+    """Refused from the parser's events before anything is built: PyYAML's own scanner took seconds on 20 000 `[`."""
+    from train.yaml_file import load_yaml_text
+    for read in (lambda: load_yaml_text(text, "x.yaml"), lambda: cfg.yaml_scalar(text)):
+        started = time.monotonic()
+        with pytest.raises(UserError, match="nests deeper than 64 levels; flatten it"):
+            read()
+        assert time.monotonic() - started < 0.5

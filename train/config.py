@@ -16,7 +16,7 @@ import yaml
 from train.errors import UserError, raise_all
 from train.registry import unknown_name
 from train.tracker_config import TrackerConfig, check as check_tracker, normalize as normalize_tracker
-from train.yaml_file import MAX_DEPTH, check_bounds, load_yaml
+from train.yaml_file import MAX_DEPTH, check_bounds, check_depth, load_yaml
 
 
 @dataclass
@@ -176,6 +176,7 @@ def parse_overrides(overrides: Union[Mapping[str, Any], List[str], None]) -> Dic
 def yaml_scalar(text: str) -> Any:
     """A --set value as YAML reads it (a number, a list...), else the text itself; bounded as every YAML file is."""
     shown = f"--set value {text[:40]!r}" + ("..." if len(text) > 40 else "")
+    check_depth(text, shown)
     try:
         value = yaml.safe_load(text) if text != "" else ""
     except yaml.YAMLError:

@@ -10,6 +10,7 @@ from train.errors import UserError
 
 MAX_BYTES = 1 << 20  # 1 MiB; the largest config shipped here is a few KB
 MAX_DEPTH = 64  # nested mappings and lists
+EVENT_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML was built with it
 MAX_VALUES = 200_000  # values once anchors are expanded: a 5000-run sweep file holds about 20 000
 
 
@@ -31,6 +32,7 @@ def load_yaml(path, what: str) -> Any:
 
 def load_yaml_text(text: str, shown: str) -> Any:
     """YAML text already read (`shown` names it in errors), parsed and checked against the bounds."""
+    check_depth(text, shown)
     try:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as err:
@@ -39,6 +41,27 @@ def load_yaml_text(text: str, shown: str) -> Any:
         raise UserError(f"{shown} nests deeper than {MAX_DEPTH} levels; flatten it") from None
     check_bounds(loaded, shown)
     return loaded
+
+
+def check_depth(text: str, shown: str) -> None:
+    """Nesting deeper than MAX_DEPTH refused from the parser's events, before anything is built: PyYAML's pure-Python
+    scanner takes time quadratic in unclosed brackets (20 000 `[` took seconds), libyaml's C parser stops at once. A
+    syntax error is left to the full load, which names its line."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=EVENT_LOADER):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    break
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError as err:
+        if "maximum nesting depth" not in str(err):  # libyaml's own bound (1000 levels)
+            return
+        depth = MAX_DEPTH + 1
+    if depth > MAX_DEPTH:
+        raise UserError(f"{shown} nests deeper than {MAX_DEPTH} levels; flatten it")
 
 
 def check_bounds(tree: Any, shown: str) -> None:
