@@ -47,25 +47,48 @@ def sha256(path) -> str:
     return out.split()[0]
 
 
-# Input directories the experiment files name by default: preflight refuses a dry run whose inputs do not exist, so
-# the dry-run tests need them (`make data` fills them; an empty one made here is removed again).
-DEFAULT_INPUTS = [ROOT / "data" / name for name in ("cifar100-synthetic", "ufc10-synthetic", "cifar100",
-                                                    "navsim-synthetic", "smart-synthetic")]
+# Input directories the experiment files name by default, by the data set each holds: preflight refuses a run whose
+# inputs do not exist or lack the data set's files (train/host/jobs/data_files.py), so the tests that submit without
+# a data.root of their own need them. `make data` fills them with real sets; where it has not, each gets empty
+# stand-ins of the files its data set needs (nothing trains on these), removed again after the session.
+DEFAULT_INPUTS = {ROOT / "data" / name: data_set for name, data_set in (
+    ("cifar100-synthetic", "cifar100"), ("ufc10-synthetic", "ufc10"), ("cifar100", "cifar100"),
+    ("navsim-synthetic", "planner_scenes"), ("smart-synthetic", "motion_tokens"))}
+
+
+def stand_in_data(root: Path, data_set: str = "cifar100") -> Path:
+    """Empty files where a data set's loader reads (data_files.NEEDS): enough for preflight; nothing trains on them."""
+    from train.host.jobs.data_files import NEEDS
+
+    for name in NEEDS[data_set]:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).touch()
+    return root
 
 
 @pytest.fixture(scope="session", autouse=True)
 def default_input_dirs():
-    made = []
-    for path in DEFAULT_INPUTS:
+    from train.host.jobs.data_files import NEEDS
+
+    made = []  # files and directories, each after the directory that holds it
+    for root, data_set in DEFAULT_INPUTS.items():
+        files = [root / name for name in NEEDS[data_set]]
+        if any(path.exists() for path in files):  # real data (make data), or this checkout's own stand-ins
+            continue
         try:
-            path.mkdir(parents=True)
-            made.append(path)
-        except OSError:  # there already, or a read-only checkout (the tests that run inside the image)
+            for path in files:
+                for parent in reversed([*path.relative_to(ROOT).parents][:-1]):
+                    if not (ROOT / parent).exists():
+                        (ROOT / parent).mkdir()
+                        made.append(ROOT / parent)
+                path.touch()
+                made.append(path)
+        except OSError:  # a read-only checkout (the tests that run inside the image)
             pass
     yield
-    for path in made:
+    for path in reversed(made):
         try:
-            path.rmdir()
+            path.rmdir() if path.is_dir() else path.unlink()
         except OSError:  # filled meanwhile (make data): keep it
             pass
 

@@ -12,6 +12,8 @@ import pytest
 
 from conftest import ROOT, assert_same_tensors, job_logs, manifest, run_cluster, wait_for_slurm_job
 
+from train.host.images.store import sha256_file
+
 # seed 002's experiment at its smallest: a small CNN over 16-pixel clips, one worker-free process
 UFC_SMALL = ["--set", "model.name=basic_cnn", "--set", "model.params={}", "--set", "data.num_workers=0",
              "--set", "trainer.max_epochs=1", "--set", "data.batch_size=4"]
@@ -76,17 +78,40 @@ def data_index(env) -> list:
 
 
 @packs
-def test_packing_the_same_files_gives_the_same_digest_whatever_their_times(ufc, env, tmp_path):
+def test_packing_the_same_files_gives_the_same_digest_whatever_their_times_and_modes(ufc, env, tmp_path):
     first = digest_of(pack(env, ufc, "--name", "ufc10"))
     copy = shutil.copytree(ufc, tmp_path / "elsewhere" / "ufc10")
     for path in copy.rglob("*"):
         os.utime(path, (1_000_000, 1_000_000))  # other times, another directory, another name
+    some_file = next(p for p in sorted(copy.rglob("*")) if p.is_file())
+    some_file.chmod(0o600)  # private modes: normalised, as the times are (the job's user reads every file)
+    some_file.parent.chmod(0o700)
     assert digest_of(pack(env, copy, "--name", "ufc10-copy")) == first
     again = pack(env, ufc, "--name", "ufc10")
     assert digest_of(again) == first and "already stored" in again.stdout
     listed = run_cluster("data", "list", env=env).stdout
     assert listed.count(first) == 2 and "ufc10-copy" in listed
     assert run_cluster("data", "verify", "ufc10", env=env).stdout.strip() == f"ok ufc10 sha256:{first}"
+
+
+@packs
+def test_a_truncated_data_image_is_refused_on_import_and_named_by_verify(ufc, env, tmp_path):
+    """A copy that stopped part way has a digest of its own: only the image's structure shows it is not whole."""
+    digest_of(pack(env, ufc, "--name", "ufc10"))
+    stored = Path(env["CT_IMAGES"]) / "data" / data_index(env)[0]["path"]
+    cut = tmp_path / "cut.sqsh"
+    cut.write_bytes(stored.read_bytes()[:stored.stat().st_size // 2])
+    assert subprocess.run(["unsquashfs", "-lls", str(cut)], capture_output=True).returncode != 0  # its own verdict
+    before = data_index(env)
+    refused = run_cluster("data", "import", str(cut), "--name", "cut", env=env)
+    assert refused.returncode == 2 and "cut.sqsh' is a damaged SquashFS image (truncated:" in refused.stderr
+    assert data_index(env) == before
+    with open(stored, "r+b") as f:  # a store copy cut after it was recorded (as an import used to record one)
+        f.truncate(stored.stat().st_size // 2)
+    recorded_cut = {**before[0], "sha256": sha256_file(stored)}
+    (Path(env["CT_IMAGES"]) / "data" / "index.json").write_text(json.dumps([recorded_cut]))
+    verified = run_cluster("data", "verify", env=env)
+    assert verified.returncode == 2 and "is damaged (truncated:" in verified.stderr and "ok " not in verified.stdout
 
 
 @packs
@@ -206,6 +231,10 @@ def test_jobs_stage_the_data_image_fall_back_and_refuse_a_modified_one(cpu_image
     assert json.loads((runs / "tiny-disk" / "results.json").read_text())["input"]["data_from"] == "image"
     assert states["tampered"] == "FAILED", logs["tampered"][-3000:]
     assert "it was modified" in logs["tampered"] and not (runs / "tampered" / "results.json").exists()
+    status = run_cluster("status", runs / "tampered", env=env).stdout  # the cause where status and runs show it
+    assert re.search(r"cause: the data image \S+ on n\d is not the one run .* it was modified; restore", status), status
+    listed = run_cluster("runs", "--here", "--state", "FAILED", env=env).stdout
+    assert "it was modified" in next(line for line in listed.splitlines() if " tampered " in line), listed
     assert manifest(runs / "staged")["data"]["sha256"] == digest
 
 

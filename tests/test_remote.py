@@ -17,6 +17,7 @@ import pytest
 from conftest import ROOT, job_logs, run_cluster, wait_for_slurm_job
 
 from train.errors import UserError
+from train.host import git
 from train.host.remote import ssh, sync
 from train.host.images import store
 from train.host.reach import Reach
@@ -252,6 +253,8 @@ def test_a_run_submitted_from_the_laptop_trains_and_every_run_command_reaches_it
     assert int(files) > 100 and int(image_bytes) > 10 * 2**20  # the whole project and the image, the first time
     record = json.loads((laptop["local"] / "short" / "remote.json").read_text())
     assert (record["cluster"], record["ssh"]) == ("ci-slurm", "ct-login")
+    sent_from = dict(zip(("commit", "dirty"), git.git_state(ROOT)))  # the copy there has no .git: the laptop's
+    assert sent_from["commit"] and remote_manifest(laptop, "short")["git"] == sent_from
     job = remote_manifest(laptop, "short")["scheduler"]["job_id"]
     assert remote_manifest(laptop, "short")["command"].count("--run-id") == 1  # typed once: recorded once
     assert wait_for_slurm_job(job, 300) == "COMPLETED", job_logs(laptop["cluster"] / "runs" / "short")[-3000:]
@@ -264,6 +267,7 @@ def test_a_run_submitted_from_the_laptop_trains_and_every_run_command_reaches_it
     rerun_id = next(p.name for p in laptop["local"].iterdir() if p.name not in ("short", "long"))
     rerun = remote_manifest(laptop, rerun_id)
     assert rerun["rerun_of"] == "short" and rerun["image"]["sha256"] == remote_manifest(laptop, "short")["image"]["sha256"]
+    assert rerun["git"] == sent_from
     followed = run_cluster("logs", "--follow", rerun_id, env=env, timeout=300)  # streamed until the job ends
     assert followed.returncode == 0 and "[cluster-train] rank 0/1 on host" in followed.stdout, followed.stderr
     results = [json.loads((laptop["cluster"] / "runs" / r / "results.json").read_text()) for r in ("short", rerun_id)]
@@ -307,6 +311,7 @@ def test_a_second_submission_sends_no_code_and_cancel_reaches_the_cluster(laptop
     sent = int(re.search(r"data image sent, (\d+) bytes", with_data.stdout).group(1))
     again = run_cluster(*demo("/data/demo", 1, "--dry-run", "--set", "data.image=demo"), env=data_here)
     assert sent > 0 and "data image sent, 0 bytes" in again.stdout, again.stdout[-2000:]  # the cluster has it now
+    damaged_here(laptop, data_here)
     follow = subprocess.Popen([str(ROOT / "bin" / "run-cluster"), "logs", "--follow", "long"], env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(3)
@@ -324,6 +329,23 @@ def test_a_second_submission_sends_no_code_and_cancel_reaches_the_cluster(laptop
     again = remote_manifest(laptop, "long")["scheduler"]["job_id"]
     assert again != job and run_cluster("cancel", "long", env=env).returncode == 0
     assert wait_for_slurm_job(again, 120) == "CANCELLED"
+
+
+def damaged_here(laptop, data_here) -> None:
+    """The laptop's own copy of a data image, modified after packing: refused before it is sent, naming the source's
+    fix (restore it or pack again), not the cluster's digest check's "copy it again"."""
+    small = laptop["local"].parent / "small"
+    small.mkdir()
+    (small / "x.txt").write_text("x\n")
+    assert run_cluster("data", "pack", small, "--name", "small", env=data_here).returncode == 0
+    data = laptop["local"].parent / "images" / "data"
+    stored = data / next(e["path"] for e in json.loads((data / "index.json").read_text()) if e["name"] == "small")
+    with open(stored, "r+b") as f:  # a byte of the file's data, past the superblock
+        f.seek(100)
+        f.write(bytes([f.read(1)[0] ^ 0xFF]))
+    refused = run_cluster(*demo("/data/small", 1, "--dry-run", "--set", "data.image=small"), env=data_here)
+    assert refused.returncode == 2 and "the data image small here" in refused.stderr, refused.stderr
+    assert "pack the data again" in refused.stderr and "copy it again" not in refused.stderr, refused.stderr
 
 
 @pytest.mark.image

@@ -5,7 +5,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_cluster
+from conftest import ROOT, run_cluster, stand_in_data
 
 
 def test_dry_run_renders_srun_per_rank_and_submits_nothing(store):
@@ -88,8 +88,7 @@ def test_failed_submission_leaves_no_run_dir(store, tmp_path):
     fake.mkdir()
     (fake / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Invalid account' >&2\nexit 1\n")
     (fake / "sbatch").chmod(0o755)
-    data = tmp_path / "data"
-    data.mkdir()
+    data = stand_in_data(tmp_path / "data")
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
     done = run_cluster("ci-slurm", "n2_gpu1", "demo", "--set", f"data.root={data}", env=env)
     assert done.returncode == 2
@@ -142,8 +141,7 @@ def test_input_paths_are_made_absolute_and_bound_read_only(store, tmp_path, monk
 
 
 def test_a_missing_input_path_is_one_line_and_submits_nothing(store, tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
+    data = stand_in_data(tmp_path / "data")
     done = run_cluster("local", "cpu_1proc", "cifar100_fusion", "--set", f"data.root={data}",
                        "--set", f"task_params.experts_dir={tmp_path / 'nope'}")
     assert done.returncode == 2

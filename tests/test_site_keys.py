@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, run_cluster
+from train.host import clusters
 from train.host.check_cluster import check_cluster
 
 SITE = """name: site
@@ -113,8 +114,22 @@ profiles:
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert [line.split("'")[1] for line in lines] == ["too_many_gpus", "repeats", "wrong_image"], done.stderr
+    assert all(line.startswith(f"run-cluster: error: cluster file {path}: profile '") for line in lines)
     assert "ok fine:" in done.stdout
     assert "cannot drive V100" in lines[2]
+
+
+def test_perlmutter_states_its_qos_time_limits_and_check_cluster_holds_profiles_to_them(store, tmp_path):
+    pm = ROOT / "clusters" / "perlmutter.yaml"
+    assert {name: qos.max_time for name, qos in clusters.load(pm).qos.items()} == \
+        {"regular": "48:00:00", "debug": "00:30:00"}
+    path = tmp_path / "pm.yaml"
+    path.write_text(pm.read_text().replace('    time: "00:30:00"', '    time: "00:31:00"'))
+    done = run_cluster("check-cluster", path, "--no-scheduler")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"run-cluster: error: profile 'debug_1gpu': time '00:31:00' is longer than the max_time '00:30:00' of qos "
+        f"'debug' ({path}); lower time to 00:30:00 or less, or choose a qos that allows it"]
 
 
 def test_a_cpu_image_is_refused_for_gpus_it_cannot_drive(store, tmp_path):

@@ -54,6 +54,7 @@ def test_a_resumed_run_continues_the_same_mlflow_run_at_its_step(mlflow_server, 
 
     mlflow_up(mlflow_server)
 
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", USER_CANARY)  # the server has no auth: it is sent and ignored
     monkeypatch.setenv("CT_IMAGE_SHA256", "ab" * 32)
     (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "tracked", "cluster": "ci-slurm", "git": {
         "commit": "c0ffee", "dirty": False}, "data": {"sha256": "da" * 32}}))
@@ -85,6 +86,17 @@ def test_a_resumed_run_continues_the_same_mlflow_run_at_its_step(mlflow_server, 
     assert {"ct.segment.1", "ct.segment.2"} <= set(tags) and json.loads(tags["ct.segment.2"])["step"] == 4
     assert params["trainer/max_epochs"] == "1" and params["model/name"] == "resnet_cifar"
     assert run.info.status == "FINISHED"
+    assert tags["mlflow.user"] != USER_CANARY and run.info.user_id != USER_CANARY  # the server's copy
+    no_credential_under(tmp_path)
+
+
+USER_CANARY = "canary-user-5e2b"  # MLFLOW_TRACKING_USERNAME: a credential, as MLFLOW_TRACKING_TOKEN is
+
+
+def no_credential_under(run_dir) -> None:
+    """No file of the run directory (its MLflow file store's tags and meta.yaml included) holds the canary."""
+    leaked = [p for p in run_dir.rglob("*") if p.is_file() and USER_CANARY.encode() in p.read_bytes()]
+    assert not leaked, leaked
 
 
 def test_settings_then_experiment_then_profile_then_set_each_key_over_the_last(monkeypatch):
@@ -190,7 +202,8 @@ def test_your_own_command_continues_one_tracked_run_through_the_trackers_variabl
 
     tracker = {"use": ["mlflow", "wandb"], "offline": True}
     for segment in ("1", "2"):
-        env = {"CT_SEGMENT": segment, "WANDB_API_KEY": "c4nary" + "0" * 34, "MLFLOW_TRACKING_TOKEN": "canary-0"}
+        env = {"CT_SEGMENT": segment, "WANDB_API_KEY": "c4nary" + "0" * 34, "MLFLOW_TRACKING_TOKEN": "canary-0",
+               "MLFLOW_TRACKING_USERNAME": USER_CANARY}
         proc, run_dir = runner(tmp_path, OWN_CODE, env=env, name="own", tracker=tracker)
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err[-3000:]
@@ -204,6 +217,7 @@ def test_your_own_command_continues_one_tracked_run_through_the_trackers_variabl
     (run,) = client.search_runs([client.get_experiment_by_name("own").experiment_id])
     assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [1, 2]
     assert {"ct.segment.1", "ct.segment.2"} <= set(run.data.tags) and run.data.tags["ct.run_id"] == "run"
+    no_credential_under(run_dir)
     folded = wandb_offline.fold(run_dir / "wandb", json.loads((run_dir / "trackers.json").read_text())["wandb"]["id"])
     assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1 and len(list(folded.glob("segments/*"))) == 2
 

@@ -102,6 +102,36 @@ def test_snapshot_of_a_plain_directory_and_its_limits(tmp_path, monkeypatch):
         code_snapshot.take(code)
 
 
+def test_a_root_home_or_huge_directory_is_refused_before_it_is_walked(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "proj").mkdir(parents=True)
+    for source, fragment in ((Path("/"), "code: / is the file system's root, not a project"),
+                             (tmp_path / "home", "is a home directory, not a project"),
+                             (tmp_path, "is a home directory, not a project")):  # above one: holds it all
+        with pytest.raises(Exception, match=f"{fragment}.*at most 20000 files, 200 MB.*cd into your project"):
+            code_snapshot.take(source)
+    (tmp_path / "home" / "proj" / "a.py").write_text("a\n")
+    (tmp_path / "home" / "proj" / "b.py").write_text("b\n")
+    monkeypatch.setattr(code_snapshot, "MAX_FILES", 1)
+    with pytest.raises(Exception, match="holds more than 1 files; a run snapshots code, not data"):
+        code_snapshot.take(tmp_path / "home" / "proj")
+
+
+def test_a_file_gone_between_listing_and_snapshot_is_one_line(tmp_path, monkeypatch):
+    code = tmp_path / "proj"
+    code.mkdir()
+    (code / "a.py").write_text("a\n")
+    monkeypatch.setattr(code_snapshot, "project_files", lambda source: ["a.py", "gone.py"])  # as /proc's files go
+    with pytest.raises(Exception, match=f"code: {code}/gone.py could not be read into the snapshot"):
+        code_snapshot.take(code)
+
+
+def test_a_command_typed_in_the_root_directory_is_refused_in_one_line(store):
+    said = refused(run_cluster("local", "cpu_1proc", "--dry-run", "--", "python", "train.py", cwd="/"),
+                   "code: / is the file system's root, not a project")
+    assert len(said.strip().splitlines()) == 1  # was a FileNotFoundError traceback from /proc
+
+
 # --- reads: and preflight -----------------------------------------------------------------------------------------
 
 def test_seed_003_devices_8_on_one_gpu_per_node_is_refused(store, tmp_path):
@@ -183,6 +213,18 @@ def test_a_command_typed_after_the_separator_runs_the_working_directory(store, t
     assert "command: python train.py --dry-run" in done.stdout  # after --, everything is the command's
     assert "--job-name" not in done.stdout and "run dir:" in done.stdout
     refused(run_cluster("local", "cpu_1proc", "--"), "nothing after --")
+
+
+def test_a_script_missing_from_the_snapshot_is_refused_and_arguments_are_shown_quoted(store, tmp_path):
+    code = project(tmp_path)
+    said = refused(run_cluster("local", "cpu_1proc", "--dry-run", "--", "python", "nosuch.py", cwd=code),
+                   f"command: nosuch.py is not a file of the code snapshot of {code} (3 file(s)); fix its name")
+    assert len(said.strip().splitlines()) == 1
+    refused(run_cluster("local", "cpu_1proc", "--dry-run", "--", "./run.sh", cwd=code), "command: ./run.sh is not")
+    done = run_cluster("local", "cpu_1proc", "--dry-run", "--", "python", "train.py", "--note", "a\nb", "it's",
+                       cwd=code)
+    assert done.returncode == 0, done.stderr
+    assert "command: python train.py --note $'a\\nb' 'it'\"'\"'s'\n" in done.stdout  # one line, as a shell takes it
 
 
 def test_dev_runs_the_task_from_a_snapshot_of_this_checkout(store):

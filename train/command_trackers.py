@@ -64,7 +64,8 @@ def mlflow_environment(run: cfg.RunConfig, run_dir: Path) -> Dict[str, str]:
     if run_id is None:
         found = client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found else client.create_experiment(experiment)
-        run_id = client.create_run(experiment_id, run_name=tracked.run_name(run_dir, "")).info.run_id
+        run_id = client.create_run(experiment_id, run_name=tracked.run_name(run_dir, ""),
+                                   tags=tracked.mlflow_user()).info.run_id
         tracked.write_state(run_dir, "mlflow", {"run_id": run_id, "tracking_uri": uri, "experiment_id": experiment_id})
     tracked.mark_mlflow_segment(client, run_id, run_dir, tracked.segment_event(None), saved.get("run_id") == run_id)
     env = {"MLFLOW_TRACKING_URI": uri, "MLFLOW_EXPERIMENT_NAME": experiment, "MLFLOW_RUN_ID": run_id}

@@ -1,6 +1,7 @@
 """What ties a tracker's run to a cluster-train run, torch-free (the image's trainer, train/trackers.py, and your own
 command's launcher, train/command_trackers.py, both use it): the run's identity as tags, the W&B id, each segment as
 an event, and the tracker run ids kept in the run's output directory (trackers.json) for every later segment."""
+import getpass
 import hashlib
 import json
 import os
@@ -46,6 +47,17 @@ def identity(out: Path) -> Dict[str, str]:
         "ct.code_sha256": (manifest.get("code") or {}).get("sha256"),
     }
     return {key: str(value) for key, value in found.items() if value not in (None, "")}
+
+
+def mlflow_user() -> Dict[str, str]:
+    """MLflow's user tag (and the run's user_id in meta.yaml) as the system user the job runs as: left to MLflow it is
+    MLFLOW_TRACKING_USERNAME where that is set, a credential, which no run directory (nor a server it is synced to)
+    may hold."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no LOGNAME/USER: the uid names the user
+        user = str(os.getuid())
+    return {"mlflow.user": user}
 
 
 def state_key(tracker: str, name: str) -> str:

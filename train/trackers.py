@@ -17,8 +17,8 @@ from pytorch_lightning.utilities import rank_zero_only
 from train import config as cfg
 from train import wandb_offline
 from train.tracker_config import CREDENTIALS
-from train.tracker_identity import (identity, mark_mlflow_segment, mlflow_uri, read_state, run_name, segment_event,
-                                    state_key, wandb_id, write_state)
+from train.tracker_identity import (identity, mark_mlflow_segment, mlflow_uri, mlflow_user, read_state, run_name,
+                                    segment_event, state_key, wandb_id, write_state)
 
 
 def loggers(run: cfg.RunConfig, out: Path, name: str = "", project: str = "", tensorboard: bool = True) -> list:
@@ -46,7 +46,7 @@ def mlflow_logger(run: cfg.RunConfig, out: Path, name: str, project: str):
     saved = read_state(out).get(state_key("mlflow", name), {})
     run_id = saved.get("run_id") if saved.get("tracking_uri") == uri else None  # a run in another store is not ours
     return MLFlowLogger(experiment_name=run.tracker.experiment or project or run.name, run_name=run_name(out, name),
-                        tracking_uri=uri, tags=identity(out), run_id=run_id)
+                        tracking_uri=uri, tags={**identity(out), **mlflow_user()}, run_id=run_id)
 
 
 def wandb_logger(run: cfg.RunConfig, out: Path, name: str, project: str):

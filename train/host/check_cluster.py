@@ -36,8 +36,7 @@ def check_cluster(name_or_path: str, scheduler_check: bool = True) -> Tuple[List
         for profile in cluster.profiles.values():
             lines, found = check_profile(site, profile, Path(tmp), scheduler_check)
             report += lines
-            problems += [line if f"profile {profile.name!r}" in line else f"profile {profile.name!r}: {line}"
-                         for line in found]
+            problems += [named(line, path, profile.name) for line in found]
     live = adapter(cluster.scheduler).inventory() if scheduler_check else None
     if live is not None:
         drifted = drift(cluster, live)
@@ -45,6 +44,12 @@ def check_cluster(name_or_path: str, scheduler_check: bool = True) -> Tuple[List
                                       f"{len(live.partitions)} partition(s)"]
         problems += drifted
     return report, problems
+
+
+def named(line: str, path: Path, profile: str) -> str:
+    """A profile's problem naming the file and the profile, once each."""
+    line = line if f"profile {profile!r}" in line else f"profile {profile!r}: {line}"
+    return line if str(path) in line else f"cluster file {path}: {line}"
 
 
 def drift(cluster: Cluster, live: Inventory) -> List[str]:

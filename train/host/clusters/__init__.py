@@ -72,6 +72,14 @@ class Partition:
 
 
 @dataclass
+class Qos:
+    """A quality of service a profile may name (Slurm --qos), with the limits the site sets on it."""
+
+    name: str
+    max_time: str = ""  # the longest time limit a job of this QOS may ask for, in the scheduler's format
+
+
+@dataclass
 class Profile:
     name: str
     partition: str = ""  # an entry of the cluster's partitions; may be left out where the cluster has one
@@ -143,6 +151,7 @@ class Cluster:
     binds: List[str] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)
     partitions: Dict[str, Partition] = field(default_factory=dict)
+    qos: Dict[str, Qos] = field(default_factory=dict)  # the QOS whose limits the site states (debug: 30 minutes)
     profiles: Dict[str, Profile] = field(default_factory=dict)
 
     def profile(self, name: str) -> Profile:
@@ -197,7 +206,7 @@ def load(path: Path) -> Cluster:
         env=fields.env(raw.get("env"), f"{where}: env"),
         needs=fields.texts(raw.get("needs"), f"{where}: needs"),
         modules=fields.texts(raw.get("modules"), f"{where}: modules"),
-        module_init=fields.text(raw.get("module_init", ""), f"{where}: module_init"),
+        module_init=_module_init(raw.get("module_init", ""), f"{where}: module_init"),
         images=fields.text(raw.get("images", ""), f"{where}: images"),
         runs=fields.text(raw.get("runs", ""), f"{where}: runs"),
         max_array_size=fields.typed(raw.get("max_array_size"), Optional[int], {"min": 1}, f"{where}: max_array_size"),
@@ -213,6 +222,11 @@ def load(path: Path) -> Cluster:
             cluster.partitions[name] = _partition(name, spec, f"{where}: partition {name!r}", cluster.scheduler)
         except UserError as err:
             errors.append(err)
+    for name, spec in fields.mapping(raw.get("qos"), f"{where}: qos").items():
+        try:
+            cluster.qos[name] = _qos(name, spec, f"{where}: qos {name!r}", cluster.scheduler)
+        except UserError as err:
+            errors.append(err)
     for name, spec in fields.mapping(raw.get("profiles"), f"{where}: profiles").items():
         try:
             cluster.profiles[name] = _profile(name, spec, f"{where}: profile {name!r}")
@@ -226,9 +240,9 @@ def load(path: Path) -> Cluster:
 
 def _partition(name: str, spec: Any, where: str, scheduler: str) -> Partition:
     part = fields.record(Partition, name, spec, where)
-    if part.max_time and adapter(scheduler).time_seconds(part.max_time) is None:
-        raise UserError(f"{where} max_time {part.max_time!r} is not a {scheduler} time limit; write it like "
-                        f"{adapter(scheduler).time_example} (UNLIMITED where there is none)")
+    _max_time(part.max_time, where, scheduler)
+    fields.directive_name(part.scheduler_name, "partition", where)
+    fields.directive_name(part.scheduler_gpu_name, "scheduler_gpu_name", where)
     fields.choice(part.image, flavors.image_flavors(), f"{where} image")
     fields.choice(part.gpu_request, GPU_REQUESTS, f"{where} gpu_request")
     fields.constraint(part.constraint, f"{where} constraint")
@@ -243,6 +257,26 @@ def _partition(name: str, spec: Any, where: str, scheduler: str) -> Partition:
     except UserError as error:
         raise UserError(f"{where}: {error}") from None
     return part
+
+
+def _max_time(value: str, where: str, scheduler: str) -> None:
+    if value and adapter(scheduler).time_seconds(value) is None:
+        raise UserError(f"{where} max_time {value!r} is not a {scheduler} time limit; write it like "
+                        f"{adapter(scheduler).time_example} (UNLIMITED where there is none)")
+
+
+def _qos(name: str, spec: Any, where: str, scheduler: str) -> Qos:
+    qos = fields.record(Qos, name, spec, where)
+    fields.directive_name(str(name), "qos", where)
+    _max_time(qos.max_time, where, scheduler)
+    return qos
+
+
+def _module_init(value: Any, where: str) -> str:
+    path = fields.text(value, where)
+    if path:
+        fields.plain_path(path, where, "/usr/share/lmod/lmod/init/bash (the module system's init script)")
+    return path
 
 
 def _profile(name: str, spec: Any, where: str) -> Profile:
@@ -260,6 +294,8 @@ def _profile(name: str, spec: Any, where: str) -> Profile:
     if profile.mem_per_gpu_gb is not None and not profile.gpus_per_node:
         raise UserError(f"{where} gives memory per GPU but asks for no GPUs; use mem_gb (per node) instead")
     fields.constraint(profile.constraint, f"{where} constraint")
+    fields.directive_name(profile.qos, "qos", where)
+    fields.directive_name(profile.reservation, "reservation", where)
     profile.env = fields.env(profile.env, f"{where} env")
     profile.directives = fields.texts(profile.directives, f"{where} directives")
     for directive in profile.directives:

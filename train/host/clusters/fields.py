@@ -9,10 +9,14 @@ import typing
 from typing import Any, Dict, List, Union
 
 from train.errors import UserError
+from train.host.schedulers.base import SAFE_NAME
 from train.registry import unknown_name
 
 # A node feature expression (Slurm --constraint, LSF select[]): names and operators, nothing a directive cannot carry.
 CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|()\[\]*!,:=<> -]+$")
+# What neither a scheduler directive (#SBATCH --output=PATH, #BSUB -o PATH) nor a shell line carries as it is:
+# blanks, quotes, shell characters, Slurm's %-patterns (%j), control characters.
+UNCARRIED = re.compile(r"[\s\"'`$\\%;&|<>()*?\[\]{}!#]|[\x00-\x1f\x7f]")
 # The pieces of an env value that mean something: $$, ${setting}, $NAME.
 ENV_TEXT = re.compile(r"\$\$|\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$[A-Za-z_][A-Za-z0-9_]*")
 
@@ -100,6 +104,20 @@ def env(value: Any, where: str) -> Dict[str, str]:
                             f"$NAME for the node's environment or ${{setting}} for your settings")
         found[str(name)] = value_text
     return found
+
+
+def plain_path(value: str, where: str, example: str) -> None:
+    """An absolute path written as it is: nothing a directive or a shell line would split, expand or run."""
+    if not value.startswith("/") or UNCARRIED.search(value):
+        raise UserError(f"{where} = {value!r} is not an absolute path of letters, digits and '_./+@,=~-'; give the "
+                        f"path itself, like {example}")
+
+
+def directive_name(value: str, key: str, where: str) -> None:
+    """A name a directive line carries unquoted (partition, qos, reservation, the GPU name a typed request uses)."""
+    if value and not SAFE_NAME.match(value):
+        raise UserError(f"{where}: {key} {value!r} has characters a scheduler directive cannot carry; use letters, "
+                        f"digits, '_.-+'")
 
 
 def constraint(value: str, where: str) -> None:

@@ -8,7 +8,6 @@ from train.errors import UserError, raise_all
 from train.host import project
 from train.host.data import pack, store, transport
 from train.host.images.locations import STORE_FIX, command_store
-from train.host.images.store import sha256_file
 from train.host.usage import Parser
 
 WRITES = ("pack", "import", "pull")  # the commands that add to the store
@@ -87,10 +86,10 @@ def verify(root: Path, ref: Optional[str]) -> int:
         raise UserError(f"no data image {ref!r} in {root}; see bin/run-cluster data list")
     bad = []
     for entry in {e.sha256: e for e in wanted}.values():
-        if not Path(entry.path).is_file():
-            bad.append(f"data image {entry.name} sha256:{entry.sha256}: its store file {entry.path} is gone")
-        elif not store.is_squashfs(Path(entry.path)) or sha256_file(entry.path) != entry.sha256:
-            bad.append(f"data image {entry.name} sha256:{entry.sha256}: {entry.path} changed since it was packed")
+        why = store.fault(entry)
+        if why:
+            bad.append(f"data image {entry.name} sha256:{entry.sha256}: {entry.path} {why}; restore it, or pack the "
+                       f"data again")
         else:
             print(f"ok {entry.name} sha256:{entry.sha256}")
     raise_all([UserError(line) for line in bad])

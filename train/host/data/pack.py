@@ -2,10 +2,12 @@
 hold the same contents, whatever the files' times, owners or the machine that packs.
 
 mksquashfs does the work (the tool Apptainer itself uses for SIFs); what is written here is the reproducibility
-(-reproducible orders and numbers entries the same way; every time zeroed; every file root-owned; no xattrs) and the
-checks that keep a packed image readable: a symbolic link must stay inside the directory, else the image would
-hold a link to nothing on the compute node."""
+(-reproducible orders and numbers entries the same way; every time zeroed; every file root-owned; no xattrs; every
+mode normalised as git does: directories and executables 0755, other files 0644, so a `chmod 600` changes nothing and
+every file is readable by the job's user) and the checks that keep a packed image readable: a symbolic link must
+stay inside the directory, else the image would hold a link to nothing on the compute node."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +18,8 @@ from train.errors import UserError
 from train.host.data import store
 from train.host.images.store import sha256_file
 
-REPRODUCIBLE = ["-noappend", "-reproducible", "-mkfs-time", "0", "-all-time", "0", "-all-root", "-no-xattrs"]
+REPRODUCIBLE = ["-noappend", "-reproducible", "-mkfs-time", "0", "-all-time", "0", "-all-root", "-no-xattrs",
+                "-root-mode", "0755"]
 
 
 def squash(src: Path, out: Path, progress: bool = False) -> None:
@@ -24,10 +27,31 @@ def squash(src: Path, out: Path, progress: bool = False) -> None:
     if shutil.which("mksquashfs") is None:
         raise UserError("mksquashfs is not installed; install squashfs-tools (apt-get install squashfs-tools)")
     shown = ["-progress"] if progress else []  # -quiet hides mksquashfs's summary; -progress keeps its bar
-    done = subprocess.run(["mksquashfs", str(src), str(out), *REPRODUCIBLE, "-quiet", *shown],
-                          stdout=None if progress else subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    modes = out.with_name(out.name + ".modes")
+    try:
+        modes.write_bytes(mode_definitions(src))
+        done = subprocess.run(["mksquashfs", str(src), str(out), *REPRODUCIBLE, "-pf", str(modes), "-quiet", *shown],
+                              stdout=None if progress else subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        modes.unlink(missing_ok=True)
     if done.returncode != 0:
         raise UserError(f"mksquashfs could not pack {src}: {done.stderr.strip().splitlines()[-1:] or done.returncode}")
+
+
+def mode_definitions(src: Path) -> bytes:
+    """mksquashfs pseudo definitions ("NAME m MODE UID GID": modify) giving every directory and file below `src` its
+    normalised mode; a symbolic link has none of its own. Every character of a name but letters, digits and / is
+    escaped with a backslash, as mksquashfs reads them."""
+    lines = []
+    for top, dirs, names in os.walk(src):
+        for name in dirs + names:
+            path = os.path.join(top, name)
+            if os.path.islink(path):
+                continue
+            mode = 0o755 if os.path.isdir(path) or os.stat(path).st_mode & 0o111 else 0o644
+            escaped = re.sub(rb"([^A-Za-z0-9/])", rb"\\\1", os.fsencode(os.path.relpath(path, src)))
+            lines.append(escaped + b" m %o 0 0\n" % mode)
+    return b"".join(lines)
 
 
 def contents(src: Path) -> Tuple[int, int]:
@@ -40,6 +64,8 @@ def contents(src: Path) -> Tuple[int, int]:
     for top, dirs, names in os.walk(src):
         for name in dirs + names:
             path = Path(top) / name
+            if "\n" in name:
+                raise UserError(f"{str(path)!r} has a line break in its name, which mksquashfs cannot keep; rename it")
             if path.is_symlink():
                 outside(path, src)
             elif name in names:

@@ -23,6 +23,7 @@ STORE = "store"
 INDEX = "index.json"
 SUFFIX = ".sqsh"
 SQUASHFS_MAGIC = b"hsqs"  # a SquashFS superblock's first four bytes (little-endian, as mksquashfs writes)
+SUPERBLOCK = 96  # bytes
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 DIGEST = re.compile(r"(sha256:)?([0-9a-f]{64})")
 
@@ -52,6 +53,24 @@ def check_name(name: str) -> str:
 def is_squashfs(path: Path) -> bool:
     with open(path, "rb") as f:
         return f.read(4) == SQUASHFS_MAGIC
+
+
+def damage(path: Path) -> Optional[str]:
+    """Why a SquashFS file is not whole (its digest alone cannot say: a truncated copy has a digest too), or None:
+    shorter than the size its superblock records, or tables unsquashfs cannot read."""
+    with open(path, "rb") as f:
+        superblock = f.read(SUPERBLOCK)
+    if len(superblock) < SUPERBLOCK:
+        return f"truncated: {len(superblock)} bytes, less than a SquashFS superblock"
+    used = int.from_bytes(superblock[40:48], "little")  # bytes_used: the filesystem's size, before padding
+    size = Path(path).stat().st_size
+    if size < used:
+        return f"truncated: {size} of its {used} bytes"
+    if shutil.which("unsquashfs") is None:
+        raise UserError("unsquashfs is not installed; install squashfs-tools (apt-get install squashfs-tools)")
+    listed = subprocess.run(["unsquashfs", "-lls", str(path)], capture_output=True, text=True)
+    said = [line for line in listed.stderr.splitlines() if line.strip()]
+    return f"unsquashfs cannot read it ({said[-1] if said else listed.returncode})" if listed.returncode else None
 
 
 def records(root: Path) -> List[DataRecord]:
@@ -84,10 +103,25 @@ def verified(ref: str, root: Path) -> DataRecord:
         known = ", ".join(sorted({e.name for e in records(root)})) or "none yet"
         raise UserError(f"no data image {ref!r} in the data store {root} (known: {known}); pack one with "
                         f"bin/run-cluster data pack DIR --name NAME, or see bin/run-cluster data list")
-    if not is_squashfs(Path(entry.path)) or sha256_file(entry.path) != entry.sha256:
-        raise UserError(f"the data image {entry.path} ({entry.name}) was modified: its sha256 is no longer "
-                        f"{entry.sha256}; restore it, or pack the data again")
+    why = fault(entry)
+    if why:
+        raise UserError(f"the data image {entry.path} ({entry.name}) {why}; restore it, or pack the data again")
     return entry
+
+
+def fault(entry: DataRecord) -> Optional[str]:
+    """What is wrong with a stored data image's file (said after its path), or None where it holds its bytes whole."""
+    path = Path(entry.path)
+    if not path.is_file():
+        return "is gone from the store"
+    if not is_squashfs(path):
+        return "is not SquashFS any more: it was modified"
+    why = damage(path)
+    if why:
+        return f"is damaged ({why})"
+    if sha256_file(path) != entry.sha256:
+        return f"was modified: its sha256 is no longer {entry.sha256}"
+    return None
 
 
 def add(name: str, packed: Path, digest: str, root: Path, source: str, files: int) -> Tuple[DataRecord, bool]:
@@ -119,6 +153,10 @@ def admit(file: Path, name: str, root: Path, expect: Optional[str] = None) -> Tu
     check_name(name)
     if not file.is_file() or not is_squashfs(file):
         raise UserError(f"{str(file)!r} is not a SquashFS file; pack the directory with bin/run-cluster data pack DIR")
+    why = damage(file)
+    if why:
+        raise UserError(f"{str(file)!r} is a damaged SquashFS image ({why}); copy it again whole from where it was "
+                        f"packed, or pack the directory again (nothing was stored)")
     where = Path(root) / STORE
     where.mkdir(parents=True, exist_ok=True)
     tmp = where / f".{name}.{os.getpid()}.tmp"

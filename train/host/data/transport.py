@@ -51,8 +51,8 @@ def pull(reference: str, plain_http: bool, name: str, expect: Optional[str],
         if expect and digest != expect:
             raise UserError(f"the data image pulled from {reference} has sha256 {digest}, not the expected {expect}; "
                             f"nothing was stored")
-        if not store.is_squashfs(packed):
-            raise UserError(f"the data pulled from {reference} is not SquashFS; nothing was stored")
+        if not store.is_squashfs(packed) or store.damage(packed):
+            raise UserError(f"the data pulled from {reference} is not a whole SquashFS image; nothing was stored")
         return store.add(name, packed, digest, root, reference, store.squashfs_files(packed))
     finally:
         wrapper.unlink(missing_ok=True)

@@ -14,13 +14,15 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from train.errors import UserError
-from train.host.git import git, git_state
+from train.host.git import SENT_FROM, git, git_state
 from train.host.images.store import sha256_file
 
 TAR = "code.tar"  # in the run directory: the snapshot as submitted, never written by the job
 DIR = "code"  # in the run directory: the snapshot unpacked, where the command runs
 MAX_BYTES = 200 * 2**20  # code, not data: more than this is almost always a data set or checkpoints in the tree
-SKIPPED = {".git", "__pycache__", ".pytest_cache", ".venv", ".mypy_cache"}  # outside git: never part of code
+MAX_FILES = 20_000  # likewise; the listing stops here, so `/` or a home directory is refused before it is walked
+POINT_AT_CODE = "cd into your project's directory, or name it with code: in an experiment file"
+SKIPPED = {".git", "__pycache__", ".pytest_cache", ".venv", ".mypy_cache", SENT_FROM}  # outside git: never code
 
 
 @dataclass
@@ -45,32 +47,65 @@ def take(source: Path, subtree: str = "", dev: bool = False) -> Snapshot:
     """Snapshot `source` (only `subtree/` of it when given) into a temporary tar; refuse what is not code."""
     if not source.is_dir():
         raise UserError(f"code: {source} is not a directory; set code: to your project's directory")
+    not_a_project(source)
     names = [n for n in project_files(source) if not subtree or n.startswith(subtree)]
     if not names:
         raise UserError(f"code: {source} holds no files{f' under {subtree}' if subtree else ''}; check code:")
-    size = sum((source / n).lstat().st_size for n in names)
+    size = sum(_size(source, n) for n in names)
     if size > MAX_BYTES:
-        largest = max(names, key=lambda n: (source / n).lstat().st_size)
+        largest = max(names, key=lambda n: _size(source, n))
         raise UserError(f"code: {source} holds {size / 2**20:.0f} MB in {len(names)} files (largest {largest}); keep "
                         f"data and checkpoints out of the code (add them to .gitignore, or read them as data)")
     handle, tar_path = tempfile.mkstemp(prefix="ct-code-", suffix=".tar")
-    with os.fdopen(handle, "wb") as out:
-        write_tar(source, names, out)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            write_tar(source, names, out)
+    except OSError as err:  # a file removed or made unreadable since it was listed
+        Path(tar_path).unlink()
+        raise UserError(f"code: {err.filename} could not be read into the snapshot ({err.strerror}); snapshot a "
+                        f"directory that holds your code alone: {POINT_AT_CODE}") from None
     commit, dirty = git_state(source)
     return Snapshot(str(source), tar_path, sha256_file(Path(tar_path)), len(names), size, commit, dirty, subtree, dev)
 
 
+def not_a_project(source: Path) -> None:
+    """The file system's root or a home directory (or above one) is where a command was typed, not a project:
+    snapshotting it would read /proc, caches and data."""
+    home = Path.home().resolve()
+    if source == Path("/") or source == home or source in home.parents:
+        what = "the file system's root" if source == Path("/") else "a home directory"
+        raise UserError(f"code: {source} is {what}, not a project; a run snapshots its code (at most {MAX_FILES} "
+                        f"files, {MAX_BYTES >> 20} MB): {POINT_AT_CODE}")
+
+
 def project_files(source: Path) -> List[str]:
-    """Relative paths of the files that make up the code, sorted."""
+    """Relative paths of the files that make up the code, sorted; refused past MAX_FILES."""
     listed = git(source, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
     if listed is not None and git(source, "rev-parse", "--show-prefix") == "\n":  # source is the work tree's root
         names = [n for n in listed.split("\0") if n]
+        _at_most(source, len(names))
         return sorted(n for n in names if os.path.lexists(source / n))  # a deleted file is listed until committed
     found = []
     for root, dirs, files in os.walk(source):
         dirs[:] = sorted(d for d in dirs if d not in SKIPPED)
-        found += [os.path.relpath(os.path.join(root, f), source) for f in files if not f.endswith(".pyc")]
+        found += [os.path.relpath(os.path.join(root, f), source) for f in files
+                  if not f.endswith(".pyc") and f not in SKIPPED]
+        _at_most(source, len(found))
     return sorted(found)
+
+
+def _at_most(source: Path, files: int) -> None:
+    if files > MAX_FILES:
+        raise UserError(f"code: {source} holds more than {MAX_FILES} files; a run snapshots code, not data or "
+                        f"environments: {POINT_AT_CODE} (or .gitignore what is not code)")
+
+
+def _size(source: Path, name: str) -> int:
+    """A listed file's size; 0 for one gone since the listing (the tar then names what is missing)."""
+    try:
+        return (source / name).lstat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def write_tar(source: Path, names: List[str], out) -> None:
@@ -109,6 +144,15 @@ def read_text(snapshot: Snapshot, name: str) -> Optional[str]:
         except KeyError:
             return None
         return member.read().decode("utf-8", errors="replace") if member else None
+
+
+def holds(snapshot: Snapshot, name: str) -> bool:
+    """Whether the snapshot holds a file by that name (relative to its top)."""
+    with tarfile.open(snapshot.tar_path) as tar:
+        try:
+            return tar.getmember(os.path.normpath(name)).isfile()
+        except KeyError:
+            return False
 
 
 def place(snapshot: Snapshot, run_dir: Path) -> None:

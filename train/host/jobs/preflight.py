@@ -8,11 +8,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from train import config as cfg
 from train.errors import UserError, raise_all
 from train.host import project
-from train.host.clusters import Cluster
+from train.host.clusters import Cluster, fields
 from train.host.clusters.flavors import driver_version, flavor_table, gpu_model
 from train.host.images import signing
 from train.host.images.store import base_flavor
-from train.host.jobs import config_check, memory, reads, requests
+from train.host.jobs import config_check, data_files, memory, reads, requests
 from train.host.jobs.job import Job
 from train.host.jobs.measured import HostRam
 from train.host.schedulers import SAFE_NAME, adapter
@@ -20,10 +20,10 @@ from train.host.schedulers.launches import LAUNCHES
 
 
 def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.RunConfig],
-          user_set: Dict[str, Any], script: str, host_ram: HostRam, missing_image_ok: bool = False,
+          user_set: Dict[str, Any], script: str, host_ram: HostRam, dry_run: bool = False,
           user_config: Optional[reads.UserConfig] = None) -> List[str]:
-    """Run every check and raise all failures at once (one line each). An image not built yet on this machine is
-    a warning instead when `missing_image_ok` (--dry-run): the job can be reviewed before its image exists.
+    """Run every check and raise all failures at once (one line each). An image not built yet on this machine, and
+    data not there yet, are warnings instead on a dry run: the job can be reviewed before they exist.
     `host_ram`: the figures per rank and per worker (train/host/jobs/measured.py) the host RAM check budgets.
     `user_config`: what a command's own config says (reads:), checked against the job and named in its terms."""
     errors = failures(RULES, job, cluster, run)
@@ -38,14 +38,16 @@ def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.Ru
     errors += reads.shape_problems(user_config, job.profile, job.ranks_per_node, job.nodes)
     errors += reads.set_over(user_config, user_set)
     missing = image_missing(job)
-    if missing and not (missing_image_ok and not errors):
+    if missing and not (dry_run and not errors):
         errors.append(missing)
+    no_data = data_files.problems(task_runs or [run])
+    errors += [] if dry_run else no_data
     unsigned = not missing and job.signing.required and signing.problem(  # apptainer verify, only where asked for
         job.image, job.image_sha256, job.image_flavor, job.signing)
     if unsigned:
         errors.append(UserError(unsigned))
     raise_all(list({str(err): err for err in errors}.values()))  # one rule's failure may show in another
-    return [f"warning: {missing}"] if missing else []
+    return [f"warning: {problem}" for problem in ([missing] if missing else []) + no_data]
 
 
 def failures(rules: List[Callable], job: Job, cluster: Cluster, run: cfg.RunConfig) -> List[UserError]:
@@ -142,12 +144,14 @@ def launcher_starts_every_rank(job: Job, cluster: Cluster, run: cfg.RunConfig) -
 
 def names_are_safe(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     # Directive lines are read by the scheduler, not a shell, so they cannot be quoted: refuse what needs quoting.
-    typed = job.gpu_type if job.gpu_request.startswith("typed") else None
-    gpu_key = "scheduler_gpu_name" if cluster.partition(job.partition).scheduler_gpu_name else "gpu_type"
-    for what, value in (("partition", job.queue or None), ("job name", job.job_name), ("account", job.account),
-                        ("qos", job.qos or None), ("reservation", job.reservation or None), (gpu_key, typed)):
+    # The cluster file's names (partition, qos, reservation, GPU name) were refused as it was read, naming it.
+    for what, value in (("job name", job.job_name), ("account", job.account)):
         if value is not None and not SAFE_NAME.match(value):
             raise UserError(f"{what} {value!r} has characters a scheduler directive cannot carry; use letters, digits, '_.-+'")
+    if adapter(job.scheduler).directive_prefix and fields.UNCARRIED.search(job.run_dir):
+        raise UserError(f"run dir {job.run_dir!r} has characters a scheduler directive (its log path) cannot carry; "
+                        f"choose a runs root of letters, digits and '_./+@,=~-' (runs: in your settings or "
+                        f"{cluster.path}, or CT_RUNS_DIR)")
 
 
 def image_can_drive_the_gpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:

@@ -1,7 +1,8 @@
 """What a profile asks of the scheduler in the site's own words, checked before anything is rendered or queued: the
-time limit (read by the scheduler's own parser, `Scheduler.time_seconds`, within the partition's `max_time` and
-after the time-limit warning `grace_s`), the CPU binding (`cpu_bind`), and the GPU name a typed request puts in
-the script (the partition's `scheduler_gpu_name`, not a name containers/flavors.yaml knows the model by)."""
+time limit (read by the scheduler's own parser, `Scheduler.time_seconds`, within the partition's and the QOS's
+`max_time` and after the time-limit warning `grace_s`), the CPU binding (`cpu_bind`), and the GPU name a typed
+request puts in the script (the partition's `scheduler_gpu_name`, not a name containers/flavors.yaml knows the model
+by)."""
 from train import config as cfg
 from train.errors import UserError
 from train.host.clusters import Cluster
@@ -27,6 +28,11 @@ def time_limit_is_valid(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
         word = scheduler.partition_word
         raise UserError(f"{where}: time {job.time!r} is longer than the max_time {part.max_time!r} of {word} "
                         f"{job.partition!r}; lower time to {part.max_time} or less, or choose a {word} that allows it")
+    qos = cluster.qos.get(job.qos)
+    cap = scheduler.time_seconds(qos.max_time) if qos and qos.max_time else 0
+    if cap and seconds > cap:
+        raise UserError(f"{where}: time {job.time!r} is longer than the max_time {qos.max_time!r} of qos {job.qos!r} "
+                        f"({cluster.path}); lower time to {qos.max_time} or less, or choose a qos that allows it")
     warning_comes_before_the_limit(job, scheduler, seconds)
 
 

@@ -5,6 +5,7 @@ Here the raw experiment becomes a command run's config, the code is snapshotted 
 your own config is read through `reads:` (train/host/jobs/reads.py), once, before anything is checked or queued.
 """
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -17,6 +18,7 @@ from train.host.jobs.code_snapshot import Snapshot
 from train.host.schedulers.launches import Launch
 
 TASK_KEYS = ("task", "task_params", "model", "optim")  # mean nothing to a command
+SCRIPTS = (".py", ".sh")  # what a command's first such argument names: the script it runs
 
 
 @dataclass
@@ -76,6 +78,8 @@ def prepare_code(run: cfg.RunConfig, shape: Launch, recorded: Optional[Dict[str,
     else:
         snapshot = code_snapshot.take(Path(run.code), subtree="" if run.command else "train/", dev=not run.command)
     try:
+        if run.command:
+            script_is_in(snapshot, run.command)
         found = reads.read(run, lambda name: code_snapshot.read_text(snapshot, name)) if run.command else None
         if run.command:
             reads.apply(run, found, Path(snapshot.source))
@@ -83,6 +87,30 @@ def prepare_code(run: cfg.RunConfig, shape: Launch, recorded: Optional[Dict[str,
         code_snapshot.discard(snapshot)
         raise
     return Code(snapshot, found)
+
+
+def script_is_in(snapshot: Snapshot, command: List[str]) -> None:
+    """The script a command runs is in the snapshot, where the job will look for it (a typo would fail only after
+    the wait in the queue)."""
+    script = script_of(command)
+    if script and not os.path.isabs(script) and not code_snapshot.holds(snapshot, script):
+        raise UserError(f"command: {script} is not a file of the code snapshot of {snapshot.source} "
+                        f"({snapshot.files} file(s)); fix its name, or run from (code:) the directory that holds it")
+
+
+def script_of(command: List[str]) -> str:
+    """The command's script: its first argument ending in .py or .sh, else the program itself where it is a path
+    (./train.sh); "" for none (python -m package, a program of the image)."""
+    words = [str(w) for w in command]
+    script = next((w for w in words[1:] if w.endswith(SCRIPTS) and not w.startswith("-")), "")
+    return script or (words[0] if words and "/" in words[0] else "")
+
+
+def shown(command: List[str]) -> str:
+    """The command as a shell would take it, one line: arguments quoted where needed, control characters escaped
+    ($'a\\nb'), so a newline in an argument cannot pass for another line of the summary."""
+    return " ".join("$'" + w.encode("unicode_escape").decode().replace("'", "\\'") + "'"
+                    if any(ord(c) < 32 or ord(c) == 127 for c in w) else shlex.quote(w) for w in map(str, command))
 
 
 def summary_lines(run: cfg.RunConfig, code: Optional[Code]) -> List[str]:
@@ -96,7 +124,7 @@ def summary_lines(run: cfg.RunConfig, code: Optional[Code]) -> List[str]:
     if snap.dev:
         lines.append("dev: the tasks run from this snapshot of the train package, over the image's own copy")
     if run.command:
-        lines.append(f"command: {' '.join(run.command)}")
+        lines.append(f"command: {shown(run.command)}")
         missing = reads.unchecked(code.read)
         if missing:
             lines.append(f"not checked ({'no reads: mapping' if not code.read else 'not in reads:'}): "

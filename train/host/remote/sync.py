@@ -2,6 +2,7 @@
 snapshot holds: tracked, and untracked that git does not ignore) through rsync over the shared connection, which
 compares checksums and sends only what differs; the user's settings for that cluster, less how to reach it; and the
 image and data image a job needs, by digest, where the cluster's stores lack them."""
+import json
 import re
 import shlex
 import subprocess
@@ -12,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from train.errors import UserError
-from train.host import project
+from train.host import git, project
 from train.host import reach as reach_keys
 from train.host.data import store as data_store
 from train.host.images import oci, store
@@ -22,8 +23,9 @@ from train.host.remote import ssh
 
 
 def send_code(reach: Reach) -> Tuple[int, int]:
-    """The checkout's files into remote_dir (created if missing): how many files rsync sent, and how many bytes (its
-    file list alone when nothing changed)."""
+    """The checkout's files into remote_dir (created if missing), with the commit they came from (the copy has no
+    .git: train/host/git.py reads it there); how many files rsync sent, and how many bytes (its file list alone when
+    nothing changed)."""
     ssh.run(reach, ["mkdir", "-p", reach.remote_dir], capture=True)
     names = "\n".join(project_files(project.ROOT)) + "\n"
     argv = ["rsync", "--recursive", "--links", "--perms", "--times", "--checksum", "--stats", "--protect-args",
@@ -35,6 +37,9 @@ def send_code(reach: Reach) -> Tuple[int, int]:
             raise UserError(f"{ssh.where(reach)} has no rsync; ask the site for it or "
                             f"load its module in your shell's startup file")
         raise UserError(ssh.failure_line(reach, done.stderr))
+    commit, dirty = git.git_state(project.ROOT)
+    ssh.run(reach, ["sh", "-c", 'cat > "$1"', "sh", f"{reach.remote_dir}/{git.SENT_FROM}"], capture=True,
+            input=json.dumps({"commit": commit, "dirty": dirty}) + "\n")
     return _stat(done.stdout, "Number of regular files transferred"), _stat(done.stdout, "Total bytes sent")
 
 
@@ -75,6 +80,10 @@ def send_data(reach: Reach, entry: Optional[data_store.DataRecord]) -> int:
     listed = launcher_line(reach, ["data", "list", "--cluster", reach.cluster])
     if any(line.split()[:2] == [entry.name, f"sha256:{entry.sha256}"] for line in listed.splitlines()):
         return 0
+    damaged = data_store.fault(entry)  # the copy here is the source: the cluster's digest check would say "copy again"
+    if damaged:
+        raise UserError(f"the data image {entry.name} here ({entry.path}) {damaged}; restore it, or pack the data "
+                        f"again (bin/run-cluster data pack DIR --name {entry.name}); nothing was queued")
     return sent_and_imported(reach, entry.path, f"{entry.sha256}{data_store.SUFFIX}",
                              ["data", "import", "{}", "--name", entry.name, "--expect-sha256", entry.sha256])
 

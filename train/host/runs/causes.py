@@ -13,6 +13,7 @@ CAUSES: List[Tuple[str, str]] = [
     (r"\[cluster-train\] error: disk full[^\n]*", "{0}"),
     (r"is not the image recorded for run", "image digest mismatch: the image file changed since submission; "
                                            "rerun with the recorded image (bin/run-cluster --rerun)"),
+    (r"\[cluster-train\] error: ((\S+: )?the data image [^\n]*)", "{1}"),  # the job's check (_data.sh.j2)
     (r"time limit reached and all \d+ requeue\(s\) used", "time limit reached with every requeue used; "
                                                            "bin/run-cluster resume RUN_DIR, or raise max_requeues"),
     (r"CUDA driver version is insufficient|driver.*too old", "the node's CUDA driver is older than the image's CUDA; "
@@ -32,6 +33,11 @@ CAUSES: List[Tuple[str, str]] = [
      "rank {2} died on host {1}; its log lines above say why"),
     (r"No space left on device", "disk full: free space where the run writes, or move the run directory"),
 ]
+
+
+def of_failed(run_dir: Path, state: str) -> str:
+    """What `runs` shows of a FAILED run: the cause its logs name, else nothing."""
+    return (diagnose(run_dir) or "") if state == "FAILED" else ""
 
 
 def diagnose(run_dir: Path) -> Optional[str]:

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional
 
 from train.errors import UserError
 from train.host import project
-from train.host.runs import ending, segments
+from train.host.runs import causes, ending, segments
 from train.host.schedulers import adapter
 from train.host.usage import Parser
 
@@ -56,7 +56,8 @@ def row_of(run_dir: Path, manifest: Dict) -> Dict:
     epochs = (manifest.get("config") or {}).get("trainer", {}).get("max_epochs")
     return {"cluster": manifest.get("cluster", Path(manifest["cluster_file"]).stem), "run": manifest["run_id"],
             "state": state, "segments": len(segments.read(run_dir)),
-            "progress": f"{epoch}/{epochs}" if epochs else str(epoch), "last": last,
+            "progress": f"{epoch}/{epochs}" if epochs else str(epoch),
+            "last": causes.of_failed(run_dir, state) or last,
             "age": age(manifest.get("submitted_at")), "dir": str(run_dir)}
 
 
