@@ -15,6 +15,7 @@ RUN_CLUSTER = Path(__file__).resolve().parents[1] / "bin" / "run-cluster"
 def start(argv: Sequence, out: int, err: int, env: Optional[Dict[str, str]] = None, cwd=None) -> int:
     """Forks a child that runs `bin/run-cluster ARGV` with stdout and stderr on the given fds; returns its pid."""
     import train.host.cli  # noqa: F401  imported once here, inherited by every child
+    import train.host.submit  # noqa: F401  a new run's modules, which the CLI itself imports only for one
 
     pid = os.fork()
     if pid:
