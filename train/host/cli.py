@@ -9,7 +9,7 @@ from train.errors import UserError, raise_all
 from train.host import commands
 from train.host.usage import Parser
 
-RUN_COMMANDS = ("status", "logs", "cancel", "resume")
+RUN_COMMANDS = tuple(c.name for c in commands.COMMANDS if c.takes_name)  # status, logs, cancel, resume: of one run
 
 
 def main(argv: Optional[List[str]] = None) -> int:
