@@ -206,7 +206,7 @@ def load(path: Path) -> Cluster:
         env=fields.env(raw.get("env"), f"{where}: env"),
         needs=fields.texts(raw.get("needs"), f"{where}: needs"),
         modules=fields.texts(raw.get("modules"), f"{where}: modules"),
-        module_init=_module_init(raw.get("module_init", ""), f"{where}: module_init"),
+        module_init=fields.module_init(raw.get("module_init", ""), f"{where}: module_init"),
         images=fields.text(raw.get("images", ""), f"{where}: images"),
         runs=fields.text(raw.get("runs", ""), f"{where}: runs"),
         max_array_size=fields.typed(raw.get("max_array_size"), Optional[int], {"min": 1}, f"{where}: max_array_size"),
@@ -240,7 +240,7 @@ def load(path: Path) -> Cluster:
 
 def _partition(name: str, spec: Any, where: str, scheduler: str) -> Partition:
     part = fields.record(Partition, name, spec, where)
-    _max_time(part.max_time, where, scheduler)
+    fields.max_time(part.max_time, where, adapter(scheduler))
     fields.directive_name(part.scheduler_name, "partition", where)
     fields.directive_name(part.scheduler_gpu_name, "scheduler_gpu_name", where)
     fields.choice(part.image, flavors.image_flavors(), f"{where} image")
@@ -259,24 +259,11 @@ def _partition(name: str, spec: Any, where: str, scheduler: str) -> Partition:
     return part
 
 
-def _max_time(value: str, where: str, scheduler: str) -> None:
-    if value and adapter(scheduler).time_seconds(value) is None:
-        raise UserError(f"{where} max_time {value!r} is not a {scheduler} time limit; write it like "
-                        f"{adapter(scheduler).time_example} (UNLIMITED where there is none)")
-
-
 def _qos(name: str, spec: Any, where: str, scheduler: str) -> Qos:
     qos = fields.record(Qos, name, spec, where)
     fields.directive_name(str(name), "qos", where)
-    _max_time(qos.max_time, where, scheduler)
+    fields.max_time(qos.max_time, where, adapter(scheduler))
     return qos
-
-
-def _module_init(value: Any, where: str) -> str:
-    path = fields.text(value, where)
-    if path:
-        fields.plain_path(path, where, "/usr/share/lmod/lmod/init/bash (the module system's init script)")
-    return path
 
 
 def _profile(name: str, spec: Any, where: str) -> Profile:

@@ -151,3 +151,18 @@ def choice(value: Any, choices, where: str) -> str:
     if value not in choices:
         raise UserError(f"{where} is {value!r}; choose one of: {', '.join(choices)}")
     return value
+
+
+def max_time(value: str, where: str, scheduler) -> None:
+    """A partition's or QOS's time limit, in the words of `scheduler` (its adapter)."""
+    if value and scheduler.time_seconds(value) is None:
+        raise UserError(f"{where} max_time {value!r} is not a {scheduler.name} time limit; write it like "
+                        f"{scheduler.time_example} (UNLIMITED where there is none)")
+
+
+def module_init(value: Any, where: str) -> str:
+    """The module system's init script: a plain path, sourced by the job."""
+    path = text(value, where)
+    if path:
+        plain_path(path, where, "/usr/share/lmod/lmod/init/bash (the module system's init script)")
+    return path
