@@ -8,12 +8,12 @@ import os
 import re
 import string
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Set
+from typing import Any, Dict, Iterable, List, Set, Tuple
 
 from train.errors import UserError
 from train.host.clusters import signing_policy
 from train.host import reach
-from train.host.schedulers import MODULE_NAME, SAFE_NAME
+from train.host.schedulers import BUILT_IN as BUILT_IN_SCHEDULERS, MODULE_NAME, SAFE_NAME
 from train.yaml_file import load_yaml
 
 
@@ -29,7 +29,7 @@ def path() -> Path:
 
 
 BUILT_IN = ("email", "account", "modules", "images", "runs", "require_signed", "signers", "clusters", "tracker",
-            *reach.KEYS)  # every other key is a value cluster files refer to
+            "schedulers", *reach.KEYS)  # every other key is a value cluster files refer to
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 PATHS = ("scratch", "images")  # settings read as directories (runs: is checked once ${scratch} is filled in)
 
@@ -52,6 +52,18 @@ def load(cluster: str) -> Dict[str, Any]:
     for key, value in values.items():
         check(str(key), value, where)
     return values
+
+
+def site_scheduler(name: str) -> Tuple[str, str]:
+    """Where the top-level `schedulers:` (NAME: MODULE[:CLASS] or /path/FILE.py[:CLASS]) says scheduler `name`'s
+    adapter is ("" where it does not), and the settings file, for messages. Read only for a name not built in."""
+    file = path()
+    raw = load_yaml(file, "settings file") if file.is_file() else None
+    found = raw.get("schedulers") if isinstance(raw, dict) else None
+    if found is None:
+        return "", ""
+    _schedulers(found, f"settings file {file}")
+    return str(found.get(name) or ""), f"settings file {file}"
 
 
 def unread_keys(referenced: Iterable[str]) -> List[str]:
@@ -100,12 +112,27 @@ def _modules(value: Any, where: str) -> None:
             raise UserError(f"{where}: modules item {str(item)[:60]!r} is not a module name like cuda/12.8; fix modules")
 
 
+def _schedulers(value: Any, where: str) -> None:
+    """A site's own adapters by name; a built-in name would shadow a scheduler every cluster file relies on."""
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: schedulers must map a scheduler name to its adapter, e.g. "
+                        f"schedulers: {{pbs: /path/to/my_pbs.py}} or {{pbs: my_site.pbs:Pbs}}")
+    for name, target in value.items():
+        if str(name) in BUILT_IN_SCHEDULERS:
+            raise UserError(f"{where}: schedulers: {name!r} is a built-in scheduler's name; give your adapter "
+                            f"another name")
+        if not SAFE_NAME.match(str(name)):
+            raise UserError(f"{where}: schedulers: {str(name)[:60]!r} is not a scheduler name; use letters, "
+                            f"digits, '_.-+'")
+        _scalar(f"{where}: schedulers: {name}", target)
+
+
 def _tracker(value: Any, where: str) -> None:
     """A name, a list or a mapping: checked where it goes, in the run config each job resolves (train/tracker_config.py)."""
 
 
 NOT_SCALARS = {"modules": _modules, "require_signed": signing_policy.flag, "signers": signing_policy.fingerprints,
-               "tracker": _tracker}
+               "tracker": _tracker, "schedulers": _schedulers}
 
 
 def _scalar(where: str, value: Any) -> str:

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 from train.errors import UserError, raise_all
 from train.host import fabric
 from train.host.clusters import fields, flavors, signing_policy
-from train.host.schedulers import MODULE_NAME, SCHEDULERS, adapter
+from train.host.schedulers import MODULE_NAME, adapter
 from train.host.schedulers.launches import LAUNCHES
 from train.registry import unknown_name
 from train.yaml_file import load_yaml
@@ -198,7 +198,7 @@ def load(path: Path) -> Cluster:
     fields.only_keys(apptainer, ["nv", "binds"], f"{where}: apptainer")
     cluster = Cluster(
         name=fields.text(raw.get("name") or path.stem, f"{where}: name"),
-        scheduler=fields.choice(raw.get("scheduler"), tuple(SCHEDULERS), f"{where}: scheduler"),
+        scheduler=adapter(raw.get("scheduler"), f"{where}: scheduler").name,
         path=str(path),
         description=fields.text(raw.get("description", ""), f"{where}: description"),
         nv=fields.flag(apptainer.get("nv", True), f"{where}: apptainer.nv"),

@@ -5,7 +5,8 @@ supports, time-limit format, log file names, state names mapped onto one `State`
 The contract a new scheduler fills in is documented once, on `Scheduler` in base.py; each adapter is its own module
 (slurm.py, lsf.py, local.py); launches.py is the table of launch shapes (srun, lightning, blaunch, independent) an
 adapter names the ones it can start from. Nothing else in `train/host/` branches on a scheduler's name: it asks the adapter
-(`adapter(job.scheduler)`).
+(`adapter(job.scheduler)`). A site's own adapter, kept outside the project, is loaded by site.py when a cluster file or
+a run names it.
 """
 from pathlib import Path
 from typing import Dict
@@ -22,6 +23,7 @@ from train.registry import unknown_name
 # the shared partials (_preamble, _container, _segments), sweep.sh.j2 and the built-in adapters' own templates
 SHARED_TEMPLATES = Path(__file__).resolve().parent / "templates"
 SCHEDULERS: Dict[str, Scheduler] = {s.name: s for s in (Slurm(), Lsf(), Local())}
+BUILT_IN = tuple(SCHEDULERS)
 
 
 def register(scheduler: Scheduler) -> Scheduler:
@@ -32,7 +34,16 @@ def register(scheduler: Scheduler) -> Scheduler:
     return scheduler
 
 
-def adapter(name: str) -> Scheduler:
-    if name not in SCHEDULERS:
-        raise UserError(unknown_name("scheduler", name, sorted(SCHEDULERS)))
-    return SCHEDULERS[name]
+def adapter(name: str, where: str = "") -> Scheduler:
+    """The adapter of the `scheduler:` word `name`: a built-in one, else a site's own (site.py), loaded once."""
+    known = SCHEDULERS.get(name) if isinstance(name, str) else None
+    if known is None and isinstance(name, str) and name:
+        from train.host.schedulers import site  # only for a name not built in: it may scan installed packages
+
+        known = site.find(name, BUILT_IN)
+    if known is None:
+        said = unknown_name("scheduler", name, sorted(SCHEDULERS))
+        raise UserError(f"{where + ': ' if where else ''}{said}, or add your site's own (README.md: \"Your site's "
+                        f"own scheduler\")")
+    SCHEDULERS[name] = known
+    return known

@@ -88,7 +88,7 @@ class Scheduler:
 
     A new scheduler is one module in train/host/schedulers/ with a subclass of this class, its job-script template
     in the `templates/` folder beside that module, and its instance in `SCHEDULERS` (train/host/schedulers/__init__.py,
-    or `register()` for one defined elsewhere). Nothing else in train/host/ names a scheduler: it asks the adapter.
+    or, kept outside the project, site.py finds it). Nothing else in train/host/ names a scheduler: it asks the adapter.
 
     Must fill in:
       name             the cluster file's `scheduler:` word.
