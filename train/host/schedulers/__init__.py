@@ -41,9 +41,10 @@ def adapter(name: str, where: str = "") -> Scheduler:
         from train.host.schedulers import site  # only for a name not built in: it may scan installed packages
 
         known = site.find(name, BUILT_IN)
+        if known is not None:
+            SCHEDULERS[name] = known  # loaded once per process: a status of many runs imports it once
     if known is None:
         said = unknown_name("scheduler", name, sorted(SCHEDULERS))
         raise UserError(f"{where + ': ' if where else ''}{said}, or add your site's own (README.md: \"Your site's "
                         f"own scheduler\")")
-    SCHEDULERS[name] = known
     return known
