@@ -124,3 +124,28 @@ def test_a_run_that_fills_its_disk_ends_failed_and_status_says_why(cpu_image, sl
     assert (found[-1].how, found[-1].exit_code) == ("FAILED", 4), (found, job_logs(run_dir)[-3000:])  # DISK_FULL
     status = run_cluster("status", run_dir)
     assert "FAILED" in status.stdout and "disk full" in status.stdout, status.stdout
+
+
+def test_a_warning_after_the_results_line_leaves_the_run_completed_and_resume_refused(cpu_image, slurm_cluster,
+                                                                                         demo_data, runs_dir):
+    """The time-limit warning sent once the training has written its results, and again until the job ends (one of
+    them lands while the ranks exit): the run ends COMPLETED, not requeued to validate and log its last row again;
+    and `resume` of the completed run is refused in one line that says how to train longer."""
+    done = run_cluster("ci-slurm", "n1_gpu1", *common(demo_data, 1), "--run-id", "late")
+    assert done.returncode == 0, done.stderr
+    run_dir = runs_dir / "late"
+    job_id = manifest(run_dir)["scheduler"]["job_id"]
+    try:
+        wait_for(lambda: "[cluster-train] results:" in job_logs(run_dir), "the results line", 300, run_dir)
+        deadline = time.time() + 60
+        while not segments.read(run_dir)[-1].how and time.time() < deadline:
+            subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], capture_output=True)
+            time.sleep(0.1)
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+    found, metrics = segments.read(run_dir), (run_dir / "metrics.csv").read_text()
+    assert [(s.how, s.exit_code) for s in found] == [("COMPLETED", 0)], (found, job_logs(run_dir)[-3000:])
+    refused = run_cluster("resume", run_dir)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "is COMPLETED" in refused.stderr and "--set trainer.max_epochs=2" in refused.stderr, refused.stderr
+    assert len(segments.read(run_dir)) == 1 and (run_dir / "metrics.csv").read_text() == metrics
