@@ -10,6 +10,7 @@ from train.errors import UserError
 from train.host import runs
 from train.host.images.locations import run_image
 from train.host.jobs.build import Request, Site, Submission, build
+from train.host.runs import segments
 from train.host.runs.ending import describe, has_ended, run_state
 from train.host.schedulers import State, adapter
 
@@ -77,6 +78,8 @@ def queue_resume(sub: Submission, run_dir: Path) -> str:
     """Write the (changed) config and script into the same run directory, submit, record the resume."""
     manifest = runs.read_manifest(run_dir)
     number = len(manifest.get("resumes", [])) + 1
+    ended = run_state(adapter(manifest["scheduler"]["name"]), manifest["scheduler"]["job_id"], run_dir)
+    segments.record_unended_end(run_dir, ended["state"].value, describe(ended))  # before the next segment starts
     old_script = run_dir / "job.sh"
     if old_script.is_file():
         old_script.rename(run_dir / f"job.{number - 1}.sh")  # every script that ran stays
