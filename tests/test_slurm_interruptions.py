@@ -79,15 +79,28 @@ def rank_process(job_id: str, rank: str) -> int:
     return 0
 
 
+def csv_steps(run_dir: Path, epoch: int = -1) -> list:
+    """The steps of metrics.csv's training rows (of one epoch, counted from 0, or all)."""
+    import csv
+
+    if not (run_dir / "metrics.csv").is_file():
+        return []
+    with (run_dir / "metrics.csv").open() as f:
+        return [int(row["step"]) for row in csv.DictReader(f)
+                if row.get("train/loss") and epoch in (-1, int(row["epoch"]))]
+
+
 def test_a_rank_killed_in_a_two_node_run_ends_the_job_and_status_names_it(cpu_image, slurm_cluster, demo_data,
                                                                          runs_dir):
-    done = run_cluster("ci-slurm", "n2_gpu1", *common(demo_data, 50, "--set", "trainer.strategy=ddp"),
-                       "--run-id", "ranks")
+    """A rank killed ends the job at once and `status` names it; resumed, the run logs each step once: the steps
+    rank 0 logged after its last checkpoint (epoch 1's end) are trained again, not written twice."""
+    done = run_cluster("ci-slurm", "n2_gpu1", *common(demo_data, 50, "--set", "trainer.strategy=ddp",
+                                                      "--set", "trainer.log_every_n_steps=4"), "--run-id", "ranks")
     assert done.returncode == 0, done.stderr
     run_dir = runs_dir / "ranks"
     job_id = manifest(run_dir)["scheduler"]["job_id"]
     try:
-        wait_for(lambda: epochs_done(run_dir) >= 1, "one epoch trained", 300, run_dir)
+        wait_for(lambda: csv_steps(run_dir, epoch=1), "a row of epoch 2 written", 300, run_dir)
         pid = rank_process(job_id, "1")
         assert pid, "rank 1's training process not found"
         os.kill(pid, 9)
@@ -101,6 +114,10 @@ def test_a_rank_killed_in_a_two_node_run_ends_the_job_and_status_names_it(cpu_im
     assert found[-1].how == "FAILED" and ended_after < 60, (found, ended_after)
     status = run_cluster("status", run_dir)
     assert re.search(r"rank 1 died on host n\d", status.stdout), status.stdout
+    resumed = run_cluster("resume", run_dir, "--set", "trainer.max_epochs=2", "--wait")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr
+    steps = csv_steps(run_dir)
+    assert steps == sorted(set(steps)) and csv_steps(run_dir, epoch=1), steps  # each step once, epoch 2 trained
 
 
 @pytest.fixture
