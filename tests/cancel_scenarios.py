@@ -6,7 +6,8 @@ The three ways issue 24 found a cancelled run stuck PENDING or UNKNOWN, and a ca
 - unstarted:  cancelled before it started (held back an hour by its profile);
 - scancelled: the same, cancelled with plain `scancel`: only sacct can say what ended it;
 - sweep:      a 2-element sweep cancelled once both elements run, each saving more slowly than the cluster's
-              KillWait, so that their batch shells are killed before they record their end.
+              KillWait, so that their batch shells are killed before they record their end; its e0's status is
+              taken at once, while Slurm still ends it (COMPLETING).
 Each job is `bash stop.sh` through the user-code path (no training): it runs until signalled and then stops as a
 training rank does (saves, exits 75), or at once once the test has created `finish` in its run directory.
 
@@ -125,6 +126,8 @@ class Driver:
         self.wait_for("both sweep elements run", lambda: all(is_running(e) for e in elements))
         self.run_cluster("cancel", str(self.runs / "sweep"))
         cancelled_at = time.time()
+        # at once, while the elements save for longer than KillWait (Slurm: COMPLETING): being cancelled, not RUNNING
+        cancelling = run_cluster("status", elements[0], env=self.env).stdout
         jobs = {name: job_id(self.runs / name) for name in (*SINGLE_RUNS, *ELEMENTS)}
         self.wait_for("the jobs left the queue", lambda: not subprocess.run(
             ["squeue", "-h", "-j", ",".join(jobs.values())], capture_output=True, text=True).stdout, 120)
@@ -133,7 +136,7 @@ class Driver:
         seen["sweep"] = {"status": run_cluster("status", self.runs / "sweep", env=self.env).stdout}
         self.say(f"observed every run; scontrol said {scontrol}")
         (self.base / "cancelled.json").write_text(json.dumps({"at": cancelled_at, "jobs": jobs, "scontrol": scontrol,
-                                                              "seen": seen}))
+                                                              "seen": seen, "cancelling": cancelling}))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Issue 10, inside the container: atomic checkpoints, a full disk, NaN loss, Slurm's in-container requeue off,
 metrics.csv kept across segments (fast, in process); stop-on-signal and resume of classify, video_suite and 2 ranks
 (slow, `python -m train fit` in subprocesses, as the job scripts run it)."""
+import contextlib
 import errno
 import os
 import signal
@@ -137,6 +138,41 @@ def test_metrics_csv_keeps_every_segments_rows(tmp_path):
     rows = (tmp_path / "metrics.csv").read_text().splitlines()
     assert rows[0] == "step,train/loss,val/loss"
     assert rows[1:] == ["0,1.0,", "1,2.0,", "1,,9.0"]
+
+
+def test_a_segment_resumed_after_a_crash_logs_each_step_once(tmp_path):
+    """The first segment dies (here: an error) in epoch 3, after its row of step 4 was written but with
+    last.ckpt still at epoch 2's end (step 4); the next segment trains step 4 again: metrics.csv holds each
+    step's training row once."""
+    import csv
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from train.lit import Classifier
+    from train.trainer import build_trainer, resume_from
+
+    class Crashes(Classifier):
+        def training_step(self, batch, batch_idx):
+            if self.global_step == 5:
+                raise RuntimeError("the rank dies")
+            return super().training_step(batch, batch_idx)
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,)))
+    run = cfg.resolve({"output_dir": str(tmp_path), "optim": {"name": "sgd", "lr": 0.1, "scheduler": "none"},
+                       "trainer": {"accelerator": "cpu", "strategy": "single", "max_epochs": 4,
+                                   "log_every_n_steps": 1}})
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    for model in (Crashes, Classifier):
+        loaders = DataLoader(data, batch_size=8), DataLoader(data, batch_size=8)
+        with pytest.raises(RuntimeError) if model is Crashes else contextlib.nullcontext():
+            build_trainer(run, tmp_path).fit(model(torch.nn.Linear(4, 2), run.optim), *loaders,
+                                             ckpt_path=resume_from(last))
+        if model is Crashes:
+            assert torch.load(last, weights_only=True)["global_step"] == 4
+    with (tmp_path / "metrics.csv").open() as f:
+        steps = [int(row["step"]) for row in csv.DictReader(f) if row.get("train/loss")]
+    assert steps == list(range(8)), steps
 
 
 def test_nan_loss_ends_the_run_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path, capsys):

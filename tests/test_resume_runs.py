@@ -42,5 +42,6 @@ def test_resume_refuses_a_checkpoint_that_cannot_reshard(cpu_image, demo_data, r
     first = run_cluster("local", "cpu_1proc", "demo", *common, "--set", f"trainer.strategy={strategy}", "--run-id",
                         "z", "--wait")
     assert first.returncode == 0, first.stdout[-3000:]
-    refused = run_cluster("resume", runs_dir / "z", "--profile", "cpu_2proc", "--set", f"trainer.strategy={strategy}")
+    refused = run_cluster("resume", runs_dir / "z", "--profile", "cpu_2proc", "--set", f"trainer.strategy={strategy}",
+                          "--set", "trainer.max_epochs=2")  # more epochs: a completed run resumes only to train longer
     assert refused.returncode == 2 and "cannot re-shard it to 2" in refused.stderr, refused.stderr

@@ -65,6 +65,7 @@ def test_each_way_to_cancel_a_run_ends_it_cancelled(cancelled_runs):
         assert_cancelled(record["seen"][name], job_id, CAUSES[name])
     table = record["seen"]["sweep"]["status"]
     assert len(re.findall(r"^e[01] .* CANCELLED ", table, re.M)) == 2, table
+    assert re.search(rf"job {record['jobs']['sweep/e0']} cancelling\b", record["cancelling"]), record["cancelling"]
 
 
 def min_job_age_s() -> float:
@@ -106,6 +107,8 @@ def test_cancelled_runs_stay_cancelled_once_slurm_has_forgotten_them_and_resume(
         resumed = run_cluster("resume", runs / name, *profile, env=env)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     wait_completed([runs / name for name in (*SINGLE_RUNS, *ELEMENTS)], 240)
+    for element in ELEMENTS:
+        assert_resumed_records(runs / element, env)
     status = run_cluster("status", runs / "requeued", env=env).stdout
     assert " COMPLETED" in status.splitlines()[0] and "segment 2:" in status, status
     print(f"checked and resumed {len(jobs)} forgotten runs in {time.time() - checked:.0f} s")
@@ -149,12 +152,26 @@ def test_on_lsf_runs_cancelled_stay_cancelled_once_bjobs_forgets_them_and_resume
     for name, cause in (("requeued", "cause: cancelled outside run-cluster (bhist: TERM_OWNER: job killed by owner, "
                                      "KILL requested by "), ("sweep/e0", BY_RUN_CLUSTER), ("sweep/e1", BY_RUN_CLUSTER)):
         assert_cancelled(observe(run_cluster, runs / name, env), jobs[name], cause)
-    for run_dir in (requeued, *elements):
-        (run_dir / "finish").touch()
+    for run_dir in (requeued, elements[0]):
+        (run_dir / "finish").touch()  # e1, resumed, runs until the sweep is cancelled again
     for name in ("requeued", "sweep"):
         resumed = run_cluster("resume", runs / name, env=env, cwd=tmp_path / "code")
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    wait_completed([requeued, *elements], 120)
+    wait_until(lambda: is_running(elements[1]), "the resumed e1 runs")
+    again = run_cluster("cancel", runs / "sweep", env=env)
+    assert again.returncode == 0 and f"job {job_id(elements[1])} (e1, resumed)" in again.stdout, again.stdout
+    wait_completed([requeued, elements[0]], 120)
+    assert_resumed_records(elements[0], env)
+    wait_until(lambda: "CANCELLED" in run_cluster("status", elements[1], env=env).stdout.splitlines()[0],
+               "the resumed e1 cancelled")
+
+
+def assert_resumed_records(element: Path, env: dict) -> None:
+    """A sweep element cancelled while it ran and then resumed to completion: its first segment ended (its end
+    recorded by resume where the killed batch shell could not), none still shown running."""
+    status = run_cluster("status", element, env=env).stdout
+    assert "segment 2:" in status and "running" not in status and " RUNNING" not in status, status
+    assert [s.how for s in segments.read(element)][-1] == "COMPLETED", segments.read(element)
 
 
 def wait_until(predicate, what: str, timeout_s: float = 120) -> None:

@@ -127,3 +127,14 @@ def test_a_failing_step_is_recorded_failed_and_requeues_are_capped(store, tmp_pa
     assert job.returncode == REQUEUE and "all 10 requeue(s) used" in out, out
     assert not (tmp_path / "requeued").exists()
     assert segments.read(run_dir)[-1].how == "TIMEOUT"
+
+
+def test_a_segment_whose_shell_was_killed_gets_its_end_once_from_whoever_continues_the_run(tmp_path):
+    (tmp_path / "logs").mkdir()
+    start = {"event": "start", "segment": 1, "job_id": "7_0", "time": "2026-11-27T01:00:00+0000", "hosts": "n1"}
+    (tmp_path / segments.FILE).write_text(json.dumps(start) + "\n")
+    segments.record_unended_end(tmp_path, "CANCELLED", "cancelled by bin/run-cluster cancel at 2026-11-27T01:01:00")
+    segments.record_unended_end(tmp_path, "UNKNOWN", "a second resume: the end is recorded already")
+    (found,) = segments.read(tmp_path)
+    assert (found.how, found.exit_code, found.job_id) == ("CANCELLED", None, "7_0") and found.end, found
+    assert "running" not in found.line() and "CANCELLED" in found.line(), found.line()

@@ -1,7 +1,8 @@
 """Interruptions of real training runs on the test Slurm cluster, inside the image: a run preempted by a job of the
 higher-priority partition `ci-high` saves, is requeued by Slurm and completes without retraining what it had
 finished; a rank killed in a 2-node run ends the whole job at once (srun --kill-on-bad-exit) and `status` names it;
-a run that fills its disk still records how it ended (FAILED, exit 4) and `status` names the full disk."""
+a run that fills its disk still records how it ended (FAILED, exit 4) and `status` names the full disk; a node that
+fails under a run is recorded and named; a time-limit warning after the results line leaves the run COMPLETED."""
 import os
 import re
 import subprocess
@@ -9,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import job_logs, manifest, release_requeued, run_cluster
+import yaml
+from conftest import ROOT, job_logs, manifest, release_requeued, run_cluster
 
 from train.host.runs import segments
 
@@ -77,15 +79,28 @@ def rank_process(job_id: str, rank: str) -> int:
     return 0
 
 
+def csv_steps(run_dir: Path, epoch: int = -1) -> list:
+    """The steps of metrics.csv's training rows (of one epoch, counted from 0, or all)."""
+    import csv
+
+    if not (run_dir / "metrics.csv").is_file():
+        return []
+    with (run_dir / "metrics.csv").open() as f:
+        return [int(row["step"]) for row in csv.DictReader(f)
+                if row.get("train/loss") and epoch in (-1, int(row["epoch"]))]
+
+
 def test_a_rank_killed_in_a_two_node_run_ends_the_job_and_status_names_it(cpu_image, slurm_cluster, demo_data,
                                                                          runs_dir):
-    done = run_cluster("ci-slurm", "n2_gpu1", *common(demo_data, 50, "--set", "trainer.strategy=ddp"),
-                       "--run-id", "ranks")
+    """A rank killed ends the job at once and `status` names it; resumed, the run logs each step once: the steps
+    rank 0 logged after its last checkpoint (epoch 1's end) are trained again, not written twice."""
+    done = run_cluster("ci-slurm", "n2_gpu1", *common(demo_data, 50, "--set", "trainer.strategy=ddp",
+                                                      "--set", "trainer.log_every_n_steps=4"), "--run-id", "ranks")
     assert done.returncode == 0, done.stderr
     run_dir = runs_dir / "ranks"
     job_id = manifest(run_dir)["scheduler"]["job_id"]
     try:
-        wait_for(lambda: epochs_done(run_dir) >= 1, "one epoch trained", 300, run_dir)
+        wait_for(lambda: csv_steps(run_dir, epoch=1), "a row of epoch 2 written", 300, run_dir)
         pid = rank_process(job_id, "1")
         assert pid, "rank 1's training process not found"
         os.kill(pid, 9)
@@ -99,6 +114,10 @@ def test_a_rank_killed_in_a_two_node_run_ends_the_job_and_status_names_it(cpu_im
     assert found[-1].how == "FAILED" and ended_after < 60, (found, ended_after)
     status = run_cluster("status", run_dir)
     assert re.search(r"rank 1 died on host n\d", status.stdout), status.stdout
+    resumed = run_cluster("resume", run_dir, "--set", "trainer.max_epochs=2", "--wait")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr
+    steps = csv_steps(run_dir)
+    assert steps == sorted(set(steps)) and csv_steps(run_dir, epoch=1), steps  # each step once, epoch 2 trained
 
 
 @pytest.fixture
@@ -124,3 +143,79 @@ def test_a_run_that_fills_its_disk_ends_failed_and_status_says_why(cpu_image, sl
     assert (found[-1].how, found[-1].exit_code) == ("FAILED", 4), (found, job_logs(run_dir)[-3000:])  # DISK_FULL
     status = run_cluster("status", run_dir)
     assert "FAILED" in status.stdout and "disk full" in status.stdout, status.stdout
+
+
+def test_a_warning_after_the_results_line_leaves_the_run_completed_and_resume_refused(cpu_image, slurm_cluster,
+                                                                                         demo_data, runs_dir):
+    """The time-limit warning sent once the training has written its results, and again until the job ends (one of
+    them lands while the ranks exit): the run ends COMPLETED, not requeued to validate and log its last row again;
+    and `resume` of the completed run is refused in one line that says how to train longer."""
+    done = run_cluster("ci-slurm", "n1_gpu1", *common(demo_data, 1), "--run-id", "late")
+    assert done.returncode == 0, done.stderr
+    run_dir = runs_dir / "late"
+    job_id = manifest(run_dir)["scheduler"]["job_id"]
+    try:
+        wait_for(lambda: "[cluster-train] results:" in job_logs(run_dir), "the results line", 300, run_dir)
+        deadline = time.time() + 60
+        while not segments.read(run_dir)[-1].how and time.time() < deadline:
+            subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], capture_output=True)
+            time.sleep(0.1)
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+    found, metrics = segments.read(run_dir), (run_dir / "metrics.csv").read_text()
+    assert [(s.how, s.exit_code) for s in found] == [("COMPLETED", 0)], (found, job_logs(run_dir)[-3000:])
+    refused = run_cluster("resume", run_dir)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "is COMPLETED" in refused.stderr and "--set trainer.max_epochs=2" in refused.stderr, refused.stderr
+    assert len(segments.read(run_dir)) == 1 and (run_dir / "metrics.csv").read_text() == metrics
+
+
+def idle_node() -> str:
+    """A node no job runs on (the test takes it down), else the last one."""
+    idle = subprocess.run(["sinfo", "-h", "-N", "-p", "ci", "-t", "idle", "-o", "%N"], capture_output=True,
+                          text=True).stdout.split()
+    return sorted(idle)[-1] if idle else "n4"
+
+
+def pinned_cluster(tmp_path: Path, node: str) -> Path:
+    """ci-slurm's cluster file whose one profile, `pinned`, runs its job on `node` alone."""
+    cluster = yaml.safe_load((ROOT / "clusters" / "ci-slurm.yaml").read_text())
+    cluster["profiles"] = {"pinned": {**cluster["profiles"]["n1_gpu1"], "directives": [f"--nodelist={node}"]}}
+    path = tmp_path / "ci-slurm-pinned.yaml"
+    path.write_text(yaml.safe_dump(cluster))
+    return path
+
+
+def back_in_service(node: str) -> None:
+    """ReturnToService=2 brings a downed node back at once (shared/notes item 14); where it did not, resume it."""
+    state = subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], capture_output=True, text=True).stdout
+    if "down" in state or "drain" in state:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+
+
+def test_a_node_failure_under_a_run_is_recorded_and_status_names_the_node(cpu_image, slurm_cluster, tmp_path,
+                                                                         runs_dir):
+    """The node of a running job set DOWN: Slurm cancels the job DUE TO NODE FAILURE and requeues it (its srun may
+    exit 0). The segment ends NODE_FAIL, not COMPLETED or TERMINATED, and `status` names the node."""
+    from cancel_scenarios import STOP_SH
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "stop.sh").write_text(STOP_SH)
+    node = idle_node()
+    done = run_cluster(pinned_cluster(tmp_path, node), "pinned", "--run-id", "nodefail", "--no-wait",
+                       "--stale-image-ok", "--", "bash", "stop.sh", cwd=tmp_path / "code")
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = runs_dir / "nodefail"
+    job_id = manifest(run_dir)["scheduler"]["job_id"]
+    try:
+        wait_for(lambda: "[test] segment 1 running" in job_logs(run_dir), "the job runs", 120, run_dir)
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=ct-test-node-failure"],
+                       check=True)
+        found = wait_for(lambda: segments.read(run_dir)[0].how and segments.read(run_dir), "segment 1 ended", 60,
+                         run_dir)
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+        back_in_service(node)
+    assert found[0].how == "NODE_FAIL", (found, job_logs(run_dir)[-2000:])
+    status = run_cluster("status", run_dir)
+    assert re.search(rf"NODE_FAIL( \(exit \d+\))?: a node failed \({node}\)", status.stdout), status.stdout

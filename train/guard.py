@@ -24,7 +24,7 @@ import torch
 from lightning_fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from pytorch_lightning.callbacks import Callback
 
-from train import exit_codes, stop
+from train import csv_append, exit_codes, stop
 from train.data.loading import ResumableLoader
 
 _segment_recorded = []  # one train_start line per process, however many models it trains
@@ -64,6 +64,7 @@ class RunGuard(Callback):
     def on_train_start(self, trainer, pl_module):
         stop.install()
         record_train_start(trainer)
+        csv_append.resumed_at(trainer)
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._losses, self._started = [], time.time()

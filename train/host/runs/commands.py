@@ -15,6 +15,7 @@ from train.host.schedulers import State, adapter
 from train.host.usage import Parser
 
 RUN_COMMANDS = ("status", "logs", "cancel", "resume")
+NOT_SHOWN = ("state", "ended_by", "gone", "cancelling")  # the state's fields that status words itself, or not at all
 
 
 def run_command(argv: List[str]) -> int:
@@ -72,8 +73,8 @@ def print_status(manifest: dict, scheduler, run_dir: Path) -> None:
     ended it (a cancel, the scheduler), or a failure its logs name."""
     job_id = manifest["scheduler"]["job_id"]
     state = run_state(scheduler, job_id, run_dir)
-    print(f"{manifest['run_id']}: {scheduler.name} job {job_id} {state['state'].value}"
-          + "".join(f" {k}={v}" for k, v in state.items() if k not in ("state", "ended_by", "gone") and v))
+    print(f"{manifest['run_id']}: {scheduler.name} job {job_id} {ending.shown(state)}"
+          + "".join(f" {k}={v}" for k, v in state.items() if k not in NOT_SHOWN and v))
     if manifest.get("data"):
         print(f"  data: image {runs.data_version(manifest, 64)}")
     for segment in segments.read(run_dir):

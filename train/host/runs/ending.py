@@ -26,7 +26,7 @@ def run_state(scheduler, job_id: str, run_dir: Path) -> Dict:
     tell (a cancel, the scheduler's own words), 'gone': the scheduler has no such job, and the scheduler's fields}."""
     live = scheduler.state(job_id, run_dir)
     if live["state"] not in FINISHED and live["state"] != State.UNKNOWN:
-        return live  # queued or running: only the scheduler knows
+        return cancelling(live, run_dir, job_id)  # queued or running: only the scheduler knows
     found = segments.read(run_dir)
     recorded = RECORDED_ENDS.get(found[-1].how) if found else None
     if State.COMPLETED in (live["state"], recorded):  # it did its work, whatever came after
@@ -44,6 +44,13 @@ def run_state(scheduler, job_id: str, run_dir: Path) -> Dict:
     if recorded:
         return from_record(found[-1])
     return {**live, "ended_by": unrecorded(scheduler, job_id, found)} if live.get("gone") else live
+
+
+def cancelling(live: Dict, run_dir: Path, job_id: str) -> Dict:
+    """A job the scheduler still holds whose cancel it took is being cancelled: its steps are ending (Slurm says
+    COMPLETING, or RUNNING until the controller acts), so `status` says so, not RUNNING."""
+    cancel = segments.cancel_of(run_dir, job_id)
+    return {**live, "cancelling": f"bin/run-cluster cancel at {cancel['time']}"} if cancel else live
 
 
 def from_record(last: segments.Segment) -> Dict:
@@ -100,6 +107,11 @@ class EndWatch:
 def describe(state: Dict) -> str:
     """'CANCELLED (cancelled by bin/run-cluster cancel at ...)': the state, and the event that ended it if known."""
     return state["state"].value + (f" ({state['ended_by']})" if state.get("ended_by") else "")
+
+
+def shown(state: Dict) -> str:
+    """The state's word for a person: 'cancelling' for a job being cancelled, else the state."""
+    return "cancelling" if state.get("cancelling") else state["state"].value
 
 
 def has_ended(state: Dict) -> bool:

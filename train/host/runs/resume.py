@@ -10,6 +10,7 @@ from train.errors import UserError
 from train.host import runs
 from train.host.images.locations import run_image
 from train.host.jobs.build import Request, Site, Submission, build
+from train.host.runs import segments
 from train.host.runs.ending import describe, has_ended, run_state
 from train.host.schedulers import State, adapter
 
@@ -29,6 +30,9 @@ def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], 
     if not has_ended(state):
         raise UserError(f"{run_dir} is {state['state'].value}, not ended; wait for it or cancel it "
                         f"(bin/run-cluster cancel {run_dir}) before resuming")
+    if state["state"] == State.COMPLETED:
+        more_epochs(run_dir, recorded_trainer(manifest, run_dir)["max_epochs"],
+                    cfg.load(run_dir / "config.yaml", overrides).trainer.max_epochs)
     site = site or Site.load(manifest["cluster_file"])
     record = run_image(manifest, f"the image of {run_dir}", site.image_store)
     sub = build(site, Request(profile or manifest["profile"], str(run_dir / "config.yaml"), overrides,
@@ -41,10 +45,24 @@ def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], 
     return sub
 
 
+def recorded_trainer(manifest: dict, run_dir: Path) -> dict:
+    """The run's trainer settings, as its manifest recorded its config (config.yaml, for a manifest without)."""
+    return (manifest.get("config") or {}).get("trainer") or cfg.to_dict(cfg.load(run_dir / "config.yaml"))["trainer"]
+
+
 def recorded_ranks(manifest: dict, run_dir: Path) -> int:
-    """How many ranks the run trained on, as its manifest recorded its config (config.yaml, for a manifest without)."""
-    trainer = (manifest.get("config") or {}).get("trainer") or cfg.to_dict(cfg.load(run_dir / "config.yaml"))["trainer"]
+    """How many ranks the run trained on."""
+    trainer = recorded_trainer(manifest, run_dir)
     return trainer["devices"] * trainer["num_nodes"]
+
+
+def more_epochs(run_dir: Path, trained: int, asked: int) -> None:
+    """Refuse to resume a COMPLETED run that would train nothing new: its next segment would only validate again and
+    log its last row twice."""
+    if asked <= trained:
+        raise UserError(f"{run_dir.name} is COMPLETED: it trained all {trained} epoch(s) and resuming it with "
+                        f"trainer.max_epochs={asked} would train nothing; to train longer, raise the epochs: "
+                        f"bin/run-cluster resume {run_dir} --set trainer.max_epochs={trained * 2}")
 
 
 def reshardable(old_ranks: int, sub: Submission) -> None:
@@ -60,6 +78,8 @@ def queue_resume(sub: Submission, run_dir: Path) -> str:
     """Write the (changed) config and script into the same run directory, submit, record the resume."""
     manifest = runs.read_manifest(run_dir)
     number = len(manifest.get("resumes", [])) + 1
+    ended = run_state(adapter(manifest["scheduler"]["name"]), manifest["scheduler"]["job_id"], run_dir)
+    segments.record_unended_end(run_dir, ended["state"].value, describe(ended))  # before the next segment starts
     old_script = run_dir / "job.sh"
     if old_script.is_file():
         old_script.rename(run_dir / f"job.{number - 1}.sh")  # every script that ran stays

@@ -20,7 +20,8 @@ class Segment:
     hosts: str = ""
     start: str = ""
     end: str = ""
-    how: str = ""  # COMPLETED | FAILED | TIMEOUT | REQUEUED | TERMINATED | PREEMPTED; "" while it runs
+    how: str = ""  # COMPLETED | FAILED | TIMEOUT | REQUEUED | TERMINATED | PREEMPTED | NODE_FAIL; "" while it runs;
+    # or, recorded after the shell was killed, the word of the cancel or the scheduler (CANCELLED, ...)
     exit_code: Optional[int] = None
     resumed: List[Dict] = field(default_factory=list)  # per training process: output_dir, epoch, step
 
@@ -36,6 +37,7 @@ class Segment:
         return (f"segment {self.number}: job {self.job_id or '-'} on {self.hosts or '-'}, {self.start or '?'} -> "
                 f"{self.end or 'running'} {self.how or 'RUNNING'}"
                 + (f" (exit {self.exit_code})" if self.exit_code not in (None, 0) else "")
+                + (f": a node failed ({self.hosts}), the scheduler requeued the job" if self.how == "NODE_FAIL" else "")
                 + (f", resumed from {resumed}" if resumed else ""))
 
 
@@ -72,6 +74,19 @@ def as_records(run_dir: Path) -> List[Dict]:
     return [{"segment": s.number, "job_id": s.job_id, "hosts": s.hosts, "start": s.start, "end": s.end,
              "how": s.how or "RUNNING", "exit_code": s.exit_code, "resumed_from": s.resumed_from()}
             for s in read(run_dir)]
+
+
+def record_unended_end(run_dir: Path, how: str, ended_by: str) -> None:
+    """The last segment's end, where its batch shell could not record it (killed after the scheduler's grace time):
+    written by whoever next continues the run, from the word of the cancel or the scheduler (`ended_by`)."""
+    found = read(run_dir)
+    if not found or found[-1].how:
+        return
+    last = found[-1]
+    record = {"event": "end", "segment": last.number, "job_id": last.job_id,
+              "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "how": how, "exit_code": None, "recorded_by": ended_by}
+    with (Path(run_dir) / FILE).open("a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def record_cancel(run_dir: Path, job_id: str) -> None:

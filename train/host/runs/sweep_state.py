@@ -76,9 +76,9 @@ def element_rows(sweep_dir: Path) -> List[Dict]:
     for element in record["elements"]:
         run_dir = Path(element["run_dir"])
         job_id = runs.read_manifest(run_dir)["scheduler"]["job_id"]  # a resumed element's new job
-        state = run_state(view, job_id, run_dir)["state"]
+        state = run_state(view, job_id, run_dir)
         swept = {key: element["values"].get(key, "-") for key in keys}  # a sweep file's run may leave a key out
-        rows.append({"element": f"e{element['index']}", **swept, "state": state.value,
+        rows.append({"element": f"e{element['index']}", **swept, "state": ending.shown(state),
                      "segments": str(len(read_segments(run_dir))), "best": best_metric(run_dir)})
     return rows
 
@@ -108,21 +108,28 @@ def status_table(sweep_dir: Path, rows: Optional[List[Dict]] = None) -> str:
 
 
 def cancel(sweep_dir: Path) -> None:
-    """The whole array at once (on local: the sweep script's process group, each unended element marked); each
-    element still running or queued records the cancel first (train/host/runs/ending.py)."""
+    """The whole array at once (on local: the sweep script's process group, each unended element marked), and each
+    resumed element's own job; each element still running or queued records the cancel first
+    (train/host/runs/ending.py)."""
     record = read_sweep(sweep_dir)
     scheduler = adapter(record["scheduler"])
     view = ArrayView(scheduler, record)
-    unended = [(Path(e["run_dir"]), e["job_id"]) for e in record["elements"]  # elements still the array's job
-               if runs.read_manifest(Path(e["run_dir"]))["scheduler"]["job_id"] == e["job_id"]
-               and not has_ended(run_state(view, e["job_id"], Path(e["run_dir"])))]
+    current = [(Path(e["run_dir"]), runs.read_manifest(Path(e["run_dir"]))["scheduler"]["job_id"])
+               for e in record["elements"]]  # a resumed element's job is its own, no longer the array's
+    unended = [(run_dir, job_id) for run_dir, job_id in current if not has_ended(run_state(view, job_id, run_dir))]
     if not unended:
-        print(f"every element of {record['sweep_id']} has ended or been resumed; nothing to cancel")
+        print(f"every element of {record['sweep_id']} has ended; nothing to cancel")
         return
-    arrays, run_dirs = array_ids(record), [e["run_dir"] for e in record["elements"]]
-    ending.cancel(unended, lambda: [scheduler.cancel_array(array, Path(sweep_dir), run_dirs) for array in arrays])
-    print(f"cancelled {record['scheduler']} array{'s' if len(arrays) > 1 else ''} {', '.join(arrays)} "
-          f"({record['sweep_id']}, {len(unended)} of its {len(record['elements'])} runs had not ended)")
+    in_array = {e["job_id"] for e in record["elements"]}
+    resumed = [(run_dir, job_id) for run_dir, job_id in unended if job_id not in in_array]
+    arrays = array_ids(record) if len(resumed) < len(unended) else []
+    run_dirs = [e["run_dir"] for e in record["elements"]]
+    ending.cancel(unended, lambda: ([scheduler.cancel_array(array, Path(sweep_dir), run_dirs) for array in arrays],
+                                    [scheduler.cancel(job_id, run_dir) for run_dir, job_id in resumed]))
+    jobs = [f"array{'s' if len(arrays) > 1 else ''} {', '.join(arrays)}"] if arrays else []
+    jobs += [f"job {job_id} ({run_dir.name}, resumed)" for run_dir, job_id in resumed]
+    print(f"cancelled {record['scheduler']} {', '.join(jobs)} ({record['sweep_id']}, {len(unended)} of its "
+          f"{len(record['elements'])} runs had not ended)")
 
 
 def wait(sweep_dir: Path, timeout_s: float, poll_s: float = 2.0) -> int:

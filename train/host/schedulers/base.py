@@ -112,6 +112,9 @@ class Scheduler:
       array_states(), array_accounting()
                        a whole array's states in one question (a 1000-element sweep's status); else per element.
       requeue_command  how the batch shell puts its own job back in the queue ("": a time-limited run just ends).
+      requeued_under_us
+                       a shell test: the scheduler itself has requeued the job while this batch shell runs (a node
+                       failure), so its steps were ended, whatever their exit status ("": it never does).
       unsupported      the profile/partition keys it cannot express, each with the fix the user is told.
       directive_prefix, short_options, option_groups, repeatable, option_keys
                        how its script lines hand options to it, for preflight's check of the rendered directives.
@@ -141,6 +144,7 @@ class Scheduler:
     max_warning_s: Optional[int] = None  # the longest time-limit warning (grace_s) it can give; None: no bound
     follow_by_default = False  # --wait unless --no-wait
     requeue_command = ""  # how the batch shell puts its own job back in the queue ("": it cannot)
+    requeued_under_us = ""  # shell test: the scheduler requeued this job while its batch shell ran ("": never)
     job_id_var = "$$"  # the job's id, as the batch shell reads it
     hosts_var = "$(hostname)"  # the job's hosts, as the batch shell reads them
     each_node = '"$@"'  # the body of ct_each_node COMMAND...: here, the batch shell's host is the job's only one

@@ -29,6 +29,10 @@ class Slurm(Scheduler):
     default_launch = "srun"
     launches = ("srun", "lightning", "independent")
     requeue_command = 'scontrol requeue "$SLURM_JOB_ID"'
+    # a node failure: Slurm cancels the job "DUE TO NODE FAILURE" and requeues it (Restarts goes up at once), srun
+    # may still exit 0, and the batch shell runs on until it is signalled
+    requeued_under_us = ('[ "$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | '
+                         'sed -n "s/.* Restarts=\\([0-9]*\\).*/\\1/p")" -gt "${SLURM_RESTART_COUNT:-0}" ] 2>/dev/null')
     max_warning_s = 65535  # sbatch --signal=B:USR1@sig_time: "an integer between 0 and 65535"
     job_id_var = "$SLURM_JOB_ID"
     hosts_var = "$SLURM_JOB_NODELIST"
