@@ -1,9 +1,11 @@
 """One Apptainer adapter on the host side (issue 40): whichever command needs Apptainer, a missing one and one
 older than the project needs are refused with the same one line, before anything runs."""
+import os
 from pathlib import Path
 
 import pytest
 
+from conftest import run_cluster
 from train.errors import UserError
 from train.host import apptainer
 from train.host.data import transport
@@ -65,3 +67,15 @@ def test_the_path_searched_is_the_one_given(bare_path, monkeypatch):
     fake_apptainer(bare_path, "1.3.0")
     monkeypatch.setenv("PATH", "/nonexistent")
     assert apptainer.problem(str(bare_path)) == "" and apptainer.problem() == apptainer.missing()
+
+
+@pytest.mark.parametrize("old", [False, True], ids=["missing", "too-old"])
+def test_the_cli_says_it_in_one_line_and_pulls_nothing(bare_path, old):
+    """The real CLI, with the PATH a login node without (a new enough) Apptainer has: images and data alike."""
+    if old:
+        fake_apptainer(bare_path, "1.0.0")
+    said = apptainer.too_old("apptainer version 1.0.0") if old else apptainer.missing()
+    for command in (["images", "pull"], ["data", "pull", "--name", "x"]):
+        done = run_cluster(*command, "oras://localhost:1/x/y:1", env={**os.environ, "PATH": str(bare_path)})
+        assert (done.returncode, done.stderr) == (2, f"run-cluster: error: {said}\n")
+    assert not (bare_path / "calls").exists()

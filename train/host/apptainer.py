@@ -1,9 +1,10 @@
 """Every call of Apptainer from the login-node side goes through here (the scheduler adapters' counterpart for the
 container runtime): one function per verb the host uses, one message for a missing binary, one for a too-old one.
 
-The minimum is Apptainer 1.1.0: derived images are built with `build --mksquashfs-args` (new in 1.1.0), data images
-are bound with `-B SRC:DST:ro,image-src=/` and read with `apptainer sif`, and images travel as `oras://` SIFs
-(push, pull --disable-cache); 1.0.x and Singularity lack some of these and fail far from their cause.
+The minimum is Apptainer 1.1.0: the host builds derived images with `build --mksquashfs-args`, binds data images
+with `-B SRC:DST:ro,image-src=/`, reads SIF partitions with `apptainer sif` and moves images as `oras://` SIFs (push,
+pull --disable-cache). Apptainer 1.0 (Singularity 3.8 renamed) is not known to have all of these, and an old binary
+fails far from its cause; the tests run 1.4.5. Refusing it up front says so in one line.
 
 spython (pinned in the images and tests/requirements.txt) is not used here, on purpose: its Client runs
 `singularity`, not `apptainer`; it captures output, where `build` and `sign` must stream theirs to the terminal (and
