@@ -9,6 +9,7 @@ from conftest import run_cluster
 from train.errors import UserError
 from train.host import apptainer
 from train.host.data import transport
+from train.host.doctor import apptainer as doctor_checks
 from train.host.images import oci, signing, sif
 
 CALLERS = {
@@ -79,3 +80,13 @@ def test_the_cli_says_it_in_one_line_and_pulls_nothing(bare_path, old):
         done = run_cluster(*command, "oras://localhost:1/x/y:1", env={**os.environ, "PATH": str(bare_path)})
         assert (done.returncode, done.stderr) == (2, f"run-cluster: error: {said}\n")
     assert not (bare_path / "calls").exists()
+
+
+def test_doctor_calls_a_too_old_apptainer_a_problem_in_the_same_words(bare_path):
+    """doctor looks on the PATH a job has; there a 1.0 apptainer was 'ok' and every image command then failed."""
+    fake_apptainer(bare_path, "1.0.0")
+    tools = doctor_checks.Tools.find(str(bare_path))
+    found = doctor_checks.check_apptainer(tools)
+    assert (tools.exe, found.state) == ("", "problem")
+    assert found.what == f"apptainer: {apptainer.too_old('apptainer version 1.0.0')}"
+    assert list(doctor_checks.checks(tools)) == [found]  # nothing else asks a binary that cannot serve
