@@ -83,7 +83,7 @@ def test_the_cli_says_it_in_one_line_and_pulls_nothing(bare_path, old):
 
 
 def test_doctor_calls_a_too_old_apptainer_a_problem_in_the_same_words(bare_path):
-    """doctor looks on the PATH a job has; there a 1.0 apptainer was 'ok' and every image command then failed."""
+    """doctor looks on the PATH a job has; a 1.0 apptainer there was 'ok', and every image command then failed."""
     fake_apptainer(bare_path, "1.0.0")
     tools = doctor_checks.Tools.find(str(bare_path))
     found = doctor_checks.check_apptainer(tools)
