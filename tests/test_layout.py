@@ -105,3 +105,16 @@ def test_no_top_level_folder_shares_a_name_with_a_module_of_train():
     planned = subprocess.run(["make", "-n", *targets], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert planned.returncode == 0, planned.stderr
     assert all((ROOT / script).is_file() for script in re.findall(r"\bbenchmarks/\w+\.py", planned.stdout))
+
+
+# an argv that starts with apptainer, a search for it, or doctor's Tools.exe (apptainer's path) starting a list
+APPTAINER_CALL = re.compile(r"""\[\s*["']apptainer["']\s*,|which\(\s*["']apptainer["']|\[\s*tools\.exe\b""")
+
+
+def test_every_apptainer_call_goes_through_the_adapter():
+    """Apptainer was called from 8 modules, each with its own 'not on PATH' line (issue 40): only
+    train/host/apptainer.py may start it, so a missing or too-old binary is said once, the same way."""
+    adapter = HOST / "apptainer.py"
+    callers = [f"{path.relative_to(ROOT)}:{number}" for path in sorted(HOST.rglob("*.py")) if path != adapter
+               for number, text in enumerate(path.read_text().splitlines(), 1) if APPTAINER_CALL.search(text)]
+    assert callers == []

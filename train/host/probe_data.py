@@ -8,7 +8,6 @@ built: the workers' memory is the data's. The figures go to <runs root>/probes/<
 (data.name and the data image's digest, else data.root), in the runs root of the cluster whose preflight reads them
 (--cluster, default local: $CT_RUNS_DIR or runs/). Run it where the data is: on a cluster, its login node."""
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -17,6 +16,7 @@ from typing import List, Optional, Tuple
 
 from train import config as cfg
 from train.errors import UserError, raise_all
+from train.host import apptainer
 from train.host.data import store as data_store
 from train.host.images import store
 from train.host.jobs import config_check, measured
@@ -98,14 +98,11 @@ def in_image(run: cfg.RunConfig, image: store.ImageRecord, batches: int, data_bi
         cfg.dump(run, Path(tmp) / "config.yaml")
         binds = [tmp, *(f"{path}:{path}:ro" for path in cfg.input_paths(run).values()), *filter(None, [data_bind])]
         # --no-mount cwd: apptainer's bind of the directory it is started in would hide a data image mounted below it
-        command = ["apptainer", "exec", "--cleanenv", "--no-home", "--no-mount", "cwd", "--pwd", tmp,
-                   *(arg for bind in binds for arg in ("-B", bind)), image.path, "python", "-m", "train",
-                   "probe_data", "--config", f"{tmp}/config.yaml", f"--batches={batches}", "--out", f"{tmp}/probe.json"]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True)
-        except FileNotFoundError:
-            raise UserError("apptainer is not on PATH: the probe runs in the CPU image; install it (make apptainer) "
-                            "or load it (module load apptainer)") from None
+        options = ["--cleanenv", "--no-home", "--no-mount", "cwd", "--pwd", tmp,
+                   *(arg for bind in binds for arg in ("-B", bind))]
+        done = apptainer.exec_(options, image.path, ["python", "-m", "train", "probe_data", "--config",
+                                                     f"{tmp}/config.yaml", f"--batches={batches}", "--out",
+                                                     f"{tmp}/probe.json"])
         if done.returncode != 0:
             said = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
             raise UserError(f"probe-data of {run.name} failed in the image (exit {done.returncode}): {said}")

@@ -5,12 +5,12 @@ Apptainer's ORAS push takes only SIF files, so the SquashFS travels as the one d
 expected. The wrapper is made anew for each push (it carries a random id), so the digest tag is the data image's own:
 `:sha256-<data digest>`, whatever the wrapper's bytes."""
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import List, Optional, Tuple
 
 from train.errors import UserError
+from train.host import apptainer
 from train.host.data import store
 from train.host.images import oci
 from train.host.images.store import sha256_file
@@ -46,7 +46,7 @@ def pull(reference: str, plain_http: bool, name: str, expect: Optional[str],
             raise UserError(f"{reference} holds no data image (no SquashFS data partition); push one with "
                             f"bin/run-cluster data push NAME {reference}")
         with open(packed, "wb") as out:
-            subprocess.run(["apptainer", "sif", "dump", part.group(1), str(wrapper)], stdout=out, check=True)
+            apptainer.sif("dump", part.group(1), str(wrapper), stdout=out, check=True)
         digest = sha256_file(packed)
         if expect and digest != expect:
             raise UserError(f"the data image pulled from {reference} has sha256 {digest}, not the expected {expect}; "
@@ -60,7 +60,7 @@ def pull(reference: str, plain_http: bool, name: str, expect: Optional[str],
 
 
 def sif(command: str, *args: str) -> str:
-    done = subprocess.run(["apptainer", "sif", command, *args], capture_output=True, text=True)
+    done = apptainer.sif(command, *args)
     if done.returncode != 0:
         said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
         raise UserError(f"apptainer sif {command} failed: {said.removeprefix('FATAL:').strip()}")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, Tuple
 
+from train.host import apptainer
 from train.host.doctor.check import OK, PROBLEM, WARNING, Check, last_line, run
 from train.host.images.store import ImageRecord
 
@@ -22,13 +23,14 @@ ALLOW_SETUID = re.compile(r"^\s*allow setuid\s*=\s*(\S+)", re.M)
 @dataclass(frozen=True)
 class Tools:
     path: str  # PATH as a job has it, after the cluster's modules
-    exe: str  # apptainer's path; "" where it is not on that PATH
+    exe: str  # apptainer's path; "" where it is not on that PATH or too old
     config: Dict[str, str]  # `apptainer buildcfg`: where it was installed and where its configuration is
 
     @classmethod
     def find(cls, path: str) -> "Tools":
-        exe = shutil.which("apptainer", path=path) or ""
-        said = run([exe, "buildcfg"]).stdout if exe else ""
+        usable = not apptainer.problem(path)
+        said = apptainer.buildcfg(path) if usable else ""
+        exe = apptainer.command(path=path)[0] if usable else ""
         return cls(path, exe, dict(line.split("=", 1) for line in said.splitlines() if "=" in line))
 
     @property
@@ -54,12 +56,12 @@ def checks(tools: Tools) -> Iterator[Check]:
 
 
 def check_apptainer(tools: Tools) -> Check:
-    if not tools.exe:
-        return Check(PROBLEM, "apptainer: not on PATH",
+    said = apptainer.problem(tools.path)
+    if said:
+        return Check(PROBLEM, f"apptainer: {said}",
                      "name the site's Apptainer module in your settings (modules: [apptainer]), or install it "
                      "(containers/install-apptainer.sh, as root)")
-    done = run([tools.exe, "--version"], env=tools.env)
-    return Check(OK, f"apptainer: {done.stdout.strip() or last_line(done)} ({tools.exe})")
+    return Check(OK, f"apptainer: {apptainer.version(tools.path)} ({tools.exe})")
 
 
 def setuid_mode(tools: Tools) -> Tuple[bool, str]:
@@ -155,8 +157,8 @@ def check_builds() -> Check:
 def check_runs(tools: Tools, record: ImageRecord) -> Check:
     """The image started as a job starts it, running `true`: every mount and namespace Apptainer needs, for real."""
     started = time.monotonic()
-    done = run([tools.exe, "exec", "--cleanenv", "--no-home", record.path, "true"], timeout=RUN_TIMEOUT_S,
-               env=tools.env)
+    done = run(apptainer.command("exec", "--cleanenv", "--no-home", record.path, "true", path=tools.path),
+               timeout=RUN_TIMEOUT_S, env=tools.env)
     if done.returncode != 0:
         return Check(PROBLEM, f"apptainer exec: the {record.flavor} image does not start here: {last_line(done)}",
                      f"the containers and image mounts lines say what Apptainer lacks; apptainer --debug exec "

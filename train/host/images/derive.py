@@ -13,12 +13,12 @@ knows both. The same parent, lock and wheels build nothing a second time.
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import List, Optional, Tuple
 
 from train.errors import UserError
+from train.host import apptainer
 from train.host.images import store
 from train.host.project import ROOT
 
@@ -200,17 +200,12 @@ def build(definition: str, lock: Path, wheels: Optional[Path], root: Path) -> Pa
 
 
 def run_build(work: Path) -> None:
-    command = ["apptainer", "build", "--force", f"--mksquashfs-args={FAST_SQUASHFS}", *cert_binds(), "image.sif",
-               "derived.def"]
+    args = ["--force", f"--mksquashfs-args={FAST_SQUASHFS}", *cert_binds(), "image.sif", "derived.def"]
     env = dict(os.environ)
     if os.geteuid() == 0:  # as `make image` does: root in this kind of container may not raise its resource limits
         env["APPTAINER_DROP_CAPS"] = "CAP_SYS_RESOURCE"
-    print(f"images derive: {' '.join(command)} (in {work})", flush=True)
-    try:
-        done = subprocess.run(command, cwd=work, env=env)
-    except FileNotFoundError:
-        raise UserError("apptainer is not on PATH: it builds the derived image; install it (make apptainer) or "
-                        "load it (module load apptainer)") from None
+    print(f"images derive: apptainer build {' '.join(args)} (in {work})", flush=True)
+    done = apptainer.build(work, args, env)
     if done.returncode != 0:
         raise UserError(f"apptainer build of the derived image failed (exit {done.returncode}, its output above); "
                         f"nothing was stored")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from train.errors import UserError
+from train.host import apptainer
 from train.host.images import sif, store
 
 ORAS = re.compile(r"^oras://(?P<registry>[A-Za-z0-9.-]+(:\d+)?)/(?P<repo>[a-z0-9]+(?:[._/-][a-z0-9]+)*)"
@@ -36,7 +37,7 @@ def push(sif: Path, sha256: str, reference: str, plain_http: bool) -> List[str]:
     """Push to the digest tag, and to the reference's own tag if it has one; the references pushed."""
     refs = list(dict.fromkeys([content_reference(reference, sha256)] + ([reference] if parse(reference)["ref"] else [])))
     for ref in refs:
-        _apptainer("push", *(["--no-https"] if plain_http else []), str(sif), ref)
+        _checked("push", ref, apptainer.push(sif, ref, plain_http))
     return refs
 
 
@@ -45,7 +46,7 @@ def pull(reference: str, plain_http: bool, into: Path) -> Path:
     parse(reference)
     into.mkdir(parents=True, exist_ok=True)
     tmp = into / f".pull.{abs(hash(reference))}.tmp.sif"
-    _apptainer("pull", "--force", "--disable-cache", *(["--no-https"] if plain_http else []), str(tmp), reference)
+    _checked("pull", reference, apptainer.pull(tmp, reference, plain_http))
     return tmp
 
 
@@ -64,11 +65,7 @@ def pull_into_store(reference: str, plain_http: bool, expect: Optional[str],
         tmp.unlink(missing_ok=True)
 
 
-def _apptainer(command: str, *args: str) -> None:
-    try:
-        done = subprocess.run(["apptainer", command, *args], capture_output=True, text=True)
-    except FileNotFoundError:
-        raise UserError("apptainer is not on PATH: it pushes and pulls images; load it (module load apptainer)") from None
+def _checked(command: str, reference: str, done: subprocess.CompletedProcess) -> None:
     if done.returncode != 0:
         said = [line for line in done.stderr.strip().splitlines() if line.strip()] or [f"exit status {done.returncode}"]
-        raise UserError(f"apptainer {command} {args[-1]} failed: {said[-1].removeprefix('FATAL:').strip()}")
+        raise UserError(f"apptainer {command} {reference} failed: {said[-1].removeprefix('FATAL:').strip()}")

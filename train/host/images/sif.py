@@ -7,11 +7,11 @@ the digest the sender gave, refusing with one line and leaving the store untouch
 """
 import json
 import struct
-import subprocess
 from pathlib import Path
 from typing import List, Optional, Tuple
 
 from train.errors import UserError
+from train.host import apptainer
 from train.host.images import store
 
 SIF_MAGIC = b"SIF_MAGIC"  # bytes 32-40 of every SIF, after its launcher line
@@ -53,10 +53,7 @@ def check_complete_sif(sif: Path, shown: str) -> None:
 
 
 def sif_labels(sif: Path, shown: str) -> dict:
-    try:
-        done = subprocess.run(["apptainer", "inspect", "--labels", "--json", str(sif)], capture_output=True, text=True)
-    except FileNotFoundError:
-        raise UserError("apptainer is not on PATH: it reads the image's labels; load it (module load apptainer)") from None
+    done = apptainer.inspect_labels(sif)
     try:
         return json.loads(done.stdout)["data"]["attributes"]["labels"] or {}
     except (ValueError, KeyError, TypeError):

@@ -13,19 +13,19 @@ the user's keyring: $APPTAINER_KEYSDIR, else ~/.apptainer/keys.
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
 from train.errors import UserError
+from train.host import apptainer
 from train.host.clusters.signing_policy import Policy
 from train.host.images import store
 
 
 def signers_of(sif: Path) -> Tuple[int, List[str]]:
     """(signatures in the file, fingerprints of those the user's keyring verifies); every signature must verify."""
-    done = _apptainer("verify", "--local", "--json", str(sif))
+    done = apptainer.verify(sif)
     try:
         report = json.loads(done.stdout)
     except ValueError:
@@ -61,25 +61,15 @@ def sign(source: store.ImageRecord, root: Path, keyidx: Optional[int] = None) ->
     tmp = root / store.STORE / f".sign.{source.sha256}.{os.getpid()}.sif"
     shutil.copyfile(source.path, tmp)
     try:
-        _apptainer("sign", *(["--keyidx", str(keyidx)] if keyidx is not None else []), str(tmp),
-                   interactive=sys.stdin.isatty(), check=True)  # a protected key asks for its passphrase
+        signed = apptainer.sign(tmp, keyidx, interactive=sys.stdin.isatty())  # a protected key asks its passphrase
+        if signed.returncode != 0:
+            raise UserError(f"apptainer sign {tmp} failed: {_last_line(signed.stderr)}")
         _, signers = signers_of(tmp)
         facts = {k: getattr(source, k) for k in ("def_sha256", "lock_sha256", "inputs_sha256", "parent_sha256")}
         return store.add(source.flavor, tmp, store.sha256_file(tmp), root, source.git_commit, owned=True,
                          signed_from=source.sha256, signers=signers, **facts)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def _apptainer(command: str, *args: str, interactive: bool = False, check: bool = False) -> subprocess.CompletedProcess:
-    try:
-        done = subprocess.run(["apptainer", command, *args], text=True,
-                              stdout=None if interactive else subprocess.PIPE, stderr=subprocess.PIPE)
-    except FileNotFoundError:
-        raise UserError(f"apptainer is not on PATH: it {command}s images; load it (module load apptainer)") from None
-    if check and done.returncode != 0:
-        raise UserError(f"apptainer {command} {args[-1]} failed: {_last_line(done.stderr)}")
-    return done
 
 
 def _last_line(stderr: str) -> str:
