@@ -58,7 +58,7 @@ def checks(tools: Tools) -> Iterator[Check]:
 def check_apptainer(tools: Tools) -> Check:
     said = apptainer.problem(tools.path)
     if said:
-        return Check(PROBLEM, f"apptainer: {said}",
+        return Check(PROBLEM, said,  # it names apptainer itself
                      "name the site's Apptainer module in your settings (modules: [apptainer]), or install it "
                      "(containers/install-apptainer.sh, as root)")
     return Check(OK, f"apptainer: {apptainer.version(tools.path)} ({tools.exe})")
