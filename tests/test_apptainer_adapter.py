@@ -88,5 +88,5 @@ def test_doctor_calls_a_too_old_apptainer_a_problem_in_the_same_words(bare_path)
     tools = doctor_checks.Tools.find(str(bare_path))
     found = doctor_checks.check_apptainer(tools)
     assert (tools.exe, found.state) == ("", "problem")
-    assert found.what == f"apptainer: {apptainer.too_old('apptainer version 1.0.0')}"
+    assert found.what == apptainer.too_old("apptainer version 1.0.0")
     assert list(doctor_checks.checks(tools)) == [found]  # nothing else asks a binary that cannot serve
