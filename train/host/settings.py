@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterable, List, Set, Tuple
 from train.errors import UserError
 from train.host.clusters import signing_policy
 from train.host import reach
-from train.host.schedulers import BUILT_IN as BUILT_IN_SCHEDULERS, MODULE_NAME, SAFE_NAME
+from train.host.schedulers.base import BUILT_IN as BUILT_IN_SCHEDULERS, MODULE_NAME, SAFE_NAME
 from train.yaml_file import load_yaml
 
 

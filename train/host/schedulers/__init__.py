@@ -14,7 +14,7 @@ from typing import Dict
 from train.errors import UserError
 # the vocabulary, re-exported: the rest of train/host imports everything about schedulers from this package
 from train.host.schedulers.base import (  # noqa: F401
-    FINISHED, MODULE_NAME, NOT_STARTED, SAFE_NAME, Scheduler, State, run_or_refuse)
+    BUILT_IN, FINISHED, MODULE_NAME, NOT_STARTED, SAFE_NAME, Scheduler, State, run_or_refuse)
 from train.host.schedulers.local import Local
 from train.host.schedulers.lsf import Lsf
 from train.host.schedulers.slurm import Slurm
@@ -23,7 +23,7 @@ from train.registry import unknown_name
 # the shared partials (_preamble, _container, _segments), sweep.sh.j2 and the built-in adapters' own templates
 SHARED_TEMPLATES = Path(__file__).resolve().parent / "templates"
 SCHEDULERS: Dict[str, Scheduler] = {s.name: s for s in (Slurm(), Lsf(), Local())}
-BUILT_IN = tuple(SCHEDULERS)
+assert tuple(SCHEDULERS) == BUILT_IN, "base.BUILT_IN names the adapters listed here"
 
 
 def register(scheduler: Scheduler) -> Scheduler:

@@ -67,6 +67,9 @@ FINISHED = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIME
                       State.OUT_OF_MEMORY, State.BOOT_FAIL, State.DEADLINE, State.PREEMPTED})
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # what may appear unquoted in a scheduler directive
 MODULE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/@-]*$")  # `module load NAME` (e.g. cuda/12.8)
+# The adapters this package ships, by name; here rather than read off SCHEDULERS so that settings, which the site
+# scheduler loader reads, can refuse these names without importing the package (an import circle).
+BUILT_IN = ("slurm", "lsf", "local")
 NOT_STARTED = frozenset({State.PENDING, State.CONFIGURING, State.UNKNOWN})
 SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")  # [D-]N[:N[:N]], read by time_seconds
 
