@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(session, config, items):
     cuda = [item for item in items if item.get_closest_marker("cuda_image")]
     late = [item for item in items if item.get_closest_marker("after_min_job_age")]
     if cuda:
-        from test_cuda_image import build_needed, start_build
+        from image.test_cuda_image import build_needed, start_build
 
         if not config.option.collectonly and build_needed():  # listing the tests builds nothing
             start_build()
