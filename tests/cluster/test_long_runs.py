@@ -8,8 +8,8 @@ reads its log as one run); every step once, and no credential value in their run
 The test asks for the segments it proves, whatever the machine's speed: it sends each job the scheduler's own warning
 (`scancel --batch --signal=USR1`, `bkill -s USR1`: what `--signal=B:USR1@N` and `-wa USR1` deliver) once the
 segment has trained an epoch, twice, and then lets the run finish. That the time limit itself sends the warning is
-proven by tests/cluster/test_slurm_requeue.py and tests/cluster/test_lsf_requeue.py, and here by your own code below, which runs under
-a real two-minute limit."""
+proven by tests/cluster/test_slurm_requeue.py and tests/cluster/test_lsf_requeue.py, and here by your own code below,
+which runs under a real two-minute limit."""
 import json
 import os
 import re

@@ -59,7 +59,8 @@ SEED_RUNS = {
                                               "data.image=ufc10", "--set", "data.num_workers=1"],
 }
 
-# a sweep: one job array of every element's run, each element's own job.sh as for one run (tests/cluster/test_sweeps.py)
+# a sweep: one job array of every element's run, each element's own job.sh as for one run
+# (tests/cluster/test_sweeps.py)
 SWEEP = ["demo", "--sweep", "model.params.width=4,6,8", "--sweep", "optim.lr=0.05,0.1", "--max-parallel", "2"]
 SWEEP_RUNS = {"ci-slurm-n1_gpu1": ["ci-slurm", "n1_gpu1", *SWEEP], "ci-lsf-one_gpu": ["ci-lsf", "one_gpu", *SWEEP],
               "local-cpu_1proc": ["local", "cpu_1proc", *SWEEP]}

@@ -29,6 +29,7 @@ def test_a_skip_fails_the_run_unless_allowed_by_name_and_the_time_table_closes_i
                 "s  pytest, whole run", "s    tests/test_anything.py::test_passes"):
         assert row in table, table
     assert run_suite(tmp_path).returncode == 0  # outside make test a skip is reported, not a failure
-    (tmp_path / "tests" / "test_anything.py").rename(tmp_path / "tests" / "test_experiment_sizes.py")
+    (tmp_path / "tests" / "image").mkdir()
+    (tmp_path / "tests" / "test_anything.py").rename(tmp_path / "tests" / "image" / "test_experiment_sizes.py")
     allowed = run_suite(tmp_path, CT_NO_SKIPS="1")
     assert allowed.returncode == 0 and "allowed: torchvision is only in the image" in allowed.stdout, allowed.stdout

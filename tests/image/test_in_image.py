@@ -14,7 +14,9 @@ def test_every_registered_model_passes_the_model_tests_in_the_image(cpu_image, t
     done = subprocess.run(  # conftest's ROOT is /opt there: the experiment files the size tests read go to /opt too
         ["apptainer", "exec", "--cleanenv", "--no-home", "-B", f"{ROOT / 'tests'}:/opt/ct-tests:ro",
          "-B", f"{ROOT / 'experiments'}:/opt/experiments:ro", "-B", str(tmp_path), "--pwd", str(tmp_path), cpu_image.path,
-         "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "/opt/ct-tests/image/test_models.py",
+         # --rootdir: pytest loads conftest.py files from the rootdir down, and tests/conftest.py is above image/
+         "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+         "--rootdir", "/opt/ct-tests", "/opt/ct-tests/image/test_models.py",
          "/opt/ct-tests/image/test_experiment_sizes.py", "/opt/ct-tests/image/test_registry_drift.py"],
         capture_output=True, text=True, timeout=1200,
     )
@@ -29,7 +31,8 @@ def test_every_strategy_trains_resumes_and_exports_in_the_image(cpu_image, tmp_p
     done = subprocess.run(
         ["apptainer", "exec", "--cleanenv", "--no-home", "-B", f"{ROOT / 'tests'}:/opt/ct-tests:ro", "-B", str(tmp_path),
          "--pwd", str(tmp_path), cpu_image.path,
-         "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "/opt/ct-tests/image/test_strategies.py",
+         "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+         "--rootdir", "/opt/ct-tests", "/opt/ct-tests/image/test_strategies.py",
          "/opt/ct-tests/image/test_resume_export.py"],
         capture_output=True, text=True, timeout=1800,
     )

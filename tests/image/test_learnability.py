@@ -3,7 +3,7 @@
 Floors are set below what was measured (in brackets) so a loaded CI machine's different float order cannot flake:
   CIFAR (resnet_cifar depth 8 width 4, 8 images/class, 4 epochs): floor 0.08, chance 0.01  [measured 0.21]
   action recognition (cnn_lstm width 4, 10 clips/class, 6 epochs):  floor 0.35, chance 0.10  [measured 0.67]
-  video fusion (EarlyFusion2D vs PerFrameAggregation2D): tests/image/test_video_tasks.py          [measured 0.92 vs 0.12]
+  video fusion (EarlyFusion2D vs PerFrameAggregation2D): tests/image/test_video_tasks.py    [measured 0.92 vs 0.12]
 """
 import pytest
 
