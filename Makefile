@@ -93,7 +93,7 @@ test test-all:
 
 # After a deliberate change to what a profile renders: rewrite the golden scripts, then review `git diff tests/golden`.
 golden: venv
-	CT_UPDATE_GOLDEN=1 $(PYTEST) -q tests/test_golden_scripts.py
+	CT_UPDATE_GOLDEN=1 $(PYTEST) -q tests/host/test_golden_scripts.py
 
 clean:
 	rm -rf runs $(DEMO_DATA) $(VIDEO_DATA) $(PLANNER_DATA) $(MOTION_DATA) .pytest_cache

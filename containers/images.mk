@@ -14,7 +14,7 @@
 # The key is computed while the Makefile is read (train.host.images.content_key, stdlib only, ~0.1 s).
 # A build runs the image's %test and fails with it. Every flavor but cpu (which make test builds anyway) then also
 # keeps its key in containers/$(FLAVOR).tested, to be committed: CI builds the CUDA image only when its inputs differ
-# from that key (tests/test_cuda_image.py), `make test-all` always.
+# from that key (tests/image/test_cuda_image.py), `make test-all` always.
 
 FLAVOR ?= cpu
 IMAGE_FLAVORS := $(patsubst containers/%.def,%,$(wildcard containers/*.def))  # containers/flavors.yaml describes each

@@ -1,5 +1,5 @@
-"""Runs cancelled on the test Slurm cluster at the start of a test session, for tests/test_runs_cancelled.py to check
-while Slurm remembers their jobs and again at the session's end, once Slurm has forgotten them (MinJobAge).
+"""Runs cancelled on the test Slurm cluster at the start of a test session, for tests/cluster/test_runs_cancelled.py
+to check while Slurm remembers their jobs and again at the session's end, once Slurm has forgotten them (MinJobAge).
 
 The three ways issue 24 found a cancelled run stuck PENDING or UNKNOWN, and a cancel from outside run-cluster:
 - requeued:   cancelled between two requeues (saved on the time-limit warning, requeued, cancelled while pending);

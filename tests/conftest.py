@@ -1,4 +1,3 @@
-import contextlib
 import json
 import os
 import subprocess
@@ -34,7 +33,7 @@ def pytest_collection_modifyitems(session, config, items):
     cuda = [item for item in items if item.get_closest_marker("cuda_image")]
     late = [item for item in items if item.get_closest_marker("after_min_job_age")]
     if cuda:
-        from test_cuda_image import build_needed, start_build
+        from image.test_cuda_image import build_needed, start_build
 
         if not config.option.collectonly and build_needed():  # listing the tests builds nothing
             start_build()
@@ -152,40 +151,6 @@ def early_jobs(request):
 
 
 @pytest.fixture(scope="session")
-def oci_registry(tmp_path_factory):
-    """A real OCI registry on 127.0.0.1 (the CNCF distribution registry, Debian's docker-registry), plain HTTP,
-    storing in a temporary directory; "127.0.0.1:PORT"."""
-    import shutil
-    import socket
-    import urllib.request
-
-    exe = shutil.which("docker-registry")
-    if exe is None:
-        pytest.fail("docker-registry is not installed: run `make registry` (make test does)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    tmp = tmp_path_factory.mktemp("registry")
-    (tmp / "config.yml").write_text(f"version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: "
-                                    f"{tmp / 'data'}}}, delete: {{enabled: true}}}}\nhttp: {{addr: 127.0.0.1:{port}}}\n")
-    with (tmp / "log").open("w") as log:
-        proc = subprocess.Popen([exe, "serve", str(tmp / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
-            break
-        except OSError:
-            if time.time() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail(f"the registry did not answer on 127.0.0.1:{port}: {(tmp / 'log').read_text()[-2000:]}")
-            time.sleep(0.1)
-    yield f"127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(10)
-
-
-@pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory):
     """A real MLflow tracking server on 127.0.0.1 (the host venv's mlflow) with a SQLite store in a temporary
     directory; its "http://127.0.0.1:PORT". It takes ~16 s to answer: a test calls mlflow_up(url) where it first
@@ -228,51 +193,6 @@ def mlflow_up(url: str, timeout_s: float = 90) -> str:
             time.sleep(0.2)
 
 
-@pytest.fixture(scope="session")
-def mlflow_for_nodes(mlflow_server, slurm_cluster):
-    """The MLflow server as the test cluster's nodes reach it: their network is the bridge's 10.77.0.0/24 only (as
-    compute nodes often reach only the login node), so a relay on the bridge's 10.77.0.1 carries each connection to
-    the server on 127.0.0.1, as an `ssh -L` tunnel on a login node would."""
-    import socket
-    import socketserver
-    import threading
-
-    target = ("127.0.0.1", int(mlflow_server.rsplit(":", 1)[1]))
-
-    def pump(src, dst):
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                dst.shutdown(socket.SHUT_WR)
-
-    class Relay(socketserver.BaseRequestHandler):
-        def handle(self):
-            try:
-                upstream = socket.create_connection(target)
-            except OSError:  # the server not started yet: the client sees the connection close, and retries
-                return
-            with upstream:
-                back = threading.Thread(target=pump, args=(upstream, self.request), daemon=True)
-                back.start()
-                pump(self.request, upstream)
-                back.join(60)
-
-    class Server(socketserver.ThreadingTCPServer):
-        daemon_threads = True  # a connection left open does not hold the session's end
-
-    relay = Server(("10.77.0.1", 0), Relay)
-    threading.Thread(target=relay.serve_forever, daemon=True).start()
-    url = f"http://10.77.0.1:{relay.server_address[1]}"
-    MLFLOW_SERVERS[url] = MLFLOW_SERVERS[mlflow_server]
-    yield url
-    relay.shutdown()
-    relay.server_close()
-
-
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     """A stand-in image store (tiny files recorded as cpu, cuda11.6 and cuda12.8 images), settings, empty runs dir."""
@@ -289,13 +209,6 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv("CT_RUNS_DIR", str(tmp_path / "runs"))
     (tmp_path / "runs").mkdir()
     return tmp_path
-
-
-@pytest.fixture
-def lsf_path(monkeypatch, tmp_path):
-    """The LSF stand-in (tests/lsf) first on PATH, with its own state directory."""
-    monkeypatch.setenv("PATH", f"{ROOT / 'tests' / 'lsf'}:{os.environ['PATH']}")
-    monkeypatch.setenv("CT_LSF_STATE", str(tmp_path / "lsf"))
 
 
 @pytest.fixture

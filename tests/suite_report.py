@@ -12,8 +12,10 @@ from collections import defaultdict
 
 # nodeid pattern -> why the skip is not a hole: the same test runs elsewhere in the suite
 IN_IMAGE = "torchvision is only in the image: test_in_image.py runs this module there"
-ALLOWED_SKIPS = {"tests/test_models.py::*[[]vgg]": IN_IMAGE, "tests/test_models.py::*[[]mobilenet*]": IN_IMAGE,
-                 "tests/test_models.py::*[[]efficientnet]": IN_IMAGE, "tests/test_experiment_sizes.py::*": IN_IMAGE}
+ALLOWED_SKIPS = {"tests/image/test_models.py::*[[]vgg]": IN_IMAGE,
+                 "tests/image/test_models.py::*[[]mobilenet*]": IN_IMAGE,
+                 "tests/image/test_models.py::*[[]efficientnet]": IN_IMAGE,
+                 "tests/image/test_experiment_sizes.py::*": IN_IMAGE}
 PHASES = {}  # name -> seconds, measured by fixtures (the Slurm cluster's start)
 _durations = defaultdict(float)
 _skips = {}

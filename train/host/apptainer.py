@@ -10,7 +10,7 @@ spython (pinned in the images and tests/requirements.txt) is not used here, on p
 `singularity`, not `apptainer`; it captures output, where `build` and `sign` must stream theirs to the terminal (and
 `sign` ask for a passphrase); a failed `Client.build` returns None instead of the error text the user needs in one
 line; and the host side must import with only pyyaml and jinja2 on a login node. It serves nothing here: only
-tests/test_containers.py parses definition files with it.
+tests/host/test_containers.py parses definition files with it.
 
 `instance` is not called on the host side (jobs start their containers in the rendered job scripts, which are
 templates, not calls), so it has no function here."""

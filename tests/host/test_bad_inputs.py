@@ -1,0 +1,287 @@
+"""The bad-input corpus (tests/bad_inputs/*.yaml): every case is refused with one line, and nothing happens.
+
+Each YAML file holds `cases:` (and optionally `base:`, an argv prefix for the cases that give `args`). A case:
+
+    id:      unique name (the pytest id)
+    argv:    the whole argv of bin/run-cluster; or
+    args:    appended to the file's `base`
+    expect:  fragments that must all appear in stderr (case-insensitive); may be empty
+    files:   {relative path under {tmp}: text}   written before the run; text may be {bytes: "..."}
+    dirs:    [relative path under {tmp}]          created before the run
+    remove:  [relative path under {tmp}]          removed before the run (after the defaults are made)
+    env:     {NAME: value}                        extra environment
+    note:    why the case is there / what the right behaviour is (not read)
+
+An argv element is a string, {bytes: "..."} (the text, placeholders filled, encoded as latin-1: one raw byte per
+character, so "\\xff" is the byte 0xff) or {repeat: "a", times: 300, prefix: "", suffix: ""}. Placeholders in
+argv, file names, file texts and env values: {tmp} (the case's scratch directory, also the working directory),
+{root} (the project), {sha:<flavor>} (the stand-in image's sha256).
+
+Before each case the runner makes, under {tmp}: an image store `images/` holding tiny stand-in images recorded for
+cpu, cuda11.6 and cuda12.8 (CT_IMAGES), `settings.yaml` with `clusters: {gilbreth: {account: lusu}}`
+(CT_SETTINGS), an empty `runs/` (CT_RUNS_DIR) and `data/`; a case's `files` replace them. The directory above
+{tmp} holds fake sbatch/bsub/scontrol/squeue/bkill/scancel/bjobs first on PATH: each appends its argv to a
+marker file and exits 1.
+
+For every case: exit status 2; stderr is one non-empty line starting with `run-cluster: error:` that holds every
+fragment; no "Traceback"; no scheduler command was called; nothing was created, removed or changed anywhere under
+the case's directory (so `runs/` stays empty, a `--run-id ../../x` creates nothing beside it, and a
+`$(touch {tmp}/PWNED)` payload creates nothing).
+
+`python tests/host/test_bad_inputs.py [ID ...]` runs the corpus (or some cases) outside pytest and prints each failure.
+"""
+import os
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import forked
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+CORPUS = ROOT / "tests" / "bad_inputs"
+FLAVORS = ("cpu", "cuda11.6", "cuda12.8")
+FAKE_SCHEDULER_COMMANDS = ("sbatch", "bsub", "scontrol", "squeue", "bkill", "scancel", "bjobs")
+DEFAULT_SETTINGS = "clusters:\n  gilbreth: {account: lusu}\n"
+CASE_KEYS = {"id", "argv", "args", "expect", "files", "dirs", "remove", "env", "note"}
+TIMEOUT_S = 60
+WORKERS = 3
+
+
+def load_cases() -> List[dict]:
+    cases, seen = [], set()
+    for path in sorted(CORPUS.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text()) or {}
+        base = doc.get("base") or []
+        for case in doc.get("cases") or []:
+            unknown = set(case) - CASE_KEYS
+            assert not unknown, f"{path.name}: case {case.get('id')!r} has unknown keys {sorted(unknown)}"
+            assert case.get("id") and case["id"] not in seen, f"{path.name}: missing or repeated id {case.get('id')!r}"
+            assert ("argv" in case) != ("args" in case and bool(base)), f"{path.name}: {case['id']}: give argv, or args and a file base"
+            seen.add(case["id"])
+            argv = case["argv"] if "argv" in case else list(base) + list(case["args"])
+            cases.append({**case, "argv": argv, "file": path.name})
+    return cases
+
+
+CASES = load_cases()
+
+
+@dataclass
+class Result:
+    rc: Optional[int]
+    stdout: str
+    stderr: str
+    problems: List[str]
+
+
+def _fill(text: str, values: Dict[str, str]) -> str:
+    return re.sub(r"\{(tmp|root|sha:[\w.]+)\}", lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+def _arg(item, values: Dict[str, str]):
+    if isinstance(item, str):
+        return _fill(item, values)
+    if isinstance(item, dict) and "bytes" in item:
+        return _fill(item["bytes"], values).encode("latin-1")
+    if isinstance(item, dict) and "repeat" in item:
+        return _fill(item.get("prefix", ""), values) + item["repeat"] * item["times"] + _fill(item.get("suffix", ""), values)
+    return str(item)  # numbers written unquoted in a case
+
+
+def _content(item, values: Dict[str, str]) -> bytes:
+    if isinstance(item, dict) and "bytes" in item:
+        return _fill(item["bytes"], values).encode("latin-1")
+    if isinstance(item, dict) and "repeat" in item:
+        return _arg(item, values).encode()
+    return _fill(str(item), values).encode()
+
+
+def _snapshot(top: Path) -> Dict[str, Tuple]:
+    """Every path under `top` (without following links) with its kind, size and mtime."""
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(top):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            st = path.lstat()
+            found[str(path.relative_to(top))] = (st.st_mode >> 12, st.st_size if not path.is_dir() else 0, st.st_mtime_ns if not path.is_dir() else 0)
+    return found
+
+
+def _setup(case: dict, case_root: Path) -> Tuple[Path, Dict[str, str], Path]:
+    from train.host.images import store
+
+    tmp = case_root / "t"
+    fakebin = case_root / "fakebin"
+    marker = case_root / "scheduler-called"
+    for d in (tmp / "runs", tmp / "data", tmp / "sif", fakebin):
+        d.mkdir(parents=True)
+    for command in FAKE_SCHEDULER_COMMANDS:
+        fake = fakebin / command
+        fake.write_text(f'#!/bin/sh\necho "{command} $*" >> "{marker}"\nexit 1\n')
+        fake.chmod(0o755)
+    values = {"tmp": str(tmp), "root": str(ROOT)}
+    for flavor in FLAVORS:
+        sif = tmp / "sif" / f"{flavor}.sif"
+        sif.write_text(f"stand-in {flavor} image\n")
+        record = store.record(flavor, sif, ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=tmp / "images",
+                              git_commit="0" * 40)
+        values[f"sha:{flavor}"] = record.sha256
+    (tmp / "settings.yaml").write_text(DEFAULT_SETTINGS)
+    for d in case.get("dirs") or []:
+        (tmp / _fill(d, values)).mkdir(parents=True, exist_ok=True)
+    for name, text in (case.get("files") or {}).items():
+        path = tmp / _fill(name, values)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(_content(text, values))
+    for name in case.get("remove") or []:
+        path = tmp / _fill(name, values)
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return tmp, values, marker
+
+
+@dataclass
+class Prepared:
+    """A case made ready to run: its directory, filled argv and environment, and the state to compare after."""
+
+    case: dict
+    tmp: Path
+    values: Dict[str, str]
+    marker: Path
+    argv: List
+    env: Dict[str, str]
+    before: Dict[str, Tuple]
+    root_pwned: bool
+    output: Path  # beside the case directory, so writing it changes nothing under it
+
+
+def prepare(case: dict, case_root: Path) -> Prepared:
+    tmp, values, marker = _setup(case, case_root)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "LSB_", "CT_"))}
+    env.update(CT_IMAGES=str(tmp / "images"), CT_SETTINGS=str(tmp / "settings.yaml"), CT_RUNS_DIR=str(tmp / "runs"),
+               PATH=f"{case_root / 'fakebin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.update({k: _fill(str(v), values) for k, v in (case.get("env") or {}).items()})
+    return Prepared(case, tmp, values, marker, [_arg(a, values) for a in case["argv"]], env, _snapshot(case_root),
+                    (ROOT / "PWNED").exists(), case_root.with_name(case_root.name + ".out"))
+
+
+def run_cases(cases: List[Tuple[dict, Path]]) -> List[Result]:
+    """Each case in a child forked from this process with bin/run-cluster's code already imported: a process of
+    its own, as bin/run-cluster is, without paying Python's start and the imports 146 times. Forked from this
+    thread only (no thread pool: forking beside other threads can copy a held lock), WORKERS at a time."""
+    results: List[Optional[Result]] = [None] * len(cases)
+    pending, running = list(enumerate(cases)), {}
+    while pending or running:
+        while pending and len(running) < WORKERS:
+            i, (case, case_root) = pending.pop(0)
+            prepared = prepare(case, case_root)
+            running[_fork(prepared)] = (i, case_root, prepared, time.monotonic())
+        for pid, (i, case_root, prepared, started) in list(running.items()):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if not done and time.monotonic() - started > TIMEOUT_S:
+                os.kill(pid, 9)
+                done, status = os.waitpid(pid, 0)
+                status = None
+            if done:
+                del running[pid]
+                rc = None if status is None else os.waitstatus_to_exitcode(status)
+                results[i] = judge(prepared, case_root, rc)
+        time.sleep(0.002)
+    return results
+
+
+def _fork(prepared: Prepared) -> int:
+    out, err = (os.open(prepared.output.with_suffix(suffix), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                for suffix in (".stdout", ".stderr"))
+    try:
+        return forked.start(prepared.argv, out, err, prepared.env, prepared.tmp)
+    finally:
+        os.close(out)
+        os.close(err)
+
+
+def judge(prepared: Prepared, case_root: Path, rc: Optional[int]) -> Result:
+    case, tmp, values, marker = prepared.case, prepared.tmp, prepared.values, prepared.marker
+    out, err = (prepared.output.with_suffix(suffix).read_bytes() for suffix in (".stdout", ".stderr"))
+    stdout, stderr = out.decode("utf-8", "backslashreplace"), err.decode("utf-8", "backslashreplace")
+    problems = []
+    if rc is None:
+        problems.append(f"did not finish within {TIMEOUT_S} s")
+    elif rc != 2:
+        problems.append(f"exit status {rc}, not 2")
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    if len(lines) != 1 or stderr.strip("\n") != lines[0]:
+        problems.append(f"stderr has {len(lines)} non-empty line(s), not exactly one")
+    if not lines or not lines[0].startswith("run-cluster: error:"):
+        problems.append("stderr does not start with 'run-cluster: error:'")
+    for fragment in case.get("expect") or []:
+        if _fill(str(fragment), values).lower() not in stderr.lower():
+            problems.append(f"stderr lacks {fragment!r}")
+    if "Traceback" in stdout + stderr:
+        problems.append("a Traceback was printed")
+    if marker.exists():
+        problems.append(f"a scheduler command was called: {marker.read_text().strip()!r}")
+    runs = tmp / "runs"
+    if not runs.is_dir() or any(runs.iterdir()):
+        problems.append(f"the runs dir is not empty: {sorted(p.name for p in runs.iterdir()) if runs.is_dir() else 'gone'}")
+    before, after = prepared.before, _snapshot(case_root)
+    created = sorted(set(after) - set(before))
+    removed = sorted(set(before) - set(after))
+    changed = sorted(p for p in set(before) & set(after) if before[p] != after[p])
+    if any(Path(p).name == "PWNED" for p in created) or (not prepared.root_pwned and (ROOT / "PWNED").exists()):
+        problems.append("a shell payload ran: PWNED was created")
+    for what, paths in (("created", created), ("removed", removed), ("changed", changed)):
+        if paths:
+            problems.append(f"{what} under the case dir: {paths[:5]}{' ...' if len(paths) > 5 else ''}")
+    return Result(rc, stdout, stderr, problems)
+
+
+def describe(case: dict, result: Result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()] or ["(empty stderr)"]
+    shown = lines[-1] if "Traceback" in result.stderr else lines[0]  # a traceback's last line is its cause
+    return f"{case['id']} [{case['file']}]: rc={result.rc}; {shown[:300]}\n    " + "\n    ".join(result.problems)
+
+
+@pytest.fixture(scope="module")
+def results(request, tmp_path_factory):
+    """Run the selected cases a few at a time (each a forked child), once per module."""
+    wanted = [item.callspec.params["case"]["id"] for item in request.session.items
+              if getattr(item, "originalname", None) == "test_bad_input" and hasattr(item, "callspec")]
+    by_id = {case["id"]: case for case in CASES}
+    base = tmp_path_factory.mktemp("bad_inputs")
+    done = run_cases([(by_id[cid], base / f"case{i}") for i, cid in enumerate(wanted)])
+    return dict(zip(wanted, done))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
+def test_bad_input(case, results):
+    result = results[case["id"]]
+    if result.problems:
+        pytest.fail(
+            f"{case['file']}: argv {case['argv']!r}\n" + "\n".join(result.problems)
+            + f"\n--- exit {result.rc}; stderr:\n{result.stderr[-3000:]}\n--- stdout:\n{result.stdout[-1500:]}",
+            pytrace=False,
+        )
+
+
+def main(ids: List[str]) -> int:
+    import tempfile
+
+    chosen = [case for case in CASES if not ids or case["id"] in ids]
+    with tempfile.TemporaryDirectory() as base:
+        done = run_cases([(case, Path(base) / f"case{i}") for i, case in enumerate(chosen)])
+    failing = [(case, result) for case, result in zip(chosen, done) if result.problems]
+    for case, result in failing:
+        print(describe(case, result))
+    print(f"{len(chosen)} cases, {len(chosen) - len(failing)} passing, {len(failing)} failing")
+    return 1 if failing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,35 @@
+"""The suite's own closing report (tests/suite_report.py), on a throwaway suite run by pytest in a child process: a skip
+not allowed by name fails the run under CT_NO_SKIPS=1, an allowed one does not, and the time table lists the set-up
+steps `make test` timed, pytest's whole run and its slowest tests."""
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+SUITE = "import pytest\n\ndef test_passes():\n    pass\n\ndef test_skips():\n    pytest.skip('not here')\n"
+
+
+def run_suite(folder, **env):
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "suite_report", "-p", "no:cacheprovider",
+                           "tests"], cwd=folder, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "tests"), "CT_NO_SKIPS": "", **env})
+
+
+def test_a_skip_fails_the_run_unless_allowed_by_name_and_the_time_table_closes_it(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_anything.py").write_text(SUITE)
+    (tmp_path / "times").write_text("installs: Apptainer, Slurm 12\nhost venv and CPU image, side by side 345\n")
+    failed = run_suite(tmp_path, CT_NO_SKIPS="1", CT_TIMES=str(tmp_path / "times"))
+    assert failed.returncode == 1, failed.stdout
+    assert "tests/test_anything.py::test_skips: not here -> NOT ALLOWED" in failed.stdout, failed.stdout
+    assert "1 skip(s) not allowed by name: the run fails" in failed.stdout
+    table = failed.stdout.split("where the time went", 1)[1]
+    for row in ("12.0 s  installs: Apptainer, Slurm", "345.0 s  host venv and CPU image, side by side",
+                "s  pytest, whole run", "s    tests/test_anything.py::test_passes"):
+        assert row in table, table
+    assert run_suite(tmp_path).returncode == 0  # outside make test a skip is reported, not a failure
+    (tmp_path / "tests" / "image").mkdir()
+    (tmp_path / "tests" / "test_anything.py").rename(tmp_path / "tests" / "image" / "test_experiment_sizes.py")
+    allowed = run_suite(tmp_path, CT_NO_SKIPS="1")
+    assert allowed.returncode == 0 and "allowed: torchvision is only in the image" in allowed.stdout, allowed.stdout
