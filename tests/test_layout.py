@@ -95,7 +95,7 @@ def test_the_circle_finder_finds_one():
 
 
 def test_no_top_level_folder_shares_a_name_with_a_module_of_train():
-    """bench/ beside train/bench.py read as one thing in two places (issue 40): the benchmarks live in benchmarks/,
+    """bench/ beside train/image/bench.py read as one thing in two places (issue 40): the benchmarks live in benchmarks/,
     and `make bench` and its siblings still find their scripts there."""
     modules_of_train = {path.stem for path in (ROOT / "train").iterdir() if path.suffix == ".py" or path.is_dir()}
     tracked = subprocess.run(["git", "ls-tree", "-d", "--name-only", "HEAD"], cwd=ROOT, capture_output=True,

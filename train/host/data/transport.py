@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.data import store
 from train.host.images import oci
 from train.host.images.store import sha256_file

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.images import sif, store
 
 ORAS = re.compile(r"^oras://(?P<registry>[A-Za-z0-9.-]+(:\d+)?)/(?P<repo>[a-z0-9]+(?:[._/-][a-z0-9]+)*)"

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.images import store
 
 SIF_MAGIC = b"SIF_MAGIC"  # bytes 32-40 of every SIF, after its launcher line
