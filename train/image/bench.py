@@ -41,7 +41,7 @@ VARIANTS = {  # name -> (precision, channels_last, compile)
     "bf16+channels_last+compile": ("bf16-mixed", True, True),
 }
 EAGER_BEST = "bf16+channels_last"  # the plain loop's settings on a GPU (fp32 on the CPU)
-EXPERTS = Path(__file__).resolve().parents[1] / "experiments" / "cifar100_experts.yaml"  # a checkout's, not the cwd's
+EXPERTS = Path(__file__).resolve().parents[2] / "experiments" / "cifar100_experts.yaml"  # a checkout's, not the cwd's
 
 
 def gpu_models() -> dict:
