@@ -59,7 +59,7 @@ def test_every_strategy_name_of_the_issue_is_registered():
 
 def test_deepspeed_configs_are_files_and_precision_comes_from_the_trainer():
     from train.shared.config import TrainerConfig
-    from train.shared.strategies import DEEPSPEED_CONFIGS, deepspeed_config
+    from train.image.strategies.builders import DEEPSPEED_CONFIGS, deepspeed_config
 
     assert sorted(p.stem for p in DEEPSPEED_CONFIGS.glob("*.json")) == [
         "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload"]

@@ -1,12 +1,12 @@
 """Distributed strategy registry: a name in the config -> a Lightning strategy object (or name).
 
-Every constructor (train/image/strategies/builders.py) takes (accelerator, trainer=None): the resolved accelerator name and
-the TrainerConfig. DeepSpeed configurations are JSON files beside this module (package data), one per ZeRO variant.
+Every constructor (train/image/strategies/builders.py) takes (accelerator, trainer=None): the resolved accelerator
+name and the TrainerConfig. DeepSpeed configurations are JSON files beside the constructors (package data), one per
+ZeRO variant.
 Torch-free: names, PRECISIONS and check_precision serve the login node; a strategy's module is imported when built.
 """
 from train.shared.errors import UserError
 from train.shared.registry import Registry
-from train.image.strategies.builders import DEEPSPEED_CONFIGS, deepspeed_config  # noqa: F401  (torch-free)
 
 _B = "train.image.strategies.builders"
 STRATEGIES = Registry("strategy", {
