@@ -175,5 +175,5 @@ def test_master_port_has_one_formula():
 
     assert master_port(12345) == MASTER_PORT_BASE + 12345 % MASTER_PORT_SPAN == 32345
     assert MASTER_PORT_BASE <= master_port(987654321) < MASTER_PORT_BASE + MASTER_PORT_SPAN
-    source = (TRAIN / "lsf_environment.py").read_text()
+    source = (TRAIN / "image" / "lsf_environment.py").read_text()
     assert "master_port(" in source and "% 20000" not in source

@@ -36,7 +36,7 @@ def test_the_files_changed_since_the_build_are_named(tmp_path):
     assert stale_inputs(record, repo) is None
     (repo / "train" / "host" / "cli.py").write_text("# the login-node side is not in the image\n")
     assert stale_inputs(record, repo) is None
-    (repo / "train" / "fit.py").write_text("# changed\n")
+    (repo / "train" / "image" / "fit.py").write_text("# changed\n")
     (repo / "train" / "new_module.py").write_text("")
     assert stale_inputs(record, repo) == "train/image/fit.py, train/new_module.py"
 
