@@ -4,7 +4,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from train.shared.models import MODELS, example_batch, training_loss  # noqa: E402
+from train.image.models.examples import example_batch, training_loss  # noqa: E402
+from train.shared.models import MODELS  # noqa: E402
 
 # models whose defaults are the seeds' real sizes (experiments/*.yaml), shrunk here
 SMALL = {"resnet_cifar": {"depth": 8, "width": 4},

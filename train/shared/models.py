@@ -73,20 +73,3 @@ def describes_inputs(text: str, example_batch, loss):
 def input_text(name: str) -> str:
     own = getattr(MODELS.get(name), "input_text", None)
     return own or f"(B, {', '.join(map(str, input_shape(name)))})"
-
-
-def example_batch(name: str, n: int, num_classes: int):
-    """(inputs tuple, targets) for n samples: a classifier's random inputs and labels, or the model's own maker."""
-    import torch
-
-    own = getattr(MODELS.get(name), "example_batch", None)
-    if own is not None:
-        return own(n, num_classes)
-    return (torch.randn(n, *input_shape(name)),), torch.arange(n) % num_classes
-
-
-def training_loss(name: str):
-    """loss(outputs, targets): the model's own, or cross-entropy for a classifier."""
-    import torch.nn.functional as F
-
-    return getattr(MODELS.get(name), "loss", None) or F.cross_entropy

@@ -6,32 +6,10 @@ max_epochs and returns a torch scheduler, or None for a constant learning rate. 
 """
 from train.shared.registry import Registry
 
-OPTIMIZERS = Registry("optimizer", {"sgd": "train.shared.optimizers:sgd", "adamw": "train.shared.optimizers:adamw"},
-                      fixed=("parameters",))
-LR_SCHEDULERS = Registry("scheduler", {"cosine": "train.shared.optimizers:cosine", "none": "train.shared.optimizers:constant"},
-                      fixed=("optimizer", "max_epochs"))
-
-
-def sgd(parameters, lr, momentum, weight_decay):
-    import torch
-
-    return torch.optim.SGD(parameters, lr=lr, momentum=momentum, weight_decay=weight_decay)
-
-
-def adamw(parameters, lr, weight_decay):
-    import torch
-
-    return torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
-
-
-def cosine(optimizer, max_epochs):
-    import torch
-
-    return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(1, max_epochs))
-
-
-def constant(optimizer, max_epochs):
-    return None
+_C = "train.image.optimizers"  # the constructors, which import torch
+OPTIMIZERS = Registry("optimizer", {"sgd": f"{_C}:sgd", "adamw": f"{_C}:adamw"}, fixed=("parameters",))
+LR_SCHEDULERS = Registry("scheduler", {"cosine": f"{_C}:cosine", "none": f"{_C}:constant"},
+                         fixed=("optimizer", "max_epochs"))
 
 
 def build_optimizer(parameters, config):
