@@ -144,7 +144,8 @@ def test_a_cuda_build_that_passed_keeps_its_key_for_ci_and_a_cpu_build_does_not(
     assert done.returncode == 0, done.stdout + done.stderr
     assert (repo / "containers" / "cuda12.8.tested").read_text() == (repo / "images" / "cuda12.8.inputs").read_text()
     assert untested() == []
-    (repo / "train" / "image" / "cli.py").write_text((repo / "train" / "image" / "cli.py").read_text() + "\n# changed\n")
+    image_cli = repo / "train" / "image" / "cli.py"
+    image_cli.write_text(image_cli.read_text() + "\n# changed\n")
     assert untested() == ["train/image/cli.py"]
     (repo / "containers" / "cpu.lock").write_bytes((repo / "containers" / "cpu.lock").read_bytes() + b"# new\n")
     assert make("image", f"APPTAINER={fake}", cwd=repo).returncode == 0

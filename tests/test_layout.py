@@ -132,7 +132,8 @@ def test_a_lazy_import_across_the_layers_is_found(tmp_path):
     module = tmp_path / "train" / "shared" / "lazy.py"
     module.parent.mkdir(parents=True)
     module.write_text("def f():\n    import torch\n    from train.image import fit\n")
-    assert crossings("shared", tmp_path) == ["train/shared/lazy.py imports torch", "train/shared/lazy.py imports train.image"]
+    assert crossings("shared", tmp_path) == ["train/shared/lazy.py imports torch",
+                                             "train/shared/lazy.py imports train.image"]
 
 
 def test_the_circle_finder_finds_one():
@@ -140,8 +141,8 @@ def test_the_circle_finder_finds_one():
 
 
 def test_no_top_level_folder_shares_a_name_with_a_module_of_train():
-    """bench/ beside train/image/bench.py read as one thing in two places (issue 40): the benchmarks live in benchmarks/,
-    and `make bench` and its siblings still find their scripts there."""
+    """bench/ beside train/image/bench.py read as one thing in two places (issue 40): the benchmarks live in
+    benchmarks/, and `make bench` and its siblings still find their scripts there."""
     modules_of_train = {path.stem for path in (ROOT / "train").iterdir() if path.suffix == ".py" or path.is_dir()}
     tracked = subprocess.run(["git", "ls-tree", "-d", "--name-only", "HEAD"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout.split()
