@@ -106,7 +106,7 @@ def cpu_image():
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory):
     """A small generated CIFAR-100-format set, shared by the end-to-end tests."""
-    from train.data.cifar100 import generate_cifar100
+    from train.image.data.cifar100 import generate_cifar100
 
     return generate_cifar100(tmp_path_factory.mktemp("cifar100"), train_per_class=10, test_per_class=3)
 

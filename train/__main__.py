@@ -1,3 +1,3 @@
-from train.cli import main
+from train.image.cli import main
 
 main()

@@ -29,7 +29,7 @@ packs = pytest.mark.skipif(shutil.which("mksquashfs") is None, reason="mksquashf
 @pytest.fixture(scope="module")
 def ufc(tmp_path_factory):
     """Seed 002's layout: a directory of extracted frames (and the clips), generated small."""
-    from train.data.ufc10 import generate_ufc10
+    from train.image.data.ufc10 import generate_ufc10
 
     return generate_ufc10(tmp_path_factory.mktemp("ufc") / "ufc10", train_per_class=2, val_per_class=1,
                           test_per_class=1, size=16)
@@ -38,7 +38,7 @@ def ufc(tmp_path_factory):
 @pytest.fixture(scope="module")
 def planner(tmp_path_factory):
     """Seed 003's layout: cached feature files reached through symbolic links (relative, inside the set)."""
-    from train.data.planner_scenes_format import generate_planner_scenes
+    from train.image.data.planner_scenes_format import generate_planner_scenes
 
     root = generate_planner_scenes(tmp_path_factory.mktemp("planner") / "navsim", train_samples=32, val_samples=16,
                                    vocab_size=64)

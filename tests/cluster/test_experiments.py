@@ -23,7 +23,7 @@ SIX_MODELS = ["PerFrameAggregation2D", "LateFusion2D", "EarlyFusion2D", "PerFram
 
 @pytest.fixture(scope="session")
 def video_data(tmp_path_factory):
-    from train.data.ufc10 import generate_ufc10
+    from train.image.data.ufc10 import generate_ufc10
 
     return generate_ufc10(tmp_path_factory.mktemp("ufc10"), train_per_class=3, val_per_class=2, test_per_class=2)
 

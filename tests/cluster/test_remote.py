@@ -16,7 +16,7 @@ import time
 import pytest
 from conftest import ROOT, job_logs, run_cluster, wait_for_slurm_job
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import git
 from train.host.remote import ssh, sync
 from train.host.images import store

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cluster
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import apptainer
 from train.host.data import transport
 from train.host.doctor import apptainer as doctor_checks

@@ -9,18 +9,18 @@ import sys
 import pytest
 
 from conftest import ROOT
-from train.errors import UserError
+from train.shared.errors import UserError
 
 TRAIN = ROOT / "train"
-TORCH_FREE = ("train.catalog", "train.registry", "train.models", "train.data", "train.tasks", "train.strategies",
-              "train.optimizers", "train.ports")
+# every module of the shared layer, which the login node imports (tests/test_layout.py holds the layers apart)
+TORCH_FREE = sorted(f"train.shared.{p.stem}" for p in (TRAIN / "shared").glob("*.py") if p.stem != "__init__")
 MAX_LINES = 400
 
 
 def test_registries_their_names_and_params_import_no_torch():
     code = (
         f"import sys\nimport {', '.join(TORCH_FREE)}\n"
-        "from train.catalog import REGISTRIES, describe\n"
+        "from train.shared.catalog import REGISTRIES, describe\n"
         "for r in REGISTRIES.values():\n"
         "    for n in r.names():\n"
         "        r.check(n); r.params(n); r.names_in(n)\n"
@@ -33,7 +33,7 @@ def test_registries_their_names_and_params_import_no_torch():
 
 
 def test_catalog_lists_every_registry_in_display_order():
-    from train.catalog import REGISTRIES, describe
+    from train.shared.catalog import REGISTRIES, describe
 
     assert list(REGISTRIES) == ["models", "fusion heads", "data sets", "tasks", "strategies", "optimizers",
                                 "schedulers", "precisions"]
@@ -52,7 +52,7 @@ def test_catalog_lists_every_registry_in_display_order():
                                               ("fusion heads", "multiplicativ", "multiplicative"),
                                               ("precisions", "bf16_mixed", "bf16-mixed"), ("tasks", "clasify", "classify")])
 def test_an_unknown_name_is_refused_with_a_hint(title, bad, hint):
-    from train.catalog import REGISTRIES
+    from train.shared.catalog import REGISTRIES
 
     registry = REGISTRIES[title]
     assert bad not in registry
@@ -61,8 +61,8 @@ def test_an_unknown_name_is_refused_with_a_hint(title, bad, hint):
 
 
 def test_params_are_read_from_the_source():
-    from train.catalog import REGISTRIES
-    from train.registry import NOT_LITERAL, REQUIRED
+    from train.shared.catalog import REGISTRIES
+    from train.shared.registry import NOT_LITERAL, REQUIRED
 
     r = REGISTRIES
     assert r["models"].params("resnet_cifar") == {"depth": 20, "width": 16, "stages": 3}  # num_classes is the caller's
@@ -82,7 +82,7 @@ def test_params_are_read_from_the_source():
 
 
 def test_a_kwargs_target_takes_anything(tmp_path, monkeypatch):
-    from train.registry import Registry
+    from train.shared.registry import Registry
 
     (tmp_path / "ct_probe_module.py").write_text(
         "X = 3\n"
@@ -91,7 +91,7 @@ def test_a_kwargs_target_takes_anything(tmp_path, monkeypatch):
         "class Child(Strict):\n    pass\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    from train.registry import NOT_LITERAL, REQUIRED
+    from train.shared.registry import NOT_LITERAL, REQUIRED
 
     r = Registry("probe", {"loose": "ct_probe_module:loose", "strict": "ct_probe_module:Strict",
                            "child": "ct_probe_module:Child"}, fixed=("num_classes",))
@@ -159,8 +159,8 @@ def test_find_cycle_finds_one():
 
 def test_train_has_no_import_circle():
     graph = import_graph()
-    assert "train.tasks.classify" in graph["train.fit"] or "train.tasks" in graph["train.fit"]
-    assert "train.trainer" in graph["train.tasks.common"]
+    assert "train.image.tasks.classify" in graph["train.image.fit"] or "train.shared.tasks" in graph["train.image.fit"]
+    assert "train.image.trainer" in graph["train.image.tasks.common"]
     cycle = find_cycle(graph)
     assert cycle is None, "import circle: " + " -> ".join(cycle)
 
@@ -171,9 +171,9 @@ def test_no_module_in_train_is_over_400_lines():
 
 
 def test_master_port_has_one_formula():
-    from train.ports import MASTER_PORT_BASE, MASTER_PORT_SPAN, master_port
+    from train.shared.ports import MASTER_PORT_BASE, MASTER_PORT_SPAN, master_port
 
     assert master_port(12345) == MASTER_PORT_BASE + 12345 % MASTER_PORT_SPAN == 32345
     assert MASTER_PORT_BASE <= master_port(987654321) < MASTER_PORT_BASE + MASTER_PORT_SPAN
-    source = (TRAIN / "lsf_environment.py").read_text()
+    source = (TRAIN / "image" / "lsf_environment.py").read_text()
     assert "master_port(" in source and "% 20000" not in source

@@ -87,8 +87,8 @@ def test_a_command_imports_only_its_own_modules():
 def test_yaml_is_read_by_libyaml_and_its_errors_worded_by_pyyaml(monkeypatch):
     import yaml
 
-    from train.errors import UserError
-    from train.yaml_file import load_yaml_text
+    from train.shared.errors import UserError
+    from train.shared.yaml_file import load_yaml_text
 
     assert yaml.__with_libyaml__  # the host requirements' PyYAML wheel brings it
     monkeypatch.setattr(yaml, "SafeLoader", None)  # a valid file never reaches the pure-Python loader

@@ -4,8 +4,8 @@ tests/bad_inputs/paths.yaml) and only warned about on a dry run."""
 import pytest
 
 from conftest import run_cluster
-from train import config as cfg
-from train.data import DATASETS, GENERATORS
+from train.shared import config as cfg
+from train.shared.data import DATASETS, GENERATORS
 from train.host.jobs import data_files
 
 pytest.importorskip("torch")  # the generators live beside their loaders

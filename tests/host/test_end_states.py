@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.runs import causes, ending, segments
 from train.host.runs.commands import print_status
 from train.host.schedulers import Lsf, Slurm, State

@@ -4,7 +4,7 @@ import collections
 
 import pytest
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.clusters.flavors import flavor_table, gpu_model
 
 

@@ -13,7 +13,7 @@ def small_repo(tmp_path):
     for rel in ("containers/cpu.def", "containers/cpu.lock", "containers/install.sh", "pyproject.toml"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, repo / rel)
-    for rel in ("train/fit.py", "train/models/resnet.py", "train/host/cli.py"):
+    for rel in ("train/image/fit.py", "train/image/models/resnet.py", "train/host/cli.py"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text(f"# {rel}\n")
     return repo
@@ -36,9 +36,9 @@ def test_the_files_changed_since_the_build_are_named(tmp_path):
     assert stale_inputs(record, repo) is None
     (repo / "train" / "host" / "cli.py").write_text("# the login-node side is not in the image\n")
     assert stale_inputs(record, repo) is None
-    (repo / "train" / "fit.py").write_text("# changed\n")
+    (repo / "train" / "image" / "fit.py").write_text("# changed\n")
     (repo / "train" / "new_module.py").write_text("")
-    assert stale_inputs(record, repo) == "train/fit.py, train/new_module.py"
+    assert stale_inputs(record, repo) == "train/image/fit.py, train/new_module.py"
 
 
 def test_an_imported_image_of_unknown_inputs_is_not_judged(tmp_path):

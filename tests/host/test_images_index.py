@@ -104,7 +104,7 @@ def test_inputs_key_and_stamp(tmp_path):
     host side or the job templates (they never run inside the image)."""
     repo = tmp_path / "repo"
     for rel, text in {"containers/cpu.def": "def\n", "containers/cpu.lock": "lock\n", "containers/install.sh": "sh\n",
-                      "pyproject.toml": "[project]\n", "train/__init__.py": "", "train/fit.py": "x = 1\n",
+                      "pyproject.toml": "[project]\n", "train/__init__.py": "", "train/image/fit.py": "x = 1\n",
                       "train/host/x.py": "x = 1\n",
                       "train/host/schedulers/templates/slurm.sh.j2": "#!/bin/bash\n",
                       "train/__pycache__/junk.pyc": "junk", "README.md": "not an input\n"}.items():
@@ -112,7 +112,7 @@ def test_inputs_key_and_stamp(tmp_path):
         (repo / rel).write_text(text)
     files = content_key.input_files("containers/cpu.def", "containers/cpu.lock", repo)
     assert files == sorted(["containers/cpu.def", "containers/cpu.lock", "containers/install.sh", "pyproject.toml",
-                            "train/__init__.py", "train/fit.py"])
+                            "train/__init__.py", "train/image/fit.py"])
     stamp = repo / "images" / "cpu.inputs"
     status, text = content_key.inputs_status(stamp, "containers/cpu.def", "containers/cpu.lock", repo)
     assert status == "stale"
@@ -125,7 +125,7 @@ def test_inputs_key_and_stamp(tmp_path):
     assert content_key.inputs_status(stamp, "containers/cpu.def", "containers/cpu.lock", repo)[0] == "fresh"
     (repo / "train/host/x.py").write_text("x = 2\n")  # the host side: no rebuild
     assert content_key.inputs_status(stamp, "containers/cpu.def", "containers/cpu.lock", repo)[0] == "fresh"
-    for rel in ["containers/cpu.lock", "train/fit.py", "containers/install.sh"]:
+    for rel in ["containers/cpu.lock", "train/image/fit.py", "containers/install.sh"]:
         before = (repo / rel).read_text()
         (repo / rel).write_text(before + "# changed\n")
         assert content_key.inputs_status(stamp, "containers/cpu.def", "containers/cpu.lock", repo)[0] == "stale", rel

@@ -1,5 +1,7 @@
 """The host side stays a set of rooms a newcomer can read (issue 25): short functions, short modules, and no import
-circle, neither between modules nor between the rooms (train/host/<room>/) they sit in."""
+circle, neither between modules nor between the rooms (train/host/<room>/) they sit in. And train/ is three layers
+named by where the code runs (issue 40): train/host/ (login node), train/shared/ (torch-free, both sides),
+train/image/ (inside the image); the host imports only the shared layer, which imports neither side."""
 import ast
 import re
 import subprocess
@@ -90,13 +92,57 @@ def test_no_import_circle_between_modules_or_rooms():
     assert circles(graph) == [] and circles(rooms) == []
 
 
+# What only the image has: a module that imports one of these, even inside a function, runs only in the image.
+IMAGE_ONLY = {"torch", "torchvision", "pytorch_lightning", "lightning", "lightning_fabric", "deepspeed", "numpy"}
+# Which layers each layer may import from train/ (train itself: the package's docstring and version).
+MAY_IMPORT = {"host": {"host", "shared"}, "shared": {"shared"}, "image": {"shared", "image"}}
+
+
+def every_import(path: Path) -> Set[str]:
+    """Every absolute module a file imports, at module level or inside a function (a lazy import is a dependency
+    all the same: the function fails on a machine without it)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
+
+
+def crossings(layer: str, root: Path = ROOT) -> List[str]:
+    """The imports of train/<layer>/ that go where the layer may not."""
+    found = []
+    for path in sorted((root / "train" / layer).rglob("*.py")):
+        for name in sorted(every_import(path)):
+            parts = name.split(".")
+            wrong_layer = parts[0] == "train" and len(parts) > 1 and parts[1] not in MAY_IMPORT[layer]
+            if wrong_layer or (layer != "image" and parts[0] in IMAGE_ONLY):
+                found.append(f"{path.relative_to(root)} imports {name}")
+    return found
+
+
+def test_train_is_three_layers_and_only_the_image_imports_torch():
+    assert sorted(p.name for p in (ROOT / "train").iterdir() if p.is_dir() and p.name != "__pycache__") == [
+        "host", "image", "shared"]
+    assert crossings("host") == [] and crossings("shared") == [] and crossings("image") == []
+
+
+def test_a_lazy_import_across_the_layers_is_found(tmp_path):
+    module = tmp_path / "train" / "shared" / "lazy.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("def f():\n    import torch\n    from train.image import fit\n")
+    assert crossings("shared", tmp_path) == ["train/shared/lazy.py imports torch",
+                                             "train/shared/lazy.py imports train.image"]
+
+
 def test_the_circle_finder_finds_one():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_no_top_level_folder_shares_a_name_with_a_module_of_train():
-    """bench/ beside train/bench.py read as one thing in two places (issue 40): the benchmarks live in benchmarks/,
-    and `make bench` and its siblings still find their scripts there."""
+    """bench/ beside train/image/bench.py read as one thing in two places (issue 40): the benchmarks live in
+    benchmarks/, and `make bench` and its siblings still find their scripts there."""
     modules_of_train = {path.stem for path in (ROOT / "train").iterdir() if path.suffix == ".py" or path.is_dir()}
     tracked = subprocess.run(["git", "ls-tree", "-d", "--name-only", "HEAD"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout.split()

@@ -12,7 +12,7 @@ from host.test_golden_scripts import every_profile
 @pytest.fixture
 def loads(monkeypatch):
     """How often a command reads a cluster file and the user's settings, and resolves a run config."""
-    from train import config as cfg
+    from train.shared import config as cfg
     from train.host import clusters, settings
 
     calls = {"cluster file": 0, "settings": 0, "resolve": 0}
@@ -132,7 +132,7 @@ def test_the_image_content_key_leaves_out_the_host_side(tmp_path):
     from train.host.images import content_key
 
     files = content_key.input_files("containers/cpu.def", "containers/cpu.lock", ROOT)
-    assert "train/config.py" in files and "train/fit.py" in files
+    assert "train/shared/config.py" in files and "train/image/fit.py" in files
     assert not [f for f in files if f.startswith("train/host/")]  # the job templates too (host/schedulers/templates)
 
 
@@ -146,6 +146,6 @@ def test_flavors_are_the_definition_files():
 def test_master_port_has_one_formula(template):
     text = (ROOT / "train" / "host" / "schedulers" / "templates" / template).read_text()
     assert "20000" not in text and "master_port(" in text
-    from train.ports import master_port, master_port_shell
+    from train.shared.ports import master_port, master_port_shell
 
     assert master_port(12345) == 32345 and master_port_shell("X") == "$((20000 + X % 20000))"

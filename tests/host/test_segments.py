@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cluster
 
-from train.exit_codes import REQUEUE
+from train.shared.exit_codes import REQUEUE
 # srun: drop its options, run the task; scontrol: the node list, and record a requeue; apptainer: a "training" that
 from train.host.runs import causes, segments
 

@@ -17,7 +17,7 @@ from conftest import ROOT
 from host.test_preflight import refused, run_cluster
 
 from train.host.jobs import code_snapshot
-from train.launch_env import local_rank_env, task_env
+from train.image.launch_env import local_rank_env, task_env
 
 LIGHTNING = ROOT / "examples" / "lightning_smart"
 

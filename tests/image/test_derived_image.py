@@ -18,7 +18,7 @@ import conftest
 import pytest
 from conftest import ROOT
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.images import derive, store
 from train.host.images.locations import run_image
 

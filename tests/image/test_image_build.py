@@ -68,7 +68,7 @@ def is_fresh(repo, flavor="cpu") -> bool:
 def test_unchanged_inputs_build_nothing_and_changed_ones_rebuild(repo):
     assert is_fresh(repo)
     for rel in ["containers/cpu.lock", "containers/cpu.def", "containers/install.sh", "pyproject.toml",
-                "train/cli.py"]:
+                "train/image/cli.py"]:
         path = repo / rel
         before = path.read_bytes()
         os.utime(path)  # touched, same content: still nothing to do
@@ -144,8 +144,9 @@ def test_a_cuda_build_that_passed_keeps_its_key_for_ci_and_a_cpu_build_does_not(
     assert done.returncode == 0, done.stdout + done.stderr
     assert (repo / "containers" / "cuda12.8.tested").read_text() == (repo / "images" / "cuda12.8.inputs").read_text()
     assert untested() == []
-    (repo / "train" / "cli.py").write_text((repo / "train" / "cli.py").read_text() + "\n# changed\n")
-    assert untested() == ["train/cli.py"]
+    image_cli = repo / "train" / "image" / "cli.py"
+    image_cli.write_text(image_cli.read_text() + "\n# changed\n")
+    assert untested() == ["train/image/cli.py"]
     (repo / "containers" / "cpu.lock").write_bytes((repo / "containers" / "cpu.lock").read_bytes() + b"# new\n")
     assert make("image", f"APPTAINER={fake}", cwd=repo).returncode == 0
     assert not (repo / "containers" / "cpu.tested").exists()

@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from train.catalog import REGISTRIES  # noqa: E402
-from train.data import GENERATORS  # noqa: E402
-from train.registry import NOT_LITERAL, REQUIRED  # noqa: E402
+from train.shared.catalog import REGISTRIES  # noqa: E402
+from train.shared.data import GENERATORS  # noqa: E402
+from train.shared.registry import NOT_LITERAL, REQUIRED  # noqa: E402
 
 ALL = dict(REGISTRIES, **{"data generators": GENERATORS})
 ENTRIES = [(title, name) for title, registry in ALL.items() for name in registry.names()
@@ -104,6 +104,6 @@ def test_params_holding_names_point_at_registries_and_default_to_known_names(tit
 
 
 def test_task_param_test_sees_aliases():
-    import train.tasks.cifar_fusion as module
+    import train.image.tasks.cifar_fusion as module
 
     assert {"experts_dir", "fusion", "fusion_dim"} <= task_params_read(module.__name__)

@@ -22,7 +22,7 @@ import subprocess
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 
 MINIMUM = (1, 1, 0)
 VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")

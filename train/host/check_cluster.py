@@ -9,8 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from train import config as cfg
-from train.errors import UserError
+from train.shared import config as cfg
+from train.shared.errors import UserError
 from train.host import clusters, project, settings
 from train.host.clusters import Cluster, Profile
 from train.host.jobs import preflight

@@ -5,7 +5,7 @@ import os
 import sys
 from typing import List, Optional
 
-from train.errors import UserError, raise_all
+from train.shared.errors import UserError, raise_all
 from train.host import commands
 from train.host.usage import Parser
 
@@ -67,7 +67,7 @@ def split_command(argv: List[str]):
 def names(argv: List[str]) -> int:
     Parser(prog="run-cluster names", description="every model, fusion head, data set, task, strategy, optimizer, "
                                                  "scheduler and precision an experiment may name").parse_args(argv)
-    from train.catalog import describe  # torch-free: the registries' tables, not their modules
+    from train.shared.catalog import describe  # torch-free: the registries' tables, not their modules
 
     print(describe())
     return 0

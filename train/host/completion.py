@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 from typing import List
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import commands, project
 from train.host.usage import Parser
-from train.yaml_file import load_yaml
+from train.shared.yaml_file import load_yaml
 
 # Commands whose next word is a cluster name; after `scaling CLUSTER` come that cluster's profiles.
 CLUSTER_FIRST = ("doctor", "check-cluster", "scaling")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional
 
-from train.errors import UserError
+from train.shared.errors import UserError
 
 # What NCCL prints when it picks its network (2.x: "NET/IB : Using [0]mlx5_0:1/IB ...", "Using network IB") and
 # per channel ("via NET/IB/0"); the same for sockets. RoCE is IB verbs over Ethernet: NET/IB too.

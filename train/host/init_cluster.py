@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import project
 from train.host.clusters.flavors import flavor_table, gpu_model
 from train.host.schedulers import adapter

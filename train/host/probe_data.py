@@ -3,7 +3,7 @@ experiment's data loading, measured on this machine before its first submission,
 measured figure per dataloader worker instead of the stated data.worker_mem_gb (train/host/jobs/measured.py).
 
 A few batches go through the experiment's own data module, with its num_workers and batch_size, inside the current
-CPU image (torch is only there: `python -m train probe_data`, train/probe.py), the data bound read-only. No model is
+CPU image (torch is only there: `python -m train probe_data`, train/image/probe.py), the data bound read-only. No model is
 built: the workers' memory is the data's. The figures go to <runs root>/probes/<experiment>.json, keyed by the data
 (data.name and the data image's digest, else data.root), in the runs root of the cluster whose preflight reads them
 (--cluster, default local: $CT_RUNS_DIR or runs/). Run it where the data is: on a cluster, its login node."""
@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from train import config as cfg
-from train.errors import UserError, raise_all
+from train.shared import config as cfg
+from train.shared.errors import UserError, raise_all
 from train.host import apptainer
 from train.host.data import store as data_store
 from train.host.images import store

@@ -5,7 +5,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, Optional
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import git
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Dict, Optional
 
-from train.errors import UserError
+from train.shared.errors import UserError
 
 KEYS = ("ssh", "ssh_port", "ssh_jump", "ssh_config", "remote_dir", "remote_python")
 # An ssh destination or jump host: no spaces, no leading '-' (ssh would read it as an option, -oProxyCommand=...)

@@ -10,11 +10,11 @@ import string
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Set, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.clusters import signing_policy
 from train.host import reach
 from train.host.schedulers.base import BUILT_IN as BUILT_IN_SCHEDULERS, MODULE_NAME, SAFE_NAME
-from train.yaml_file import load_yaml
+from train.shared.yaml_file import load_yaml
 
 
 def path() -> Path:
@@ -128,7 +128,7 @@ def _schedulers(value: Any, where: str) -> None:
 
 
 def _tracker(value: Any, where: str) -> None:
-    """A name, a list or a mapping: checked where it goes, in the run config each job resolves (train/tracker_config.py)."""
+    """A name, a list or a mapping: checked where it goes, in the run config each job resolves (train/shared/tracker_config.py)."""
 
 
 NOT_SCALARS = {"modules": _modules, "require_signed": signing_policy.flag, "signers": signing_policy.fingerprints,

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import commands, project, runs
 from train.host.images import store
 from train.host.images.locations import run_image

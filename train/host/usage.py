@@ -2,7 +2,7 @@
 would print the whole usage too, and exit with its own status)."""
 import argparse
 
-from train.errors import UserError
+from train.shared.errors import UserError
 
 
 class Parser(argparse.ArgumentParser):

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from train.errors import UserError, raise_all
+from train.shared.errors import UserError, raise_all
 from train.host import fabric
 from train.host.clusters import fields, flavors, signing_policy
 from train.host.schedulers import MODULE_NAME, adapter
 from train.host.schedulers.launches import LAUNCHES
-from train.registry import unknown_name
-from train.yaml_file import load_yaml
+from train.shared.registry import unknown_name
+from train.shared.yaml_file import load_yaml
 
 # How a site wants GPUs asked for: a count, the count of a GPU type (a100:4, LSF gmodel=), or Slurm's GRES syntax.
 GPU_REQUESTS = ("count", "typed", "gres", "typed-gres")

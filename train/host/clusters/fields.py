@@ -8,9 +8,9 @@ import re
 import typing
 from typing import Any, Dict, List, Union
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.schedulers.base import SAFE_NAME
-from train.registry import unknown_name
+from train.shared.registry import unknown_name
 
 # A node feature expression (Slurm --constraint, LSF select[]): names and operators, nothing a directive cannot carry.
 CONSTRAINT = re.compile(r"^[A-Za-z0-9_.&|()\[\]*!,:=<> -]+$")

@@ -4,9 +4,9 @@ against it, and so is a job before it is submitted (train/host/jobs/preflight.py
 import functools
 from typing import Any, Dict, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import project
-from train.yaml_file import load_yaml
+from train.shared.yaml_file import load_yaml
 
 
 def image_flavors() -> Tuple[str, ...]:

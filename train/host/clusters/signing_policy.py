@@ -3,7 +3,7 @@ them, read into one `Policy` (train/host/images/signing.py checks an image again
 from dataclasses import dataclass
 from typing import Any, List, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 
 FINGERPRINT_DIGITS = 40  # a PGP v4 fingerprint: 40 hex digits, as `apptainer key list` prints them
 

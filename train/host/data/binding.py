@@ -8,8 +8,8 @@ templates/_data.sh.j2), so a modified image is refused there."""
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from train import config as cfg
-from train.errors import UserError
+from train.shared import config as cfg
+from train.shared.errors import UserError
 from train.host.clusters import Partition, Profile
 from train.host.data import store
 

@@ -4,7 +4,7 @@ image store a command uses (this checkout's images/, $CT_IMAGES, your settings' 
 from pathlib import Path
 from typing import List, Optional
 
-from train.errors import UserError, raise_all
+from train.shared.errors import UserError, raise_all
 from train.host import project
 from train.host.data import pack, store, transport
 from train.host.images.locations import STORE_FIX, command_store

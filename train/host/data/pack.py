@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.data import store
 from train.host.images.store import sha256_file
 

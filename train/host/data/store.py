@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.images.store import _index_lock, atomic_write, sha256_file
 
 DATA = "data"  # under the image store

@@ -8,13 +8,13 @@ not what a configuration file claims.
     cluster.py    your settings file, the cluster file's needs:, its modules, the scheduler, your account and QOS
     apptainer.py  Apptainer: found, how it starts containers unprivileged, image mounts, builds, the image run
     space.py      free space and quota where runs, images and data images are written; the images verified
-    node.py       --node PROFILE: a short job on the profile's nodes (train/node_check.py), its table
+    node.py       --node PROFILE: a short job on the profile's nodes (train/image/node_check.py), its table
 Where your settings reach the cluster over SSH (ssh:), the same doctor runs on its login node, with your code and
 settings sent as a submission sends them: what a job meets is that machine, not the laptop.
 """
 from typing import Iterator, List, Optional
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import clusters, project, reach, settings
 from train.host.clusters import Cluster
 from train.host.doctor import apptainer, cluster as site_checks, node, space

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import project, settings
 from train.host.clusters import Cluster
 from train.host.doctor.check import OK, PROBLEM, WARNING, Check, last_line, run

@@ -1,5 +1,5 @@
 """`doctor CLUSTER --node PROFILE`: a short job on that profile's nodes, one process per rank as your own command
-runs, that reports from inside the image what each rank sees (train/node_check.py): its host, its GPUs, the driver
+runs, that reports from inside the image what each rank sees (train/image/node_check.py): its host, its GPUs, the driver
 against the image's minimum, the node's fabric devices, and one all-reduce across all ranks with its bus bandwidth.
 The check runs from a snapshot of this checkout's train package (the way a command runs your code), so an image
 built before it still runs it. Exit 0 when the job completed and every GPU rank sees its GPUs."""
@@ -10,12 +10,12 @@ from typing import List
 
 import yaml
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import project
 from train.host.jobs.build import Request, Site, build
 from train.host.runs.queue import one_run, show_and_queue
 
-COMMAND = ["python", "-m", "train.node_check"]
+COMMAND = ["python", "-m", "train.image.node_check"]
 RANK_MEM_GB = 1  # a rank holds the image's torch and one all-reduce buffer, not a model or data: host RAM checked so
 TIMEOUT_S = 900.0  # the job waits in the queue first; the check itself takes seconds
 

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import project
 from train.host.project import existing
 from train.host.clusters import Cluster

@@ -11,7 +11,7 @@ of a stored image (train/host/images/derive.py).
 from pathlib import Path
 from typing import List, Optional
 
-from train.errors import UserError, raise_all
+from train.shared.errors import UserError, raise_all
 from train.host import project
 from train.host.images import derive, oci, signing, store
 from train.host.images.locations import STORE_FIX, command_store

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import apptainer
 from train.host.images import sif, store
 

@@ -10,7 +10,7 @@ import struct
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import apptainer
 from train.host.images import store
 

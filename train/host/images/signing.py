@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import apptainer
 from train.host.clusters.signing_policy import Policy
 from train.host.images import store

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 
 try:  # POSIX: serialise concurrent writers of the index
     import fcntl

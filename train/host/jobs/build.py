@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from train import config as cfg
-from train.errors import UserError, UserErrors
+from train.shared import config as cfg
+from train.shared.errors import UserError, UserErrors
 from train.host import clusters, project, settings
 from train.host.clusters import Cluster, Profile
 from train.host.data import binding
@@ -20,7 +20,7 @@ from train.host.jobs.render import render
 from train.host.jobs.resolve import independent_tasks, launch_of, resolve, run_config, task_configs
 from train.host.jobs.summary import summary as job_summary
 from train.host.schedulers import adapter
-from train.registry import unknown_name
+from train.shared.registry import unknown_name
 
 DEFAULT_EXPERIMENT = "cifar100_resnet"  # where neither the command line nor the profile names one
 DERIVED = ("trainer.devices", "trainer.num_nodes", "output_dir")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.git import SENT_FROM, git, git_state
 from train.host.images.store import sha256_file
 

@@ -3,13 +3,13 @@ takes, every input path, and the values the user set over the profile's. Each pr
 from pathlib import Path
 from typing import Any, Dict, List
 
-from train import config as cfg
-from train.catalog import CONFIG_KEYS, PARAMS_KEYS, REGISTRIES
-from train.errors import UserError
+from train.shared import config as cfg
+from train.shared.catalog import CONFIG_KEYS, PARAMS_KEYS, REGISTRIES
+from train.shared.errors import UserError
 from train.host.clusters import Profile
 from train.host.jobs.job import Job
 from train.host.jobs.resolve import profile_values
-from train.registry import NOT_LITERAL, REQUIRED, Registry, unknown_name
+from train.shared.registry import NOT_LITERAL, REQUIRED, Registry, unknown_name
 
 # the config key naming each registry whose entries take parameters from the config
 NAME_KEYS = {kind: key for key, kind in CONFIG_KEYS.items()}

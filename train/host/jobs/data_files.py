@@ -1,12 +1,12 @@
 """The files each data set reads under data.root, checked before a job is queued: an empty or wrong folder would
 otherwise fail only in the job, after its wait in the queue. Paths relative to data.root, as each data set's format
-module lays them out (train/data/*_format.py; tests/host/test_data_files.py holds this table to their generators); the
+module lays them out (train/image/data/*_format.py; tests/host/test_data_files.py holds this table to their generators); the
 loader still reads and checks what is inside them."""
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from train import config as cfg
-from train.errors import UserError
+from train.shared import config as cfg
+from train.shared.errors import UserError
 
 NEEDS: Dict[str, Tuple[str, ...]] = {
     "cifar100": ("cifar-100-python/train", "cifar-100-python/test", "cifar-100-python/meta"),

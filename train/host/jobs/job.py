@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.clusters.signing_policy import Policy
 from train.host.schedulers.launches import LAUNCHES, Launch
 
@@ -53,7 +53,7 @@ class Job:
     check_fabric: bool  # a multi-node GPU job on a fast fabric: NCCL logs its network choice, the job checks it
     binds: List[str] = field(default_factory=list)  # "src:dst[:ro]", real paths resolved
     env: Dict[str, str] = field(default_factory=dict)
-    # the trackers' credential variables (train/tracker_config.py), forwarded into the container by name: their
+    # the trackers' credential variables (train/shared/tracker_config.py), forwarded into the container by name: their
     # values stay in the submitting environment, never in the script, the manifest or the run directory
     credentials: List[str] = field(default_factory=list)
     directives: List[str] = field(default_factory=list)

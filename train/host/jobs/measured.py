@@ -1,5 +1,5 @@
 """Host memory measured, not guessed: the figures preflight budgets per rank and per dataloader worker. Earlier runs
-of the same experiment on the same data recorded their peaks (results.json `host_memory`, train/pss.py), and so
+of the same experiment on the same data recorded their peaks (results.json `host_memory`, train/image/pss.py), and so
 did `run-cluster probe-data` (<runs root>/probes/<experiment>.json); the newest of each, plus MARGIN, replaces the
 stated data.rank_mem_gb and data.worker_mem_gb. A value you --set wins over any measurement (the messages say what
 it replaced). A probe loads no model, so it measures the workers only: the rank's own figure comes from runs, and
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Tuple
 
-from train import config as cfg
+from train.shared import config as cfg
 from train.host import project
 from train.host.clusters import Profile
 from train.host.data import store as data_store
@@ -152,7 +152,7 @@ def stated_in(key: str, profile: Profile, cluster_file: str, config_file: Option
         return f"profile {profile.name} of {shown(cluster_file)}"
     if config_file and name in (site.experiment(config_file).get("data") or {}):
         return shown(config_file)
-    return "train/config.py, the default"
+    return "train/shared/config.py, the default"
 
 
 def shown(path) -> str:

@@ -6,8 +6,8 @@ measured where a run or a probe measured them, else as stated); the summary's li
 import math
 from typing import Optional
 
-from train import config as cfg
-from train.errors import UserError
+from train.shared import config as cfg
+from train.shared.errors import UserError
 from train.host.clusters import Cluster, Partition, Profile
 from train.host.jobs.job import Job
 from train.host.jobs.measured import HostRam, gb

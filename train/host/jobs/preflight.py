@@ -5,8 +5,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from train import config as cfg
-from train.errors import UserError, raise_all
+from train.shared import config as cfg
+from train.shared.errors import UserError, raise_all
 from train.host import project
 from train.host.clusters import Cluster, fields
 from train.host.clusters.flavors import driver_version, flavor_table, gpu_model
@@ -183,7 +183,7 @@ def driver_runs_the_image(job: Job, cluster: Cluster, run: cfg.RunConfig) -> Non
                         f"driver or an image of an older CUDA")
 
 
-BF16_CAPABILITY = 8.0  # Ampere and newer (train/speed.py decides `auto` by the same line in the job)
+BF16_CAPABILITY = 8.0  # Ampere and newer (train/image/speed.py decides `auto` by the same line in the job)
 
 
 def gpu_has_bf16(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from train import config as cfg
-from train.errors import UserError
-from train.registry import unknown_name
-from train.yaml_file import load_yaml_text
+from train.shared import config as cfg
+from train.shared.errors import UserError
+from train.shared.registry import unknown_name
+from train.shared.yaml_file import load_yaml_text
 
 # reads key -> the run config key it fills (None: compared with the profile instead)
 RUN_KEYS = {"devices": None, "num_nodes": None, "num_workers": "data.num_workers", "batch_size": "data.batch_size",
@@ -93,7 +93,7 @@ def apply(run: cfg.RunConfig, found: Optional[UserConfig], code: Path) -> None:
 
 
 def cfg_precisions():
-    from train.strategies import PRECISIONS  # torch-free
+    from train.shared.strategies import PRECISIONS  # torch-free
 
     return PRECISIONS
 

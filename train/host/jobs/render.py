@@ -6,12 +6,12 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
-from train import exit_codes
-from train.errors import UserError
+from train.shared import exit_codes
+from train.shared.errors import UserError
 from train.host import fabric
 from train.host.jobs.job import Job
 from train.host.schedulers import SHARED_TEMPLATES, adapter
-from train.ports import master_port_shell
+from train.shared.ports import master_port_shell
 
 TEMPLATES = SHARED_TEMPLATES
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -3,8 +3,8 @@ time limit (read by the scheduler's own parser, `Scheduler.time_seconds`, within
 `max_time` and after the time-limit warning `grace_s`), the CPU binding (`cpu_bind`), and the GPU name a typed
 request puts in the script (the partition's `scheduler_gpu_name`, not a name containers/flavors.yaml knows the model
 by)."""
-from train import config as cfg
-from train.errors import UserError
+from train.shared import config as cfg
+from train.shared.errors import UserError
 from train.host.clusters import Cluster
 from train.host.clusters.flavors import gpu_model
 from train.host.jobs.job import Job

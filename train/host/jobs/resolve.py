@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from train import config as cfg
-from train import tracker_config
-from train.errors import UserError
+from train.shared import config as cfg
+from train.shared import tracker_config
+from train.shared.errors import UserError
 from train.host import fabric, project, settings
 from train.host.clusters import Cluster, Partition, Profile
 from train.host.clusters.flavors import min_driver

@@ -3,7 +3,7 @@ RAM against the request (or the site's default), the image, the run directory, a
 profile's value."""
 from typing import Any, Dict
 
-from train import config as cfg
+from train.shared import config as cfg
 from train.host.jobs import memory
 from train.host.jobs.job import Job
 from train.host.jobs.measured import HostRam

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from train import config as cfg
-from train.errors import UserError
+from train.shared import config as cfg
+from train.shared.errors import UserError
 from train.host import project
 from train.host.jobs import code_snapshot, reads
 from train.host.jobs.code_snapshot import Snapshot

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import project
 from train.host.data import store as data_store
 from train.host.images import store

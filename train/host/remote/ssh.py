@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.reach import Reach
 
 PERSIST = "10m"  # the shared connection outlives a command by this much (`runs` refreshing every cluster, a --follow)

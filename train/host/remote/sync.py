@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import git, project
 from train.host import reach as reach_keys
 from train.host.data import store as data_store

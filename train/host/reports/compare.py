@@ -4,7 +4,7 @@ import math
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import runs
 from train.host.reports.run_facts import (
     Run, code_version, differing, flat, load_run, lower_is_better, short_digest, show)

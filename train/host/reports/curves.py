@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Sequence, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 
 # Where tasks write CSV logs: classify's metrics.csv, the multi-model tasks' logs/<model>/metrics.csv, seed 001's
 # csv_logs/<arch>_fusions/<arch>_<fusion>_training_log.csv.

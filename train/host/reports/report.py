@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import runs
 from train.host.reports import curves
 from train.host.reports.html_blocks import Images, esc, facts_table, page, section, table
@@ -109,7 +109,7 @@ def run_fact_rows(run: Run) -> List[Tuple[str, object]]:
     return [(k, v) for k, v in facts if v not in (None, "")]
 
 
-# results.json's dicts of numbers that are one run's figures, not a metric per model (train/speed.py's throughput)
+# results.json's dicts of numbers that are one run's figures, not a metric per model (train/image/speed.py's throughput)
 NOT_PER_MODEL = ("throughput", "input")
 
 
@@ -146,7 +146,7 @@ def run_curves(run: Run, images: Images) -> str:
                               [(".", s) for s in members]) for source, members in by_source.items())
 
 
-# where train/speed.py says the loop read its data, in the report's words
+# where train/image/speed.py says the loop read its data, in the report's words
 DATA_FROM = {"directory": "directory", "image": "data image, shared", "staged": "data image, staged to the node"}
 
 
@@ -158,7 +158,7 @@ def throughput_html(run: Run) -> str:
 
 
 def input_records(results: Dict) -> List[Tuple[str, Dict, Dict]]:
-    """train/speed.py's input and throughput figures: in results, or per model under results["speed"] (video_suite)."""
+    """train/image/speed.py's input and throughput figures: in results, or per model under results["speed"] (video_suite)."""
     found = [("", results["input"], results.get("throughput") or {})] if isinstance(results.get("input"), dict) else []
     for name, speed in (results.get("speed") or {}).items():
         if isinstance(speed, dict) and isinstance(speed.get("input"), dict):

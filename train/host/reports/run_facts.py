@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import runs
 
 # results.json keys that hold a metric (the rest are facts: hosts, paths, versions, speed)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import runs
 from train.host.jobs.build import Request, Site, build
 from train.host.reports.curves import pyplot_figure

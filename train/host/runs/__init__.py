@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-from train import config as cfg
-from train.errors import UserError
+from train.shared import config as cfg
+from train.shared.errors import UserError
 from train.host import project
 from train.host.data import binding
 

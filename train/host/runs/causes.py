@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from train.exit_codes import REQUEUE
+from train.shared.exit_codes import REQUEUE
 
 # (pattern in a job log, what it means and what to do); the first match wins, so the specific ones come first
 CAUSES: List[Tuple[str, str]] = [

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 from typing import List
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import fabric, runs
 from train.host.runs import causes, ending, segments, sweep, sweep_state, tracker_sync
 from train.host.runs.ending import has_ended, run_state
@@ -115,7 +115,7 @@ def cancel(scheduler, job_id: str, run_dir: Path, run_id: str) -> None:
 
 
 def input_wait_line(results: dict) -> str:
-    """How the run trained and whether it waited for data (train/speed.py's figures, rank 0)."""
+    """How the run trained and whether it waited for data (train/image/speed.py's figures, rank 0)."""
     wait = results["input"]
     rate = results.get("throughput", {}).get("samples_per_s")
     line = (f"precision {results.get('precision')},{f' {rate:.1f} samples/s,' if rate else ''} waited for data "

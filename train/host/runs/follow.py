@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 from typing import Dict, Optional
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.runs.ending import EndWatch, describe
 from train.host.schedulers import State
 

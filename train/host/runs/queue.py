@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
-from train import config as cfg
+from train.shared import config as cfg
 from train.host import runs
 from train.host.jobs import code_snapshot
 from train.host.jobs.build import Submission

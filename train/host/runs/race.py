@@ -4,7 +4,7 @@ import time
 from pathlib import Path
 from typing import List
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import runs
 from train.host.jobs.build import Submission
 from train.host.runs import ending

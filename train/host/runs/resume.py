@@ -5,8 +5,8 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from train import config as cfg
-from train.errors import UserError
+from train.shared import config as cfg
+from train.shared.errors import UserError
 from train.host import runs
 from train.host.images.locations import run_image
 from train.host.jobs.build import Request, Site, Submission, build

@@ -12,14 +12,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from train.errors import UserError, raise_all
+from train.shared.errors import UserError, raise_all
 from train.host import project, runs
 from train.host.jobs.build import Request, Site, Submission, build
 from train.host.jobs.job import new_run_id
 from train.host.runs.queue import Plan, show_and_queue, write_manifest, write_run
 from train.host.runs.sweep_state import SWEEP, ArrayView, ended_uncompleted, read_sweep, status_table, wait
 from train.host.schedulers import adapter
-from train.yaml_file import load_yaml
+from train.shared.yaml_file import load_yaml
 
 
 @dataclass

@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import runs
 from train.host.runs import ending
 from train.host.runs.ending import EndWatch, has_ended, run_state

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host import project
 from train.host.runs import causes, ending, segments
 from train.host.schedulers import adapter

@@ -3,7 +3,7 @@ compute nodes that cannot reach the tracker) from a machine that can, the login 
 
 MLflow: the run's file store (mlruns/) is copied into the server `tracker.mlflow_uri` names, as one run whatever the
 number of segments; syncing again sends only the metric points added since (trackers_synced.json keeps the count).
-W&B: the run's one offline directory (wandb/offline-run-*-<id>, its segments folded: train/wandb_offline.py) goes to
+W&B: the run's one offline directory (wandb/offline-run-*-<id>, its segments folded: train/shared/wandb_offline.py) goes to
 `wandb sync`; it is synced while its log has not grown since.
 Credentials come from this machine's environment (MLFLOW_TRACKING_*, WANDB_API_KEY), as the clients read them.
 """
@@ -18,9 +18,9 @@ from typing import Any, Dict, List
 
 import yaml
 
-from train import tracker_identity as tracked
-from train import wandb_offline
-from train.errors import UserError
+from train.shared import tracker_identity as tracked
+from train.shared import wandb_offline
+from train.shared.errors import UserError
 from train.host import project, runs
 from train.host.images import store
 from train.host.runs import segments
@@ -73,7 +73,7 @@ def mlflow_clients(source: str, target: str):
     except ImportError:
         raise UserError(f"sync needs MLflow's client, which this Python ({sys.executable}) lacks: "
                         f"{with_clients('mlflow-skinny')}") from None
-    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # the run's own store (train/trackers.py)
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # the run's own store (train/image/trackers.py)
     return MlflowClient(source), MlflowClient(target)
 
 

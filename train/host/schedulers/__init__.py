@@ -11,14 +11,14 @@ a run names it.
 from pathlib import Path
 from typing import Dict
 
-from train.errors import UserError
+from train.shared.errors import UserError
 # the vocabulary, re-exported: the rest of train/host imports everything about schedulers from this package
 from train.host.schedulers.base import (  # noqa: F401
     BUILT_IN, FINISHED, MODULE_NAME, NOT_STARTED, SAFE_NAME, Scheduler, State, run_or_refuse)
 from train.host.schedulers.local import Local
 from train.host.schedulers.lsf import Lsf
 from train.host.schedulers.slurm import Slurm
-from train.registry import unknown_name
+from train.shared.registry import unknown_name
 
 # the shared partials (_preamble, _container, _segments), sweep.sh.j2 and the built-in adapters' own templates
 SHARED_TEMPLATES = Path(__file__).resolve().parent / "templates"

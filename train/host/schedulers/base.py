@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.schedulers.base import Scheduler, State
 
 

@@ -5,7 +5,7 @@ import subprocess
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
 from train.host.schedulers.lsf_inventory import inventory as live_inventory
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from train.errors import UserError
+from train.shared.errors import UserError
 from train.host.schedulers.base import Scheduler
 
 GROUP = "cluster_train.schedulers"

@@ -1,0 +1,1 @@
+"""The models themselves (torch); their names and parameters: train/shared/models.py."""

@@ -1,0 +1,1 @@
+"""The strategies themselves (torch); their names and parameters: train/shared/strategies.py."""

@@ -1,0 +1,1 @@
+"""The tasks themselves (torch); their names and parameters: train/shared/tasks.py."""
