@@ -112,6 +112,10 @@ def test_a_truncated_data_image_is_refused_on_import_and_named_by_verify(ufc, en
     (Path(env["CT_IMAGES"]) / "data" / "index.json").write_text(json.dumps([recorded_cut]))
     verified = run_cluster("data", "verify", env=env)
     assert verified.returncode == 2 and "is damaged (truncated:" in verified.stderr and "ok " not in verified.stdout
+    submitted = run_cluster("ci-slurm", "n1_gpu1", "action_recognition", "--set", "data.image=ufc10",
+                            "--set", "data.num_workers=0", "--dry-run",
+                            env=env)  # refused before queueing, not when the job starts
+    assert submitted.returncode == 2 and "(ufc10) is damaged (truncated:" in submitted.stderr, submitted.stderr
 
 
 @packs
@@ -260,7 +264,9 @@ def test_submission_checks_staging_against_the_partition(env, tmp_path):
     required, else a warning and the shared copy (the index's size is what submission reads)."""
     root = Path(env["CT_IMAGES"]) / "data"
     (root / "store").mkdir(parents=True)
-    (root / "store" / "big.sqsh").write_bytes(b"hsqs stand-in\n")
+    # a stand-in: a SquashFS superblock whose recorded size (bytes 40-48) is the file's, whole as far as a
+    # submission reads it; the index below says how big the image is
+    (root / "store" / "big.sqsh").write_bytes(b"hsqs" + bytes(36) + (96).to_bytes(8, "little") + bytes(48))
     (root / "index.json").write_text(json.dumps([{"name": "big", "sha256": "a" * 64, "path": "store/big.sqsh",
                                                   "size": 5 * 10**9, "files": 1, "source": "/x", "packed_at": "-"}]))
     node = "{partition: ci, image: cpu, gpu_type: fake, gpus_per_node: 1, cpus_per_node: 4, mem_per_node_gb: 15"

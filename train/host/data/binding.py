@@ -36,6 +36,10 @@ def data_image(runs: List[cfg.RunConfig], image_store: Path, pinned: str = "") -
     if not store.is_squashfs(Path(entry.path)):
         raise UserError(f"the data image {entry.path} ({entry.name}) is not SquashFS any more; restore it or pack "
                         f"the data again")
+    cut = store.truncation(Path(entry.path))
+    if cut:  # a copy cut short would fail only in the job, after its wait in the queue
+        raise UserError(f"the data image {entry.path} ({entry.name}) is damaged ({cut}); pack the data again, or "
+                        f"import a whole copy (bin/run-cluster data verify lists what is damaged)")
     return entry
 
 
