@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_same_tensors, job_logs, manifest, run_cluster, wait_for_slurm_job
+from conftest import ROOT, assert_same_tensors, job_logs, manifest, run_cluster, squashfs_stand_in, wait_for_slurm_job
 
 from train.host.images.store import sha256_file
 
@@ -264,9 +264,7 @@ def test_submission_checks_staging_against_the_partition(env, tmp_path):
     required, else a warning and the shared copy (the index's size is what submission reads)."""
     root = Path(env["CT_IMAGES"]) / "data"
     (root / "store").mkdir(parents=True)
-    # a stand-in: a SquashFS superblock whose recorded size (bytes 40-48) is the file's, whole as far as a
-    # submission reads it; the index below says how big the image is
-    (root / "store" / "big.sqsh").write_bytes(b"hsqs" + bytes(36) + (96).to_bytes(8, "little") + bytes(48))
+    squashfs_stand_in(root / "store" / "big.sqsh")  # the index below says how big the image is
     (root / "index.json").write_text(json.dumps([{"name": "big", "sha256": "a" * 64, "path": "store/big.sqsh",
                                                   "size": 5 * 10**9, "files": 1, "source": "/x", "packed_at": "-"}]))
     node = "{partition: ci, image: cpu, gpu_type: fake, gpus_per_node: 1, cpus_per_node: 4, mem_per_node_gb: 15"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import squashfs_stand_in
 
 from train.host import cli
 from train.host.data import store as data_store
@@ -37,8 +38,7 @@ def env(tmp_path_factory):
         store.record(flavor, tmp / f"{flavor}.sif", ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=tmp / "images")
     for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
         (tmp / "experts" / arch).mkdir(parents=True)  # the packed fusion tasks' inputs must exist
-    data = tmp / "ufc10.sqsh"  # a stand-in data image (a SquashFS superblock's magic, fixed bytes, so a fixed digest)
-    data.write_bytes(b"hsqs stand-in data image\n")
+    data = squashfs_stand_in(tmp / "ufc10.sqsh")
     data_store.add("ufc10", data, store.sha256_file(data), data_store.data_root(tmp / "images"), str(tmp), files=1)
     (tmp / "settings.yaml").write_text(f"email: student@example.edu\nexperts: {tmp / 'experts'}\n{ACCOUNTS}")
     return {**os.environ, "CT_IMAGES": str(tmp / "images"), "CT_SETTINGS": str(tmp / "settings.yaml"),
