@@ -9,6 +9,11 @@ class UserError(Exception):
     def lines(self) -> List[str]:
         return [str(self)]
 
+    @property
+    def problems(self) -> List[str]:
+        """Each problem as the one line the command line prints for it (several where checks found several)."""
+        return self.lines
+
 
 class UserErrors(UserError):
     """Several independent problems found at once (preflight reports them all): one line each."""
