@@ -1,17 +1,17 @@
 """A new run from the command line: `run-cluster CLUSTER PROFILE [EXPERIMENT]`, a sweep, a race of two profiles
-(--first-to-start), a rerun; each checked in full before anything is queued. The other commands: train/host/commands.py.
+(--first-to-start), a rerun; each made and checked in full by the API (train/host/api) before anything is queued,
+then shown here. The other commands: train/host/commands.py.
 argparse rather than fire: `--set` repeats, and fire cannot take a repeated flag."""
 import argparse
 import sys
-from pathlib import Path
 from typing import List, Optional
 
 from train.shared.errors import UserError
-from train.host import commands, project, runs
-from train.host.images import store
-from train.host.images.locations import run_image
-from train.host.jobs.build import DEFAULT_EXPERIMENT, Request, Site, build
-from train.host.runs.queue import one_run, show_and_queue
+from train.host import commands
+from train.host.api.job import Job, refuse_mixed, rerun_submission
+from train.host.jobs.build import DEFAULT_EXPERIMENT, Site
+from train.host.runs.queue import one_run
+from train.host.showing import show_and_queue
 from train.host.usage import Parser
 
 USAGE = """run-cluster CLUSTER PROFILE [EXPERIMENT] [--set KEY=VALUE ...] [--dry-run] [options]
@@ -54,93 +54,47 @@ def parser() -> argparse.ArgumentParser:
 
 
 def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
-    """A new run, a sweep, a race of two profiles, or a rerun: checked in full before anything is queued."""
+    """A new run, a sweep, a race of two profiles, or a rerun: made and checked by the API (train/host/api/job.py),
+    shown and queued here."""
     args = parser().parse_intermixed_args(argv)
-    args.command = command
-    refuse_mixed(args, command)
+    refuse_mixed(bool(args.sweeps or args.sweep_file), args.max_parallel, rerun=bool(args.rerun),
+                 first_to_start=bool(args.first_to_start), command=bool(command))
     if args.rerun:
         return rerun(args)
     if not args.cluster or not (args.profile or args.first_to_start):
         raise UserError("name a cluster and a profile: run-cluster CLUSTER PROFILE [EXPERIMENT] (or --rerun runs/<id>)")
+    profile, experiment = args.profile, args.experiment
+    if args.first_to_start:  # CLUSTER [EXPERIMENT] --first-to-start A B: the experiment stands where a profile would
+        profile, experiment = args.first_to_start[0], args.profile or args.experiment  # None: each profile's own
+    job = Job(args.cluster, profile, experiment, overrides=args.overrides, command=command, flavor=args.flavor,
+              run_id=args.run_id, dev=args.dev, stale_image_ok=args.stale_image_ok)
     site = Site.load(args.cluster)
     if site.user.get("ssh"):
-        return over_ssh(site, args, argv)
-    if args.first_to_start:
-        return first_to_start(args, site)
-    if args.sweeps or args.sweep_file:
-        from train.host.runs import sweep
-
-        plan = sweep.sweep_plan(site, request(args, args.profile, args.experiment), args.sweeps, args.sweep_file,
-                                args.max_parallel)
+        return over_ssh(job, site, args, argv)
+    if args.first_to_start or args.sweeps or args.sweep_file:
+        plan = job.plan(site, dry_run=args.dry_run, sweeps=args.sweeps, sweep_file=args.sweep_file,
+                        max_parallel=args.max_parallel, first_to_start=args.first_to_start, timeout_s=args.timeout)
         return show_and_queue(plan, args.dry_run, args.wait, args.timeout)
-    sub = build(site, request(args, args.profile, args.experiment))
-    return show_and_queue(one_run(sub), args.dry_run, args.wait, args.timeout)
+    return show_and_queue(one_run(job.submission(site, args.dry_run)), args.dry_run, args.wait, args.timeout)
 
 
-def over_ssh(site: Site, args, argv: List[str]) -> int:
-    """A cluster your settings reach over SSH: what needs only the config is checked here, then the same command
-    runs on its login node (train/host/remote)."""
-    from train.host.data import store as data_store
-    from train.host.jobs.build import config_of, stale_image
-    from train.host.jobs.job import new_run_id
+def over_ssh(job: Job, site: Site, args, argv: List[str]) -> int:
+    """A cluster your settings reach over SSH: checked here as far as the config goes, then the same command runs on
+    its login node (train/host/remote), its output streamed."""
     from train.host.remote import commands as remote
 
-    unsupported = [name for name, value in (("--first-to-start", args.first_to_start), ("--dev", args.dev),
-                                            ("a command after --", args.command)) if value]
-    if unsupported:
-        raise UserError(f"{', '.join(unsupported)} does not run over ssh yet; run it on {site.cluster.name}'s login "
-                        f"node (or drop ssh: for {site.cluster.name} from your settings)")
-    profile = site.cluster.profile(args.profile)
-    run, _, _ = config_of(site, profile, request(args, args.profile, args.experiment))
-    run_id = args.run_id or new_run_id(site.cluster.name, args.profile)
-    flavor = args.flavor or site.cluster.partition(profile.partition).image
-    image = store.current(flavor, project.images_dir())  # this machine's store; `images:` of ssh settings is theirs
-    for line in stale_image(image, args.stale_image_ok):  # the cluster gets this checkout's code: the same check
+    sending = job.remote(site, args.dry_run, first_to_start=bool(args.first_to_start))
+    for line in sending.warnings:
         print(f"run-cluster: {line}", file=sys.stderr)
-    here = data_store.data_root(project.images_dir())  # this machine's data store, beside its images
-    data = data_store.find(run.data.image, here) if run.data.image else None
-    return remote.submit(site, argv, run_id, args.dry_run, image, data)
-
-
-def refuse_mixed(args, command: Optional[List[str]]) -> None:
-    if (args.sweeps or args.sweep_file or args.max_parallel is not None) and (args.rerun or args.first_to_start):
-        raise UserError("--sweep starts new runs; --rerun and --first-to-start take none")
-    if args.max_parallel is not None and not (args.sweeps or args.sweep_file):
-        raise UserError("--max-parallel caps a sweep; add --sweep KEY=V1,V2,...")
-    if command and (args.rerun or args.first_to_start):
-        raise UserError("a command after -- starts a new run; --rerun and --first-to-start take none")
-
-
-def request(args, profile: str, experiment: Optional[str], **recorded) -> Request:
-    """The Request the command line asks for (a rerun's recorded values over it); a command's own code has no
-    default experiment."""
-    asked = dict(overrides=list(args.overrides), run_id=args.run_id, flavor=args.flavor, dry_run=args.dry_run,
-                 stale_image_ok=args.stale_image_ok, command=args.command, dev=args.dev)
-    return Request(profile, experiment, **{**asked, **recorded})
-
-
-def first_to_start(args, site: Site) -> int:
-    """Seed 004's hybrid: queue two shapes of the same training, keep whichever the scheduler starts first."""
-    from train.host.runs.race import race_plan
-
-    experiment = args.profile or args.experiment  # None: each profile's own, else the default
-    subs = [build(site, request(args, name, experiment, run_id=None)) for name in args.first_to_start]
-    return show_and_queue(race_plan(subs, args.first_to_start, args.timeout), args.dry_run, False, args.timeout)
+    reach, sent = remote.send(site, args.dry_run, sending.image, sending.data)
+    print(sent, flush=True)
+    return remote.launch(reach, argv, sending.run_id, args.dry_run).returncode
 
 
 def rerun(args) -> int:
     """The run's own cluster, profile, config and image digest; extra --set values apply on top and are recorded."""
     extra = [name for name, value in (("CLUSTER", args.cluster), ("--flavor", args.flavor),
                                       ("--first-to-start", args.first_to_start), ("--dev", args.dev)) if value]
-    if extra:
-        raise UserError(f"--rerun takes the run's own cluster, profile and image; drop {', '.join(extra)} "
-                        f"(or submit anew without --rerun)")
-    args.rerun = runs.find(args.rerun)
-    manifest = runs.read_manifest(args.rerun)
-    site = Site.load(manifest["cluster_file"])
-    record = run_image(manifest, f"the image of {args.rerun}", site.image_store)
-    # The run's config.yaml already holds every override it was submitted with; new ones go on top.
-    sub = build(site, request(args, manifest["profile"], str(Path(args.rerun) / "config.yaml"), flavor=record.flavor,
-                              image=record, rerun_of=manifest["run_id"], recorded_code=manifest.get("code"),
-                              code_from=Path(args.rerun), data_sha256=runs.data_digest(manifest)))
+    sub = rerun_submission(args.rerun, args.overrides, extra=extra, run_id=args.run_id, dry_run=args.dry_run,
+                           stale_image_ok=args.stale_image_ok)
     return show_and_queue(one_run(sub), args.dry_run, args.wait, args.timeout)

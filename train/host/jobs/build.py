@@ -109,6 +109,7 @@ class Request:
     recorded_code: Optional[Dict[str, Any]] = None  # rerun and resume: the snapshot the run recorded...
     code_from: Optional[Path] = None  # ...in this run directory
     data_sha256: str = ""  # rerun and resume: the data image the run read, by digest
+    after: List[Path] = field(default_factory=list)  # runs (their directories) this one starts after (pipelines)
 
 
 @dataclass

@@ -3,11 +3,12 @@ sent, the launcher run there), status, logs, cancel, resume and --rerun of a run
 fetched back (report, compare, fetch)."""
 import argparse
 import json
+import subprocess
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
-from train.shared.errors import UserError
+from train.shared.errors import UserError, UserErrors
 from train.host import project
 from train.host.data import store as data_store
 from train.host.images import store
@@ -16,31 +17,50 @@ from train.host.remote import ssh, sync
 from train.host.reach import Reach, of
 
 RECORD = "remote.json"  # in the laptop's runs/<id>: where the run lives
+ERROR = "run-cluster: error: "  # how the launcher there says each problem
 
 
-def submit(site, argv: List[str], run_id: str, dry_run: bool, image: Optional[store.ImageRecord],
-           data: Optional[data_store.DataRecord] = None) -> int:
-    """`run-cluster CLUSTER PROFILE ...` on the cluster's login node under the run id chosen here, after the code,
-    the settings, the image (this machine's current one of the flavor the job needs) and the data image the run
-    names (a dry run too: the cluster renders its bind) are there."""
+def send(site, dry_run: bool, image: Optional[store.ImageRecord],
+         data: Optional[data_store.DataRecord] = None) -> Tuple[Reach, str]:
+    """What a submission on the cluster's login node needs there: the code, the settings, the image (this machine's
+    current one of the flavor the job needs) and the data image the run names (a dry run too: the cluster renders
+    its bind). Its reach, and a line saying what was sent."""
     reach = of(site.cluster.name, site.user)
     files, sent = sync.send_code(reach)
     sync.send_settings(reach, site.user)
     image_bytes = 0 if dry_run else sync.send_image(reach, image)
     data_sent = f"; data image sent, {sync.send_data(reach, data)} bytes" if data else ""
-    print(f"[cluster-train] {ssh.where(reach)}: code sent, {files} changed files, "
-          f"{sent} bytes; image sent, {image_bytes} bytes{data_sent}", flush=True)
+    return reach, (f"[cluster-train] {ssh.where(reach)}: code sent, {files} changed files, {sent} bytes; image sent, "
+                   f"{image_bytes} bytes{data_sent}")
+
+
+def launch(reach: Reach, argv: List[str], run_id: str, dry_run: bool,
+           capture: bool = False) -> subprocess.CompletedProcess:
+    """`run-cluster CLUSTER PROFILE ...` on the cluster's login node under the run id chosen here (after `send`);
+    a queued run is recorded here (runs/<id>/remote.json). Its output streamed, or captured for the API."""
     named = run_id in argv or f"--run-id={run_id}" in argv  # typed: said once, as the run's manifest records argv
-    done = launcher(reach, argv if named else [*argv, "--run-id", run_id])
+    done = launcher(reach, argv if named else [*argv, "--run-id", run_id], capture)
     if done.returncode == 0 and not dry_run:
         write_record(reach, run_id)
-    return done.returncode
+    return done
 
 
-def launcher(reach: Reach, argv: List[str]):
-    """bin/run-cluster on the cluster, in the project's copy, with the settings sent for it; its output streamed."""
+def refused(reach: Reach, done: subprocess.CompletedProcess) -> UserError:
+    """A launcher that failed there, as the error the command line shows for it: its own lines, naming where."""
+    said = done.stderr.splitlines()
+    lines = [line.split(ERROR, 1)[1] for line in said if ERROR in line]
+    if not lines:
+        lines = [f"bin/run-cluster ended with exit status {done.returncode}: "
+                 f"{said[-1] if said else 'it said nothing'}"]
+    errors = [UserError(f"{ssh.where(reach)}: {line}") for line in lines]
+    return errors[0] if len(errors) == 1 else UserErrors(errors)
+
+
+def launcher(reach: Reach, argv: List[str], capture: bool = False) -> subprocess.CompletedProcess:
+    """bin/run-cluster on the cluster, in the project's copy, with the settings sent for it; its output streamed
+    unless captured."""
     return ssh.run(reach, [reach.python, "bin/run-cluster", *argv], cwd=reach.remote_dir,
-                   env={"CT_SETTINGS": reach.settings_file})
+                   env={"CT_SETTINGS": reach.settings_file}, capture=capture)
 
 
 def write_record(reach: Reach, run_id: str) -> Path:

@@ -15,7 +15,7 @@ from train.host import runs
 from train.host.jobs.build import Request, Site, build
 from train.host.reports.curves import pyplot_figure
 from train.host.runs.follow import wait
-from train.host.runs.queue import queue
+from train.host.runs.queue import queue, submitted
 from train.host.schedulers import State, adapter
 from train.host.usage import Parser
 
@@ -81,6 +81,7 @@ def submissions(site: Site, profiles, experiment: str, args) -> list:
 
 def measure(sub, timeout_s: float) -> Dict[str, Any]:
     job_id = queue(sub)
+    print(submitted(sub, job_id))  # run-cluster scaling: a command, it says what it queued
     run_dir = Path(sub.job.run_dir)
     state = wait(adapter(sub.job.scheduler), job_id, run_dir, timeout_s)["state"]
     results = run_dir / "results.json"

@@ -1,8 +1,8 @@
 """From a checked Submission (train/host/jobs/build.py) to a queued job: the run directory written, the script
-submitted, the manifest recorded; and the one "show, then queue unless --dry-run, then follow" path every command
-that queues takes (a run, a rerun, a resume, a sweep, a race of two profiles)."""
-import sys
-from dataclasses import dataclass
+submitted, the manifest recorded; and the Plan every command that queues makes (a run, a rerun, a resume, a sweep, a
+race of two profiles), which the API queues and the command line shows first (train/host/showing.py). Nothing here
+prints: what the command line says of a queued plan comes back as lines."""
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
@@ -25,20 +25,8 @@ class Plan:
     discard: Callable[[], None]  # a dry run: drop what preparing took (code snapshots)
     follow: Optional[Callable[[Any, float], int]] = None  # waits until it ends; its exit status
     follow_by_default: bool = False
-
-
-def show_and_queue(plan: Plan, dry_run: bool, wait: Optional[bool], timeout_s: float) -> int:
-    print(plan.summary)
-    for warning in dict.fromkeys(plan.warnings):
-        print(f"run-cluster: {warning}", file=sys.stderr)
-    if dry_run:
-        plan.discard()
-        print(plan.dry_run_text, end="")
-        return 0
-    queued = plan.queue()
-    if plan.follow and (wait if wait is not None else plan.follow_by_default):
-        return plan.follow(queued, timeout_s)
-    return 0
+    said: Callable[[Any], List[str]] = lambda queued: []  # what the command line says of what `queue` returned
+    run_dirs: List[Path] = field(default_factory=list)  # the run directories `queue` creates (a sweep: its own)
 
 
 def one_run(sub: Submission, submit: Optional[Callable[[Submission], str]] = None) -> Plan:
@@ -48,7 +36,8 @@ def one_run(sub: Submission, submit: Optional[Callable[[Submission], str]] = Non
                                            f"{sub.script}",
                 queue=lambda: (submit or queue)(sub), discard=sub.discard,
                 follow=lambda job_id, timeout_s: follow(scheduler, job_id, Path(sub.job.run_dir), timeout_s),
-                follow_by_default=scheduler.follow_by_default)
+                follow_by_default=scheduler.follow_by_default,
+                said=lambda job_id: [] if submit else [submitted(sub, job_id)], run_dirs=[Path(sub.job.run_dir)])
 
 
 def queue(sub: Submission) -> str:
@@ -61,8 +50,12 @@ def queue(sub: Submission) -> str:
         runs.discard(run_dir)
         raise
     write_manifest(sub, job_id)
-    print(f"submitted {job.scheduler} job {job_id}; run directory {run_dir}")
     return job_id
+
+
+def submitted(sub: Submission, job_id: str) -> str:
+    """What the command line says of a queued run."""
+    return f"submitted {sub.job.scheduler} job {job_id}; run directory {sub.job.run_dir}"
 
 
 def write_run(sub: Submission) -> Path:

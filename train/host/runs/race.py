@@ -2,24 +2,26 @@
 queued; whichever the scheduler starts first is kept and the other cancelled (its run records by whom)."""
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 from train.shared.errors import UserError
 from train.host import runs
 from train.host.jobs.build import Submission
 from train.host.runs import ending
-from train.host.runs.queue import Plan, queue
+from train.host.runs.queue import Plan, queue, submitted
 from train.host.schedulers import NOT_STARTED, Scheduler, adapter
 
 
 def race_plan(subs: List[Submission], profiles: List[str], timeout_s: float) -> Plan:
+    """Queues both and returns the winner's index and both job ids."""
     return Plan("\n".join(sub.summary for sub in subs), [w for sub in subs for w in sub.warnings],
-                "--- dry run: nothing submitted ---\n", queue=lambda: queue_both(subs, profiles, timeout_s),
-                discard=lambda: [sub.discard() for sub in subs])
+                "--- dry run: nothing submitted ---\n", queue=lambda: queue_both(subs, timeout_s),
+                discard=lambda: [sub.discard() for sub in subs], said=lambda won: said(subs, profiles, *won),
+                run_dirs=[Path(sub.job.run_dir) for sub in subs])
 
 
-def queue_both(subs: List[Submission], profiles: List[str], timeout_s: float) -> int:
-    """Queue both, keep the first to start, record the outcome in both manifests."""
+def queue_both(subs: List[Submission], timeout_s: float) -> Tuple[int, List[str]]:
+    """Queue both, keep the first to start, record the outcome in both manifests: the winner's index, the job ids."""
     ids = [queue(sub) for sub in subs]
     run_dirs = [Path(sub.job.run_dir) for sub in subs]
     winner = race(adapter(subs[0].job.scheduler), ids, run_dirs, timeout_s)
@@ -27,8 +29,14 @@ def queue_both(subs: List[Submission], profiles: List[str], timeout_s: float) ->
     for i, run_dir in enumerate(run_dirs):
         runs.update_manifest(run_dir, first_to_start={
             "won": i == winner, "winner_run": run_dirs[winner].name, "cancelled_run": run_dirs[loser].name})
-    print(f"{profiles[winner]} started first (job {ids[winner]}); cancelled {profiles[loser]} (job {ids[loser]})")
-    return winner
+    return winner, ids
+
+
+def said(subs: List[Submission], profiles: List[str], winner: int, ids: List[str]) -> List[str]:
+    """What the command line says of a race: both queued, which one started first."""
+    loser = 1 - winner
+    return [*(submitted(sub, job_id) for sub, job_id in zip(subs, ids)),
+            f"{profiles[winner]} started first (job {ids[winner]}); cancelled {profiles[loser]} (job {ids[loser]})"]
 
 
 def race(scheduler: Scheduler, job_ids: List[str], run_dirs: List[Path], timeout_s: float,

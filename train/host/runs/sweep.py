@@ -10,13 +10,14 @@ import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from train.shared.errors import UserError, raise_all
 from train.host import project, runs
 from train.host.jobs.build import Request, Site, Submission, build
 from train.host.jobs.job import new_run_id
-from train.host.runs.queue import Plan, show_and_queue, write_manifest, write_run
+from train.host.runs.queue import Plan, write_manifest, write_run
+from train.host.showing import show_and_queue
 from train.host.runs.sweep_state import SWEEP, ArrayView, ended_uncompleted, read_sweep, status_table, wait
 from train.host.schedulers import adapter
 from train.shared.yaml_file import load_yaml
@@ -79,15 +80,25 @@ def combinations(axes: List[Tuple[str, List[str]]]) -> List[Dict[str, str]]:
     return [dict(zip(keys, values)) for values in itertools.product(*(values for _, values in axes))]
 
 
+def axes_given(axes: Mapping[str, Sequence[Any]]) -> List[Tuple[str, List[str]]]:
+    """The API's {key: values} as --sweep gives them: each value as --set takes it (text as is, others as JSON)."""
+    if not axes or not all(isinstance(values, Sequence) and not isinstance(values, str) and values
+                           for values in axes.values()):
+        raise UserError(f"sweep axes {dict(axes)!r} must map each key to a list of values, e.g. "
+                        f"{{'optim.lr': [0.1, 0.01]}}")
+    return [(key, [v if isinstance(v, str) else json.dumps(v) for v in values]) for key, values in axes.items()]
+
+
 def prepare_sweep(site: Site, base: Request, specs: List[str], sweep_file: Optional[str],
-                  cap: Optional[int]) -> Sweep:
+                  cap: Optional[int], axes: Optional[List[Tuple[str, List[str]]]] = None) -> Sweep:
     """Build and check every element (nothing is written): one bad value refuses the whole sweep, every problem
-    reported at once, once. The cluster file and settings are read once, for all elements."""
+    reported at once, once. The cluster file and settings are read once, for all elements. `axes`: the API's
+    swept keys and values, in place of --sweep's text."""
     if specs and sweep_file:
         raise UserError("give the runs by --sweep or by --sweep-file, not both")
     if cap is not None and cap < 1:
         raise UserError(f"--max-parallel {cap} runs nothing; give 1 or more")
-    settings = read_sweep_file(sweep_file) if sweep_file else combinations(parse_axes(specs))
+    settings = read_sweep_file(sweep_file) if sweep_file else combinations(axes or parse_axes(specs))
     limit = array_limit(site, len(settings))
     sweep_id = base.run_id or new_run_id(Path(site.cluster.path).stem, base.profile)
     sweep_dir = project.run_dir_for(sweep_id, site.runs_root)
@@ -174,9 +185,9 @@ def render_sweep(sweep: "Sweep", first: int, count: int, after: Optional[str] = 
         runs=[sub.job.run_dir for sub in elements], log=scheduler.array_log.format(name=name))
 
 
-def queue_sweep(sweep: Sweep) -> str:
+def queue_sweep(sweep: Sweep) -> List[str]:
     """Write every element's run directory and the sweep's, submit the array (or the chained arrays of a split
-    sweep, each waiting for the one before), record every manifest."""
+    sweep, each waiting for the one before), record every manifest; the arrays' job ids."""
     scheduler = adapter(sweep.elements[0].job.scheduler)
     (sweep.sweep_dir / "logs").mkdir(parents=True)
     try:
@@ -196,10 +207,14 @@ def queue_sweep(sweep: Sweep) -> str:
               "elements": [{"index": i, "run_dir": sub.job.run_dir, "values": setting, "job_id": job_id}
                            for i, (sub, setting, job_id) in enumerate(zip(sweep.elements, sweep.settings, job_ids))]}
     (sweep.sweep_dir / SWEEP).write_text(json.dumps(record, indent=2) + "\n")
-    ids = ", ".join(a["job_id"] for a in arrays)
-    print(f"submitted {scheduler.name} array{'s' if len(arrays) > 1 else ''} {ids}: {len(sweep.elements)} runs, at "
-          f"most {sweep.cap} at once; sweep directory {sweep.sweep_dir}")
-    return arrays[0]["job_id"]
+    return [array["job_id"] for array in arrays]
+
+
+def submitted(sweep: Sweep, array_ids: List[str]) -> str:
+    """What the command line says of a queued sweep."""
+    scheduler = sweep.elements[0].job.scheduler
+    return (f"submitted {scheduler} array{'s' if len(array_ids) > 1 else ''} {', '.join(array_ids)}: "
+            f"{len(sweep.elements)} runs, at most {sweep.cap} at once; sweep directory {sweep.sweep_dir}")
 
 
 def submit_arrays(sweep: Sweep, scheduler) -> List[Dict]:
@@ -213,15 +228,18 @@ def submit_arrays(sweep: Sweep, scheduler) -> List[Dict]:
     return arrays
 
 
-def sweep_plan(site: Site, base: Request, specs: List[str], sweep_file: Optional[str], cap: Optional[int]) -> Plan:
-    sweep = prepare_sweep(site, base, specs, sweep_file, cap)
+def sweep_plan(site: Site, base: Request, specs: List[str], sweep_file: Optional[str], cap: Optional[int],
+               axes: Optional[List[Tuple[str, List[str]]]] = None) -> Plan:
+    sweep = prepare_sweep(site, base, specs, sweep_file, cap, axes)
     listed = f"from {sweep_file}" if sweep_file else " x ".join(f"{k}: {shown(v)}" for k, v in sweep.axes)
     head = f"sweep {sweep.sweep_id}: {len(sweep.elements)} runs ({listed}), at most {sweep.cap} at once"
     return Plan(f"{head}\n{sweep.elements[0].summary}", [w for sub in sweep.elements for w in sub.warnings],
                 dry_run_text(sweep), queue=lambda: queue_sweep(sweep),
                 discard=lambda: [sub.discard() for sub in sweep.elements],
                 follow=lambda _, timeout_s: wait(sweep.sweep_dir, timeout_s),
-                follow_by_default=adapter(sweep.elements[0].job.scheduler).follow_by_default)
+                follow_by_default=adapter(sweep.elements[0].job.scheduler).follow_by_default,
+                said=lambda array_ids: [submitted(sweep, array_ids)],
+                run_dirs=[Path(sub.job.run_dir) for sub in sweep.elements])
 
 
 def dry_run_text(sweep: Sweep) -> str:

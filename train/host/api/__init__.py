@@ -1,0 +1,33 @@
+"""cluster-train's Python API (public as `import train as ct`): the command line is a thin layer over it. Torch-free;
+never prints, never exits: bad input raises ClusterTrainError with the command line's one-line message.
+
+    import train as ct
+    run = ct.Job("ci-slurm", "n1_gpu1", "demo", overrides={"trainer.max_epochs": 1}).submit()
+
+Each name loads its module on first use (PEP 562), so importing the API costs nothing until it is used.
+"""
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Dict, List
+
+if TYPE_CHECKING:
+    from train.host.api.errors import ClusterTrainError, UserErrors
+    from train.host.api.job import DryRun, Job, Sweep, rerun
+    from train.host.api.run import Run
+
+MODULES: Dict[str, str] = {  # each public name and the module of train/host/api that defines it
+    "ClusterTrainError": "errors", "UserErrors": "errors",
+    "Job": "job", "DryRun": "job", "Sweep": "job", "rerun": "job",
+    "Run": "run",
+}
+
+__all__ = sorted(MODULES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{MODULES[name]}"), name)
+
+
+def __dir__() -> List[str]:
+    return sorted({*globals(), *__all__})

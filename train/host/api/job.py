@@ -1,0 +1,284 @@
+"""A job: what to train (an experiment and overrides, or your own command) on which cluster and profile, checked in
+full before anything is queued. The command line's new runs, sweeps, races of two profiles and reruns are made here
+(train/host/submit.py only parses, calls this and prints); a cluster your settings reach over SSH is submitted to
+through train/host/remote, as from its login node.
+
+    job = Job("ci-slurm", "n1_gpu1", "demo", overrides={"trainer.max_epochs": 1})
+    problems = job.check()          # [] when it would submit; else every problem, in the command line's words
+    script = job.dry_run().script   # the job script, byte for byte what `run-cluster ... --dry-run` shows
+    run = job.submit()              # queued: a Run of its run directory
+"""
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from train.host import project, runs
+from train.host.api.errors import ClusterTrainError
+from train.host.api.run import Run
+from train.host.jobs.build import Request, Site, Submission, build
+from train.host.runs.queue import Plan, one_run
+from train.shared import config as cfg
+
+Overrides = Union[Mapping[str, Any], Sequence[str]]
+After = Sequence[Union[Run, str, Path]]
+RACE_TIMEOUT_S = 24 * 3600.0  # how long a race of two profiles waits for either to start
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What a submission would queue, with nothing written: the job script, the resolved run config, the summary
+    the command line shows and its warnings."""
+
+    script: str
+    config: Dict[str, Any]
+    summary: str
+    warnings: List[str]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A queued sweep (one job array): its directory and one Run per element, in the order of the combinations."""
+
+    path: Path
+    runs: List[Run] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A submission to a cluster over SSH, checked here: what the command line warns of, what goes there."""
+
+    run_id: str
+    warnings: List[str]
+    image: Any  # this machine's image record of the job's flavor
+    data: Any  # the data image the run names, from this machine's store; None when it names none
+
+
+class Job:
+    """One training job: a cluster (a name in clusters/ or a cluster YAML path), a profile of it, an experiment (a
+    name in experiments/ or a YAML path; None: the profile's own, else the default) and overrides (a mapping of
+    dotted keys to values, or "KEY=VALUE" strings as --set takes them). `command`: your own code to run in the image
+    instead of a registered task (as after `run-cluster ... --`). The rest are the command line's options of the
+    same names. Nothing is read or checked until a method is called."""
+
+    def __init__(self, cluster: str, profile: str, experiment: Optional[str] = None, *, overrides: Overrides = (),
+                 command: Optional[Sequence[str]] = None, flavor: Optional[str] = None, run_id: Optional[str] = None,
+                 dev: bool = False, stale_image_ok: bool = False) -> None:
+        self.cluster = cluster
+        self.profile = profile
+        self.experiment = experiment
+        self.overrides = override_lines(overrides)
+        self.command = list(command) if command else None
+        self.flavor = flavor
+        self.run_id = run_id
+        self.dev = dev
+        self.stale_image_ok = stale_image_ok
+
+    def __repr__(self) -> str:
+        return f"Job({self.cluster!r}, {self.profile!r}, {self.experiment!r}, overrides={self.overrides!r})"
+
+    def check(self) -> List[str]:
+        """Every problem that would refuse this job, one line each in the command line's words; [] when it would
+        submit. Writes nothing."""
+        try:
+            site = Site.load(self.cluster)
+            if site.user.get("ssh"):
+                self.remote(site, dry_run=False)
+            else:
+                build(site, self.request(self.profile, dry_run=False)).discard()
+        except ClusterTrainError as err:
+            return err.problems
+        return []
+
+    def dry_run(self) -> DryRun:
+        """The script, resolved config, summary and warnings of a submission, with nothing written or queued (the
+        code snapshot taken to check your code is dropped again). Raises ClusterTrainError on bad input."""
+        site = Site.load(self.cluster)
+        if site.user.get("ssh"):
+            return self.dry_run_over_ssh(site)
+        sub = build(site, self.request(self.profile, dry_run=True))
+        sub.discard()
+        return DryRun(sub.script, cfg.to_dict(sub.run), sub.summary, list(dict.fromkeys(sub.warnings)))
+
+    def submit(self, *, after: After = ()) -> Run:
+        """Check, write the run directory and queue the job; its Run. `after`: runs (Run, run id or directory)
+        this one starts after. Raises ClusterTrainError, with nothing queued or written, on any bad input."""
+        site = Site.load(self.cluster)
+        if site.user.get("ssh"):
+            return self.submit_over_ssh(site, after)
+        plan = one_run(self.submission(site, dry_run=False, after=after))
+        plan.queue()
+        return Run(plan.run_dirs[0])
+
+    def sweep(self, axes: Mapping[str, Sequence[Any]], max_parallel: Optional[int] = None, *,
+              after: After = ()) -> Sweep:
+        """One run per combination of the values (the last key varying fastest), queued as one job array with at
+        most `max_parallel` at once; every element is checked before any is queued."""
+        from train.host.runs.sweep import axes_given
+
+        site = Site.load(self.cluster)
+        refuse_over_ssh(site, "a sweep from the API")
+        plan = self.plan(site, dry_run=False, axes=axes_given(axes), max_parallel=max_parallel, after=after)
+        plan.queue()
+        return Sweep(plan.run_dirs[0].parent, [Run(run_dir) for run_dir in plan.run_dirs])
+
+    def request(self, profile: str, dry_run: bool, after: After = (), **recorded: Any) -> Request:
+        """The job builder's Request for this job on `profile` (a rerun's recorded values over it)."""
+        asked = dict(overrides=list(self.overrides), run_id=self.run_id, flavor=self.flavor, dry_run=dry_run,
+                     stale_image_ok=self.stale_image_ok, command=self.command, dev=self.dev,
+                     after=after_dirs(after))
+        return Request(profile, self.experiment, **{**asked, **recorded})
+
+    def submission(self, site: Site, dry_run: bool, after: After = ()) -> Submission:
+        """This job built and checked on `site`, nothing written (the command line shows it, then queues it)."""
+        return build(site, self.request(self.profile, dry_run, after))
+
+    def plan(self, site: Optional[Site] = None, *, dry_run: bool, sweeps: Sequence[str] = (),
+             sweep_file: Optional[str] = None, axes: Optional[List[Tuple[str, List[str]]]] = None,
+             max_parallel: Optional[int] = None, first_to_start: Optional[Sequence[str]] = None,
+             timeout_s: float = RACE_TIMEOUT_S, after: After = ()) -> Plan:
+        """What the command line shows and queues: one run, a sweep (`sweeps` as --sweep gives them, a
+        `sweep_file`, or the API's `axes`), or a race of the two profiles of `first_to_start`; all checked."""
+        swept = bool(sweeps or sweep_file or axes)
+        refuse_mixed(swept, max_parallel, rerun=False, first_to_start=bool(first_to_start),
+                     command=bool(self.command))
+        site = site or Site.load(self.cluster)
+        if first_to_start:
+            from train.host.runs.race import race_plan
+
+            refuse_over_ssh(site, "--first-to-start")
+            subs = [build(site, self.request(name, dry_run, after, run_id=None)) for name in first_to_start]
+            return race_plan(subs, list(first_to_start), timeout_s)
+        if swept:
+            from train.host.runs.sweep import sweep_plan
+
+            return sweep_plan(site, self.request(self.profile, dry_run, after), list(sweeps), sweep_file,
+                              max_parallel, axes)
+        return one_run(self.submission(site, dry_run, after))
+
+    def remote(self, site: Site, dry_run: bool, after: After = (), first_to_start: bool = False) -> Remote:
+        """A cluster your settings reach over SSH: what needs only the config is checked here (the rest is checked
+        on its login node), and this machine's image and data image it will need are found."""
+        from train.host.data import store as data_store
+        from train.host.images import store
+        from train.host.jobs.build import config_of, stale_image
+        from train.host.jobs.job import new_run_id
+
+        unsupported = [name for name, value in (("--first-to-start", first_to_start), ("--dev", self.dev),
+                                                ("a command after --", self.command), ("after=", list(after)))
+                       if value]
+        if unsupported:
+            refuse_over_ssh(site, ", ".join(unsupported))
+        profile = site.cluster.profile(self.profile)
+        run, _, _ = config_of(site, profile, self.request(self.profile, dry_run))
+        run_id = self.run_id or new_run_id(site.cluster.name, self.profile)
+        flavor = self.flavor or site.cluster.partition(profile.partition).image
+        image = store.current(flavor, project.images_dir())  # this machine's store; `images:` of ssh settings: theirs
+        warnings = stale_image(image, self.stale_image_ok)  # the cluster gets this checkout's code: the same check
+        here = data_store.data_root(project.images_dir())  # this machine's data store, beside its images
+        data = data_store.find(run.data.image, here) if run.data.image else None
+        return Remote(run_id, warnings, image, data)
+
+    def argv(self, dry_run: bool) -> List[str]:
+        """This job as bin/run-cluster's arguments (what runs on a login node reached over SSH)."""
+        words = [self.cluster, self.profile, *([self.experiment] if self.experiment else [])]
+        for line in self.overrides:
+            words += ["--set", line]
+        for option, value in (("--flavor", self.flavor), ("--run-id", self.run_id)):
+            words += [option, value] if value else []
+        return words + ["--stale-image-ok"] * self.stale_image_ok + ["--dry-run"] * dry_run
+
+    def submit_over_ssh(self, site: Site, after: After) -> Run:
+        from train.host.remote import commands as remote
+
+        sending = self.remote(site, dry_run=False, after=after)
+        reach, _ = remote.send(site, False, sending.image, sending.data)
+        done = remote.launch(reach, self.argv(dry_run=False), sending.run_id, False, capture=True)
+        if done.returncode:
+            raise remote.refused(reach, done)
+        return Run(project.run_dir_for(sending.run_id))
+
+    def dry_run_over_ssh(self, site: Site) -> DryRun:
+        """The login node's dry run: its summary and script as it shows them; the config as resolved here."""
+        from train.host.jobs.build import config_of
+        from train.host.remote import commands as remote
+
+        sending = self.remote(site, dry_run=True)
+        reach, _ = remote.send(site, True, sending.image, sending.data)
+        done = remote.launch(reach, self.argv(dry_run=True), sending.run_id, True, capture=True)
+        if done.returncode:
+            raise remote.refused(reach, done)
+        summary, _, script = done.stdout.partition(" (dry run: nothing submitted) ---\n")
+        run, _, _ = config_of(site, site.cluster.profile(self.profile), self.request(self.profile, True))
+        return DryRun(script, cfg.to_dict(run), summary.rpartition("\n---")[0], list(sending.warnings))
+
+
+def rerun(run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Optional[str] = None,
+          stale_image_ok: bool = False, after: After = ()) -> Run:
+    """Submit a run again on its own cluster and profile, with its config and image digest; `overrides` apply on
+    top and are recorded. Its new Run."""
+    plan = one_run(rerun_submission(run_path(run), override_lines(overrides), run_id=run_id, dry_run=False,
+                                    stale_image_ok=stale_image_ok, after=after))
+    plan.queue()
+    return Run(plan.run_dirs[0])
+
+
+def rerun_submission(run_dir: Union[str, Path], overrides: List[str], *, extra: Sequence[str] = (),
+                     run_id: Optional[str] = None, dry_run: bool, stale_image_ok: bool = False,
+                     after: After = ()) -> Submission:
+    """A rerun built and checked; `extra`: the command line's options given that a rerun does not take
+    (refused)."""
+    from train.host.images.locations import run_image
+
+    if extra:
+        raise ClusterTrainError(f"--rerun takes the run's own cluster, profile and image; drop {', '.join(extra)} "
+                                f"(or submit anew without --rerun)")
+    found = runs.find(str(run_dir))
+    manifest = runs.read_manifest(found)
+    site = Site.load(manifest["cluster_file"])
+    record = run_image(manifest, f"the image of {found}", site.image_store)
+    # The run's config.yaml already holds every override it was submitted with; new ones go on top.
+    job = Job(manifest["cluster_file"], manifest["profile"], str(Path(found) / "config.yaml"), overrides=overrides,
+              run_id=run_id, stale_image_ok=stale_image_ok)
+    return build(site, job.request(manifest["profile"], dry_run, after, flavor=record.flavor, image=record,
+                                   rerun_of=manifest["run_id"], recorded_code=manifest.get("code"),
+                                   code_from=Path(found), data_sha256=runs.data_digest(manifest)))
+
+
+def refuse_mixed(swept: bool, max_parallel: Optional[int], *, rerun: bool, first_to_start: bool,
+                 command: bool) -> None:
+    """Choices that cannot go together: a sweep, a rerun, a race of two profiles, your own command."""
+    if (swept or max_parallel is not None) and (rerun or first_to_start):
+        raise ClusterTrainError("--sweep starts new runs; --rerun and --first-to-start take none")
+    if max_parallel is not None and not swept:
+        raise ClusterTrainError("--max-parallel caps a sweep; add --sweep KEY=V1,V2,...")
+    if command and (rerun or first_to_start):
+        raise ClusterTrainError("a command after -- starts a new run; --rerun and --first-to-start take none")
+
+
+def refuse_over_ssh(site: Site, what: str) -> None:
+    """What does not run on a cluster reached over SSH yet, refused before anything is sent."""
+    if site.user.get("ssh"):
+        name = site.cluster.name
+        raise ClusterTrainError(f"{what} does not run over ssh yet; run it on {name}'s login node (or drop ssh: for "
+                                f"{name} from your settings)")
+
+
+def override_lines(overrides: Overrides) -> List[str]:
+    """Overrides as --set takes them: "KEY=VALUE" lines as given, a mapping's values as text (JSON where not text,
+    which YAML reads back as the same value)."""
+    if isinstance(overrides, str):
+        raise ClusterTrainError(f"overrides {overrides!r} is one string; give a list of KEY=VALUE strings or a "
+                                f"mapping, e.g. overrides={{'trainer.max_epochs': 1}}")
+    if isinstance(overrides, Mapping):
+        return [f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in overrides.items()]
+    return [str(line) for line in overrides]
+
+
+def run_path(run: Union[Run, str, Path]) -> Path:
+    return Path(run.path) if isinstance(run, Run) else Path(run)
+
+
+def after_dirs(after: After) -> List[Path]:
+    """The runs a job starts after, as their directories (a run id is looked up in the run roots)."""
+    return [run_path(a) if not isinstance(a, str) else runs.find(a) for a in after]
