@@ -7,13 +7,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 RUN_CLUSTER = Path(__file__).resolve().parents[1] / "bin" / "run-cluster"
 
 
-def start(argv: Sequence, out: int, err: int, env: Optional[Dict[str, str]] = None, cwd=None) -> int:
-    """Forks a child that runs `bin/run-cluster ARGV` with stdout and stderr on the given fds; returns its pid."""
+def start(argv: Sequence, out: int, err: int, env: Optional[Dict[str, str]] = None, cwd=None,
+          then: Optional[Callable[[List[str]], None]] = None) -> int:
+    """Forks a child that runs `bin/run-cluster ARGV` with stdout and stderr on the given fds; returns its pid.
+    `then(argv)` runs in the child after it, in the same directory and environment (the same request made another
+    way: tests/host/test_bad_inputs.py's API side)."""
     import train.host.cli  # noqa: F401  imported once here, inherited by every child
     import train.host.submit  # noqa: F401  a new run's modules, which the CLI itself imports only for one
 
@@ -38,6 +41,8 @@ def start(argv: Sequence, out: int, err: int, env: Optional[Dict[str, str]] = No
         from train.host.cli import main as run_cluster_main
 
         rc = run_cluster_main(argv)
+        if then is not None:
+            then(argv)
     except SystemExit as exit:
         rc = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
         if not isinstance(exit.code, (int, type(None))):

@@ -28,16 +28,25 @@ fragment; no "Traceback"; no scheduler command was called; nothing was created, 
 the case's directory (so `runs/` stays empty, a `--run-id ../../x` creates nothing beside it, and a
 `$(touch {tmp}/PWNED)` payload creates nothing).
 
+Each case runs both ways, in the same child: the command line, then the same request through the Python API
+(train/host/api: Job(...).check() and .submit(), .dry_run() for a dry run, .sweep(), rerun()), which must raise
+ClusterTrainError with the command line's words (or check() return them), print nothing and change nothing either. A
+case the API cannot express (another command than a submission, the command line's own syntax, a rerun given options
+it does not take) runs the command line only, and says why (API_SKIPS).
+
 `python tests/host/test_bad_inputs.py [ID ...]` runs the corpus (or some cases) outside pytest and prints each failure.
 """
+import io
+import json
 import os
 import re
 import shutil
 import sys
 import time
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import forked
 import pytest
@@ -73,12 +82,16 @@ def load_cases() -> List[dict]:
 CASES = load_cases()
 
 
+API_SKIPS = ("a command, not a submission", "the command line's own syntax", "options a rerun does not take")
+
+
 @dataclass
 class Result:
     rc: Optional[int]
     stdout: str
     stderr: str
     problems: List[str]
+    api_skipped: str = ""  # why the case ran through the command line only
 
 
 def _fill(text: str, values: Dict[str, str]) -> str:
@@ -199,11 +212,84 @@ def run_cases(cases: List[Tuple[dict, Path]]) -> List[Result]:
 def _fork(prepared: Prepared) -> int:
     out, err = (os.open(prepared.output.with_suffix(suffix), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 for suffix in (".stdout", ".stderr"))
+    api = prepared.output.with_suffix(".api")
     try:
-        return forked.start(prepared.argv, out, err, prepared.env, prepared.tmp)
+        return forked.start(prepared.argv, out, err, prepared.env, prepared.tmp,
+                            then=lambda argv: api.write_text(json.dumps(api_outcome(argv))))
     finally:
         os.close(out)
         os.close(err)
+
+
+def api_outcome(argv: List[str]) -> dict:
+    """The case's request made through the API: what each call said (its ClusterTrainError's lines, check()'s
+    problems) and whether it printed; or why the API cannot make it."""
+    calls = api_calls(argv)
+    if isinstance(calls, str):
+        return {"skipped": calls}
+    said, printed = {}, io.StringIO()
+    for name, call in calls:
+        with redirect_stdout(printed), redirect_stderr(printed):
+            try:
+                said[name] = call() or ["(no error)"]
+            except Exception as err:  # noqa: BLE001  a ClusterTrainError is the expected one; others are reported
+                said[name] = list(getattr(err, "problems", [f"{type(err).__name__}: {err}"]))
+    return {"said": said, "printed": printed.getvalue()}
+
+
+def api_calls(argv: List[str]):
+    """[(name, call)] making the command line's request through the API, or why it cannot be made there."""
+    from train.host import cli, commands, submit
+    from train.host.api.errors import ClusterTrainError
+    from train.host.api.job import Job, rerun
+
+    if commands.find(argv):
+        return API_SKIPS[0]
+    try:
+        words, command = cli.split_command(argv)
+        args = submit.parser().parse_intermixed_args(words)
+    except (ClusterTrainError, SystemExit):
+        return API_SKIPS[1]
+    if args.rerun:
+        if command or args.cluster or args.flavor or args.first_to_start or args.dev or args.dry_run or (
+                args.sweeps or args.sweep_file or args.max_parallel is not None):
+            return API_SKIPS[2]
+        return [("rerun", lambda: rerun(args.rerun, args.overrides, run_id=args.run_id,
+                                        stale_image_ok=args.stale_image_ok))]
+    if not args.cluster or not (args.profile or args.first_to_start):
+        return API_SKIPS[1]
+    job = Job(args.cluster, args.first_to_start[0] if args.first_to_start else args.profile,
+              (args.profile if args.first_to_start else None) or args.experiment, overrides=args.overrides,
+              command=command, flavor=args.flavor, run_id=args.run_id, dev=args.dev,
+              stale_image_ok=args.stale_image_ok)
+    if args.sweeps or args.sweep_file or args.max_parallel is not None or args.first_to_start:
+        def planned():
+            plan = job.plan(dry_run=args.dry_run, sweeps=args.sweeps, sweep_file=args.sweep_file,
+                            max_parallel=args.max_parallel, first_to_start=args.first_to_start)
+            plan.discard() if args.dry_run else plan.queue()
+        return [("plan", planned)]
+    return [("dry_run", job.dry_run)] if args.dry_run else [("check", job.check), ("submit", job.submit)]
+
+
+def api_problems(prepared: Prepared, stderr: str) -> Tuple[List[str], str]:
+    """Where the API's words differ from the command line's, or it printed; and why it was skipped, if it was."""
+    found = prepared.output.with_suffix(".api")
+    if not found.is_file():
+        return ["the API side did not finish"], ""
+    outcome = json.loads(found.read_text())
+    if "skipped" in outcome:
+        return [], outcome["skipped"]
+    cli_lines = [line.split("run-cluster: error: ", 1)[-1] for line in stderr.splitlines() if line.strip()]
+    problems = [f"the API's {name}() said {lines!r}, the command line {cli_lines!r}"
+                for name, lines in outcome["said"].items() if unnamed(lines) != unnamed(cli_lines)]
+    if outcome["printed"]:
+        problems.append(f"the API printed {outcome['printed'][:300]!r}")
+    return problems, ""
+
+
+def unnamed(lines: List[str]) -> List[str]:
+    """Lines with each generated run id (time, cluster, profile, random suffix) as one placeholder."""
+    return [re.sub(r"\b\d{8}-\d{6}-[\w.+-]+-[0-9a-f]{4}\b", "<run-id>", line) for line in lines]
 
 
 def judge(prepared: Prepared, case_root: Path, rc: Optional[int]) -> Result:
@@ -239,7 +325,8 @@ def judge(prepared: Prepared, case_root: Path, rc: Optional[int]) -> Result:
     for what, paths in (("created", created), ("removed", removed), ("changed", changed)):
         if paths:
             problems.append(f"{what} under the case dir: {paths[:5]}{' ...' if len(paths) > 5 else ''}")
-    return Result(rc, stdout, stderr, problems)
+    api, skipped = api_problems(prepared, stderr)
+    return Result(rc, stdout, stderr, problems + api, skipped)
 
 
 def describe(case: dict, result: Result) -> str:
@@ -268,6 +355,14 @@ def test_bad_input(case, results):
             + f"\n--- exit {result.rc}; stderr:\n{result.stderr[-3000:]}\n--- stdout:\n{result.stdout[-1500:]}",
             pytrace=False,
         )
+
+
+def test_the_api_makes_every_submission_case(results):
+    """Only what the API cannot express runs the command line alone: most of the corpus goes both ways."""
+    skipped = {cid: result.api_skipped for cid, result in results.items() if result.api_skipped}
+    assert set(skipped.values()) <= set(API_SKIPS)
+    if len(results) == len(CASES):
+        assert len(results) - len(skipped) >= 220, skipped
 
 
 def main(ids: List[str]) -> int:

@@ -90,15 +90,30 @@ class Job:
             return err.problems
         return []
 
-    def dry_run(self) -> DryRun:
+    def dry_run(self, sweep: Optional[Mapping[str, Sequence[Any]]] = None,
+                max_parallel: Optional[int] = None) -> DryRun:
         """The script, resolved config, summary and warnings of a submission, with nothing written or queued (the
-        code snapshot taken to check your code is dropped again). Raises ClusterTrainError on bad input."""
+        code snapshot taken to check your code is dropped again). With `sweep` (as Job.sweep takes it): the job
+        array's script (a sweep split into several arrays: each under the line the command line heads it with) and
+        the first element's config. Raises ClusterTrainError on bad input."""
         site = Site.load(self.cluster)
+        if sweep is not None:
+            return self.sweep_dry_run(site, sweep, max_parallel)
         if site.user.get("ssh"):
             return self.dry_run_over_ssh(site)
         sub = build(site, self.request(self.profile, dry_run=True))
         sub.discard()
         return DryRun(sub.script, cfg.to_dict(sub.run), sub.summary, list(dict.fromkeys(sub.warnings)))
+
+    def sweep_dry_run(self, site: Site, axes: Mapping[str, Sequence[Any]], max_parallel: Optional[int]) -> DryRun:
+        from train.host.runs.sweep import axes_given, dry_run_text, plan_of, prepare_sweep
+
+        refuse_over_ssh(site, "a sweep from the API")
+        swept = prepare_sweep(site, self.request(self.profile, True), [], None, max_parallel, axes_given(axes))
+        plan = plan_of(swept)
+        plan.discard()
+        script = swept.scripts()[0] if len(swept.chunks) == 1 else dry_run_text(swept)
+        return DryRun(script, cfg.to_dict(swept.elements[0].run), plan.summary, list(dict.fromkeys(plan.warnings)))
 
     def submit(self, *, after: After = ()) -> Run:
         """Check, write the run directory and queue the job; its Run. `after`: runs (Run, run id or directory)

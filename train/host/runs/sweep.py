@@ -230,7 +230,10 @@ def submit_arrays(sweep: Sweep, scheduler) -> List[Dict]:
 
 def sweep_plan(site: Site, base: Request, specs: List[str], sweep_file: Optional[str], cap: Optional[int],
                axes: Optional[List[Tuple[str, List[str]]]] = None) -> Plan:
-    sweep = prepare_sweep(site, base, specs, sweep_file, cap, axes)
+    return plan_of(prepare_sweep(site, base, specs, sweep_file, cap, axes), sweep_file)
+
+
+def plan_of(sweep: Sweep, sweep_file: Optional[str] = None) -> Plan:
     listed = f"from {sweep_file}" if sweep_file else " x ".join(f"{k}: {shown(v)}" for k, v in sweep.axes)
     head = f"sweep {sweep.sweep_id}: {len(sweep.elements)} runs ({listed}), at most {sweep.cap} at once"
     return Plan(f"{head}\n{sweep.elements[0].summary}", [w for sub in sweep.elements for w in sub.warnings],
