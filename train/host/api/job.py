@@ -106,6 +106,7 @@ class Job:
         return DryRun(sub.script, cfg.to_dict(sub.run), sub.summary, list(dict.fromkeys(sub.warnings)))
 
     def sweep_dry_run(self, site: Site, axes: Mapping[str, Sequence[Any]], max_parallel: Optional[int]) -> DryRun:
+        """Job.dry_run(sweep=...): every element built and checked, the array's script, nothing written."""
         from train.host.runs.sweep import axes_given, dry_run_text, plan_of, prepare_sweep
 
         refuse_over_ssh(site, "a sweep from the API")
@@ -204,6 +205,7 @@ class Job:
         return words + ["--stale-image-ok"] * self.stale_image_ok + ["--dry-run"] * dry_run
 
     def submit_over_ssh(self, site: Site, after: After) -> Run:
+        """Sent and queued on the cluster's login node; the Run of its record here (runs/<id>/remote.json)."""
         from train.host.remote import commands as remote
 
         sending = self.remote(site, dry_run=False, after=after)
