@@ -375,3 +375,31 @@ def test_one_table_shows_local_runs_and_every_cluster_over_ssh(laptop, login_nod
     assert "UNREACHABLE" in rows[("gilbreth", "-")] and "cannot be reached" in rows[("gilbreth", "-")]
     only = run_cluster("runs", "--cluster", "ci-lsf", env=env).stdout.splitlines()[1:]
     assert [line.split()[:2] for line in only] == [["ci-lsf", "on-lsf"]]
+
+
+@pytest.mark.image
+@pytest.mark.slurm
+def test_the_api_reaches_a_cluster_over_ssh_as_its_login_node(laptop, monkeypatch, capsys):
+    """ci-slurm over SSH through the API, in this process: its dry run is the login node's script, a value refused
+    there is its one line naming where, and submit() queues there and returns the Run of the record here; nothing
+    is printed."""
+    import train as ct
+
+    for name in ("CT_SETTINGS", "CT_RUNS_DIR"):
+        monkeypatch.setenv(name, laptop["env"][name])
+    monkeypatch.delenv("CT_IMAGES", raising=False)
+    small = {"data.root": str(laptop["demo_data"]), "data.num_workers": 0, "trainer.max_epochs": 1,
+             "trainer.limit_train_batches": 2, "trainer.limit_val_batches": 1}
+    job = ct.Job("ci-slurm", "n1_gpu1", "demo", overrides=small, run_id="api")
+    shown = job.dry_run()
+    assert shown.summary.startswith("cluster ci-slurm") and shown.config["trainer"]["max_epochs"] == 1
+    assert shown.script.startswith("#!/bin/bash") and str(laptop["cluster"] / "runs" / "api") in shown.script
+    bad = ct.Job("ci-slurm", "n1_gpu1", "demo", overrides={**small, "data.root": "/nonexistent-api"}, run_id="bad")
+    with pytest.raises(ct.ClusterTrainError) as refused:
+        bad.submit()
+    assert str(refused.value).startswith("ci-slurm over ssh (ct-login): ") and "/nonexistent-api" in str(refused.value)
+    assert not (laptop["local"] / "bad").exists() and not (laptop["cluster"] / "runs" / "bad").exists()
+    run = job.submit()
+    assert run.path == laptop["local"] / "api" and json.loads((run.path / "remote.json").read_text())["run_id"] == "api"
+    assert (laptop["cluster"] / "runs" / "api" / "manifest.json").is_file()
+    assert capsys.readouterr() == ("", "")

@@ -9,9 +9,10 @@ from typing import List, Optional
 from train.shared.errors import UserError
 from train.host import commands
 from train.host.api.job import Job, refuse_mixed, rerun_submission
+from train.host.api.over_ssh import checked
 from train.host.jobs.build import DEFAULT_EXPERIMENT, Site
 from train.host.runs.queue import one_run
-from train.host.showing import show_and_queue
+from train.host.runs.showing import show_and_queue
 from train.host.usage import Parser
 
 USAGE = """run-cluster CLUSTER PROFILE [EXPERIMENT] [--set KEY=VALUE ...] [--dry-run] [options]
@@ -83,7 +84,7 @@ def over_ssh(job: Job, site: Site, args, argv: List[str]) -> int:
     its login node (train/host/remote), its output streamed."""
     from train.host.remote import commands as remote
 
-    sending = job.remote(site, args.dry_run, first_to_start=bool(args.first_to_start))
+    sending = checked(job, site, args.dry_run, first_to_start=bool(args.first_to_start))
     for line in sending.warnings:
         print(f"run-cluster: {line}", file=sys.stderr)
     reach, sent = remote.send(site, args.dry_run, sending.image, sending.data)

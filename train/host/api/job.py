@@ -1,7 +1,7 @@
 """A job: what to train (an experiment and overrides, or your own command) on which cluster and profile, checked in
 full before anything is queued. The command line's new runs, sweeps, races of two profiles and reruns are made here
 (train/host/submit.py only parses, calls this and prints); a cluster your settings reach over SSH is submitted to
-through train/host/remote, as from its login node.
+through train/host/remote, as from its login node (train/host/api/over_ssh.py).
 
     job = Job("ci-slurm", "n1_gpu1", "demo", overrides={"trainer.max_epochs": 1})
     problems = job.check()          # [] when it would submit; else every problem, in the command line's words
@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from train.host import project, runs
+from train.host import runs
+from train.host.api import over_ssh
+from train.host.api.over_ssh import refuse_over_ssh
 from train.host.api.errors import ClusterTrainError
 from train.host.api.run import Run
 from train.host.jobs.build import Request, Site, Submission, build
@@ -42,16 +44,6 @@ class Sweep:
 
     path: Path
     runs: List[Run] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Remote:
-    """A submission to a cluster over SSH, checked here: what the command line warns of, what goes there."""
-
-    run_id: str
-    warnings: List[str]
-    image: Any  # this machine's image record of the job's flavor
-    data: Any  # the data image the run names, from this machine's store; None when it names none
 
 
 class Job:
@@ -83,7 +75,7 @@ class Job:
         try:
             site = Site.load(self.cluster)
             if site.user.get("ssh"):
-                self.remote(site, dry_run=False)
+                over_ssh.checked(self, site, dry_run=False)
             else:
                 build(site, self.request(self.profile, dry_run=False)).discard()
         except ClusterTrainError as err:
@@ -100,7 +92,7 @@ class Job:
         if sweep is not None:
             return self.sweep_dry_run(site, sweep, max_parallel)
         if site.user.get("ssh"):
-            return self.dry_run_over_ssh(site)
+            return over_ssh.dry_run(self, site)
         sub = build(site, self.request(self.profile, dry_run=True))
         sub.discard()
         return DryRun(sub.script, cfg.to_dict(sub.run), sub.summary, list(dict.fromkeys(sub.warnings)))
@@ -121,7 +113,7 @@ class Job:
         this one starts after. Raises ClusterTrainError, with nothing queued or written, on any bad input."""
         site = Site.load(self.cluster)
         if site.user.get("ssh"):
-            return self.submit_over_ssh(site, after)
+            return over_ssh.submit(self, site, after)
         plan = one_run(self.submission(site, dry_run=False, after=after))
         plan.queue()
         return Run(plan.run_dirs[0])
@@ -172,64 +164,6 @@ class Job:
                               max_parallel, axes)
         return one_run(self.submission(site, dry_run, after))
 
-    def remote(self, site: Site, dry_run: bool, after: After = (), first_to_start: bool = False) -> Remote:
-        """A cluster your settings reach over SSH: what needs only the config is checked here (the rest is checked
-        on its login node), and this machine's image and data image it will need are found."""
-        from train.host.data import store as data_store
-        from train.host.images import store
-        from train.host.jobs.build import config_of, stale_image
-        from train.host.jobs.job import new_run_id
-
-        unsupported = [name for name, value in (("--first-to-start", first_to_start), ("--dev", self.dev),
-                                                ("a command after --", self.command), ("after=", list(after)))
-                       if value]
-        if unsupported:
-            refuse_over_ssh(site, ", ".join(unsupported))
-        profile = site.cluster.profile(self.profile)
-        run, _, _ = config_of(site, profile, self.request(self.profile, dry_run))
-        run_id = self.run_id or new_run_id(site.cluster.name, self.profile)
-        flavor = self.flavor or site.cluster.partition(profile.partition).image
-        image = store.current(flavor, project.images_dir())  # this machine's store; `images:` of ssh settings: theirs
-        warnings = stale_image(image, self.stale_image_ok)  # the cluster gets this checkout's code: the same check
-        here = data_store.data_root(project.images_dir())  # this machine's data store, beside its images
-        data = data_store.find(run.data.image, here) if run.data.image else None
-        return Remote(run_id, warnings, image, data)
-
-    def argv(self, dry_run: bool) -> List[str]:
-        """This job as bin/run-cluster's arguments (what runs on a login node reached over SSH)."""
-        words = [self.cluster, self.profile, *([self.experiment] if self.experiment else [])]
-        for line in self.overrides:
-            words += ["--set", line]
-        for option, value in (("--flavor", self.flavor), ("--run-id", self.run_id)):
-            words += [option, value] if value else []
-        return words + ["--stale-image-ok"] * self.stale_image_ok + ["--dry-run"] * dry_run
-
-    def submit_over_ssh(self, site: Site, after: After) -> Run:
-        """Sent and queued on the cluster's login node; the Run of its record here (runs/<id>/remote.json)."""
-        from train.host.remote import commands as remote
-
-        sending = self.remote(site, dry_run=False, after=after)
-        reach, _ = remote.send(site, False, sending.image, sending.data)
-        done = remote.launch(reach, self.argv(dry_run=False), sending.run_id, False, capture=True)
-        if done.returncode:
-            raise remote.refused(reach, done)
-        return Run(project.run_dir_for(sending.run_id))
-
-    def dry_run_over_ssh(self, site: Site) -> DryRun:
-        """The login node's dry run: its summary and script as it shows them; the config as resolved here."""
-        from train.host.jobs.build import config_of
-        from train.host.remote import commands as remote
-
-        sending = self.remote(site, dry_run=True)
-        reach, _ = remote.send(site, True, sending.image, sending.data)
-        done = remote.launch(reach, self.argv(dry_run=True), sending.run_id, True, capture=True)
-        if done.returncode:
-            raise remote.refused(reach, done)
-        summary, _, script = done.stdout.partition(" (dry run: nothing submitted) ---\n")
-        run, _, _ = config_of(site, site.cluster.profile(self.profile), self.request(self.profile, True))
-        return DryRun(script, cfg.to_dict(run), summary.rpartition("\n---")[0], list(sending.warnings))
-
-
 def rerun(run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Optional[str] = None,
           stale_image_ok: bool = False, after: After = ()) -> Run:
     """Submit a run again on its own cluster and profile, with its config and image digest; `overrides` apply on
@@ -271,14 +205,6 @@ def refuse_mixed(swept: bool, max_parallel: Optional[int], *, rerun: bool, first
         raise ClusterTrainError("--max-parallel caps a sweep; add --sweep KEY=V1,V2,...")
     if command and (rerun or first_to_start):
         raise ClusterTrainError("a command after -- starts a new run; --rerun and --first-to-start take none")
-
-
-def refuse_over_ssh(site: Site, what: str) -> None:
-    """What does not run on a cluster reached over SSH yet, refused before anything is sent."""
-    if site.user.get("ssh"):
-        name = site.cluster.name
-        raise ClusterTrainError(f"{what} does not run over ssh yet; run it on {name}'s login node (or drop ssh: for "
-                                f"{name} from your settings)")
 
 
 def override_lines(overrides: Overrides) -> List[str]:

@@ -14,7 +14,7 @@ from train.shared.errors import UserError
 from train.host import project
 from train.host.jobs.build import Request, Site, build
 from train.host.runs.queue import one_run
-from train.host.showing import show_and_queue
+from train.host.runs.showing import show_and_queue
 
 COMMAND = ["python", "-m", "train.image.node_check"]
 RANK_MEM_GB = 1  # a rank holds the image's torch and one all-reduce buffer, not a model or data: host RAM checked so

@@ -10,7 +10,7 @@ from train.host.runs import causes, ending, segments, sweep, sweep_state, tracke
 from train.host.runs.ending import has_ended, run_state
 from train.host.runs.follow import follow_log
 from train.host.runs.queue import one_run
-from train.host.showing import show_and_queue
+from train.host.runs.showing import show_and_queue
 from train.host.runs.resume import prepare_resume, queue_resume
 from train.host.schedulers import State, adapter
 from train.host.usage import Parser

@@ -17,7 +17,7 @@ from train.host import project, runs
 from train.host.jobs.build import Request, Site, Submission, build
 from train.host.jobs.job import new_run_id
 from train.host.runs.queue import Plan, write_manifest, write_run
-from train.host.showing import show_and_queue
+from train.host.runs.showing import show_and_queue
 from train.host.runs.sweep_state import SWEEP, ArrayView, ended_uncompleted, read_sweep, status_table, wait
 from train.host.schedulers import adapter
 from train.shared.yaml_file import load_yaml
