@@ -71,7 +71,8 @@ class Job:
 
     def check(self) -> List[str]:
         """Every problem that would refuse this job, one line each in the command line's words; [] when it would
-        submit. Writes nothing."""
+        submit. Writes nothing. On a cluster over SSH: what can be checked here (the config, this machine's image);
+        its login node checks the rest when the job is submitted."""
         try:
             site = Site.load(self.cluster)
             if site.user.get("ssh"):

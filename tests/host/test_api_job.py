@@ -1,0 +1,51 @@
+"""Job, its sweep and rerun() on this machine's `local` cluster with its submission stood in (nothing trains): what
+they write and return, every problem at once, nothing printed, nothing left behind by a refusal."""
+import json
+
+import pytest
+
+import train as ct
+
+
+@pytest.fixture
+def queued(store, monkeypatch):
+    """Every local submission answers job 4242 at once, running nothing."""
+    from train.host.schedulers import SCHEDULERS
+
+    monkeypatch.setattr(SCHEDULERS["local"], "submit", lambda script, run_dir: "4242")
+    return store / "runs"
+
+
+def test_submit_writes_the_run_and_returns_its_run_printing_nothing(queued, capsys):
+    job = ct.Job("local", "cpu_1proc", "demo", overrides={"trainer.max_epochs": 3, "optim.lr": "0.5"},
+                 run_id="api", stale_image_ok=True)
+    run = job.submit()
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    assert run.path == queued / "api" and manifest["scheduler"]["job_id"] == "4242"
+    assert manifest["overrides"] == ["trainer.max_epochs=3", "optim.lr=0.5"]
+    again = ct.rerun(run, {"trainer.max_epochs": 4}, run_id="again")
+    assert json.loads((again.path / "manifest.json").read_text())["rerun_of"] == "api"
+    assert capsys.readouterr() == ("", "")
+
+
+def test_a_sweep_returns_one_run_per_combination(queued):
+    swept = ct.Job("local", "cpu_1proc", "demo", run_id="sw", stale_image_ok=True).sweep(
+        {"optim.lr": [0.1, 0.01], "model.params.width": [4]}, max_parallel=1)
+    assert swept.path == queued / "sw" and [r.path.name for r in swept.runs] == ["e0", "e1"]
+    values = [json.loads((r.path / "manifest.json").read_text())["sweep"]["values"] for r in swept.runs]
+    assert values == [{"optim.lr": "0.1", "model.params.width": "4"}, {"optim.lr": "0.01", "model.params.width": "4"}]
+
+
+def test_check_gives_every_problem_at_once_and_submit_raises_them_writing_nothing(queued):
+    job = ct.Job("local", "cpu_1proc", "demo", overrides=["trainer.max_epochs=-1", "optim.lr=fast"])
+    problems = job.check()
+    assert len(problems) == 2 and any("trainer.max_epochs" in p for p in problems), problems
+    with pytest.raises(ct.ClusterTrainError) as refused:
+        job.submit()
+    assert refused.value.problems == problems and list(queued.iterdir()) == []
+    with pytest.raises(ct.ClusterTrainError, match="overrides 'a=1' is one string"):
+        ct.Job("local", "cpu_1proc", overrides="a=1")
+    with pytest.raises(ct.ClusterTrainError, match="must map each key to a list of values"):
+        ct.Job("local", "cpu_1proc", "demo").sweep({"optim.lr": 0.1})
+    with pytest.raises(ct.ClusterTrainError, match="--max-parallel caps a sweep"):
+        ct.Job("local", "cpu_1proc", "demo").plan(dry_run=True, max_parallel=2)
