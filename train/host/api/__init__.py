@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any, Dict, List
 
 if TYPE_CHECKING:
     from train.host.api.errors import ClusterTrainError, UserErrors
-    from train.host.api.job import DryRun, Job, Sweep, rerun
+    from train.host.api.job import Job, Sweep, rerun
+    from train.host.api.values import DryRun
     from train.host.api.run import Run
 
 MODULES: Dict[str, str] = {  # each public name and the module of train/host/api that defines it
     "ClusterTrainError": "errors", "UserErrors": "errors",
-    "Job": "job", "DryRun": "job", "Sweep": "job", "rerun": "job",
+    "Job": "job", "DryRun": "values", "Sweep": "job", "rerun": "job",
     "Run": "run",
 }
 

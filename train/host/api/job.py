@@ -11,31 +11,19 @@ through train/host/remote, as from its login node (train/host/api/over_ssh.py).
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 from train.host import runs
 from train.host.api import over_ssh
 from train.host.api.over_ssh import refuse_over_ssh
 from train.host.api.errors import ClusterTrainError
 from train.host.api.run import Run
+from train.host.api.values import After, DryRun, Overrides
 from train.host.jobs.build import Request, Site, Submission, build
 from train.host.runs.queue import Plan, one_run
 from train.shared import config as cfg
 
-Overrides = Union[Mapping[str, Any], Sequence[str]]
-After = Sequence[Union[Run, str, Path]]
 RACE_TIMEOUT_S = 24 * 3600.0  # how long a race of two profiles waits for either to start
-
-
-@dataclass(frozen=True)
-class DryRun:
-    """What a submission would queue, with nothing written: the job script, the resolved run config, the summary
-    the command line shows and its warnings."""
-
-    script: str
-    config: Dict[str, Any]
-    summary: str
-    warnings: List[str]
 
 
 @dataclass(frozen=True)

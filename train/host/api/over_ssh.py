@@ -1,18 +1,18 @@
 """A Job on a cluster your settings reach over SSH (`ssh:`): what needs only the config is checked here, the code,
 settings, image and data image are sent, and the same request runs on its login node's bin/run-cluster, its output
 captured: the API there behaves as on the login node, and prints nothing here."""
-from dataclasses import dataclass
 import subprocess
-from typing import TYPE_CHECKING, Any, List, Tuple
+from dataclasses import dataclass
+from typing import Any, List, Tuple
 
 from train.host import project
 from train.host.api.errors import ClusterTrainError
 from train.host.api.run import Run
+from train.host.api.values import After, DryRun
 from train.host.jobs.build import Site, config_of
 from train.shared import config as cfg
 
-if TYPE_CHECKING:
-    from train.host.api.job import After, DryRun, Job
+Job = Any  # a train.host.api.job.Job, which imports this module
 
 BANNER = " (dry run: nothing submitted) ---\n"  # ends the line the login node's dry run heads its script with
 
@@ -27,7 +27,7 @@ class Remote:
     data: Any  # the data image the run names, from this machine's store; None when it names none
 
 
-def checked(job: "Job", site: Site, dry_run: bool, after: "After" = (), first_to_start: bool = False) -> Remote:
+def checked(job: Job, site: Site, dry_run: bool, after: After = (), first_to_start: bool = False) -> Remote:
     """What needs only the config, checked here (the rest is checked on the login node), and this machine's image
     and data image the job needs there."""
     from train.host.data import store as data_store
@@ -50,7 +50,7 @@ def checked(job: "Job", site: Site, dry_run: bool, after: "After" = (), first_to
     return Remote(run_id, warnings, image, data)
 
 
-def argv(job: "Job", dry_run: bool) -> List[str]:
+def argv(job: Job, dry_run: bool) -> List[str]:
     """The job as bin/run-cluster's arguments on the login node."""
     words = [job.cluster, job.profile, *([job.experiment] if job.experiment else [])]
     for line in job.overrides:
@@ -60,8 +60,8 @@ def argv(job: "Job", dry_run: bool) -> List[str]:
     return words + ["--stale-image-ok"] * job.stale_image_ok + ["--dry-run"] * dry_run
 
 
-def launched(job: "Job", site: Site, dry_run: bool,
-             after: "After" = ()) -> Tuple[Remote, subprocess.CompletedProcess]:
+def launched(job: Job, site: Site, dry_run: bool,
+             after: After = ()) -> Tuple[Remote, subprocess.CompletedProcess]:
     """Sent, then run on the login node, its output captured; its refusal raised as the command line words it."""
     from train.host.remote import commands as remote
 
@@ -73,16 +73,14 @@ def launched(job: "Job", site: Site, dry_run: bool,
     return sending, done
 
 
-def submit(job: "Job", site: Site, after: "After") -> Run:
+def submit(job: Job, site: Site, after: After) -> Run:
     """Queued on the login node; the Run of its record here (runs/<id>/remote.json)."""
     sending, _ = launched(job, site, False, after)
     return Run(project.run_dir_for(sending.run_id))
 
 
-def dry_run(job: "Job", site: Site) -> "DryRun":
+def dry_run(job: Job, site: Site) -> DryRun:
     """The login node's dry run: its summary and script as it shows them; the config as resolved here."""
-    from train.host.api.job import DryRun
-
     sending, done = launched(job, site, True)
     summary, _, script = done.stdout.partition(BANNER)
     run, _, _ = config_of(site, site.cluster.profile(job.profile), job.request(job.profile, True))
