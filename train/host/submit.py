@@ -39,6 +39,12 @@ def parser() -> argparse.ArgumentParser:
                    help="a sweep's elements at once (default 4 on a cluster, this machine's CPUs / cpus_per_task "
                         "on local)")
     p.add_argument("--rerun", metavar="RUN_DIR", help="submit again with the same config and image digest")
+    p.add_argument("--after", metavar="RUN[,RUN]", type=lambda text: [Path(p) for p in text.split(",") if p],
+                   default=[], help="start only once these runs (directories or ids) have COMPLETED; cancelled if one "
+                                    "ends otherwise. ${run:<id>} in a --set value names a run's directory")
+    p.add_argument("--pipeline", metavar="NAME",
+                   help="queue every stage of pipelines/NAME.yaml (or a YAML path) on CLUSTER, each after the ones it "
+                        "names, all checked first")
     p.add_argument("--first-to-start", nargs=2, metavar=("PROFILE_A", "PROFILE_B"),
                    help="submit both, keep whichever starts first, cancel the other")
     p.add_argument("--flavor", help="image flavor to run (default: the one the partition needs)")
@@ -60,6 +66,8 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
     refuse_mixed(args, command)
     if args.rerun:
         return rerun(args)
+    if args.pipeline:
+        return pipeline(args, argv)
     if not args.cluster or not (args.profile or args.first_to_start):
         raise UserError("name a cluster and a profile: run-cluster CLUSTER PROFILE [EXPERIMENT] (or --rerun runs/<id>)")
     site = Site.load(args.cluster)
@@ -77,6 +85,25 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
     return show_and_queue(one_run(sub), args.dry_run, args.wait, args.timeout)
 
 
+def pipeline(args, argv: List[str]) -> int:
+    """`run-cluster CLUSTER --pipeline NAME`: every stage of the cluster file's pipeline checked, then queued in order,
+    each after the stages it names."""
+    from train.host.runs import pipeline as pipelines
+
+    extra = [name for name, value in (("PROFILE", args.profile), ("--after", args.after), ("--sweep", args.sweeps),
+                                      ("--first-to-start", args.first_to_start), ("--run-id", args.run_id),
+                                      ("a command after --", args.command)) if value]
+    if extra or not args.cluster:
+        raise UserError(f"--pipeline takes a cluster and its stages from the cluster file: run-cluster CLUSTER "
+                        f"--pipeline NAME [--set KEY=VALUE] [--dry-run]" + (f"; drop {', '.join(extra)}" if extra else ""))
+    site = Site.load(args.cluster)
+    if site.user.get("ssh"):
+        over_ssh(site, args, argv)  # refuses: not over SSH yet
+    planned = pipelines.plan(site, args.pipeline, args.overrides, dry_run=args.dry_run,
+                             stale_image_ok=args.stale_image_ok, dev=args.dev)
+    return show_and_queue(pipelines.pipeline_plan(planned), args.dry_run, False, args.timeout)
+
+
 def over_ssh(site: Site, args, argv: List[str]) -> int:
     """A cluster your settings reach over SSH: what needs only the config is checked here, then the same command
     runs on its login node (train/host/remote)."""
@@ -86,6 +113,7 @@ def over_ssh(site: Site, args, argv: List[str]) -> int:
     from train.host.remote import commands as remote
 
     unsupported = [name for name, value in (("--first-to-start", args.first_to_start), ("--dev", args.dev),
+                                            ("--after", args.after), ("--pipeline", args.pipeline),
                                             ("a command after --", args.command)) if value]
     if unsupported:
         raise UserError(f"{', '.join(unsupported)} does not run over ssh yet; run it on {site.cluster.name}'s login "
@@ -109,13 +137,16 @@ def refuse_mixed(args, command: Optional[List[str]]) -> None:
         raise UserError("--max-parallel caps a sweep; add --sweep KEY=V1,V2,...")
     if command and (args.rerun or args.first_to_start):
         raise UserError("a command after -- starts a new run; --rerun and --first-to-start take none")
+    if args.after and (args.sweeps or args.sweep_file or args.first_to_start):
+        raise UserError("--after holds one run until others complete; a sweep or --first-to-start takes none "
+                        "(submit it once the runs have completed)")
 
 
 def request(args, profile: str, experiment: Optional[str], **recorded) -> Request:
     """The Request the command line asks for (a rerun's recorded values over it); a command's own code has no
     default experiment."""
     asked = dict(overrides=list(args.overrides), run_id=args.run_id, flavor=args.flavor, dry_run=args.dry_run,
-                 stale_image_ok=args.stale_image_ok, command=args.command, dev=args.dev)
+                 stale_image_ok=args.stale_image_ok, command=args.command, dev=args.dev, after=list(args.after))
     return Request(profile, experiment, **{**asked, **recorded})
 
 

@@ -153,6 +153,8 @@ class Cluster:
     partitions: Dict[str, Partition] = field(default_factory=dict)
     qos: Dict[str, Qos] = field(default_factory=dict)  # the QOS whose limits the site states (debug: 30 minutes)
     profiles: Dict[str, Profile] = field(default_factory=dict)
+    # runs of runs on this cluster's profiles, by name: their stages as written (train/host/runs/pipeline.py reads them)
+    pipelines: Dict[str, Any] = field(default_factory=dict)
 
     def profile(self, name: str) -> Profile:
         if name not in self.profiles:
@@ -212,6 +214,7 @@ def load(path: Path) -> Cluster:
         max_array_size=fields.typed(raw.get("max_array_size"), Optional[int], {"min": 1}, f"{where}: max_array_size"),
         require_signed=signing_policy.flag(raw.get("require_signed", False), where),
         signers=signing_policy.fingerprints(raw.get("signers"), where),
+        pipelines=fields.mapping(raw.get("pipelines"), f"{where}: pipelines"),
     )
     for module in cluster.modules:
         if not MODULE_NAME.match(module):
