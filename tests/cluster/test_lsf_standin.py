@@ -146,8 +146,9 @@ def submitted(done) -> str:
 
 def test_bsub_w_holds_a_job_until_its_dependencies_are_done(lsf_env, tmp_path):
     first = submitted(bsub(f"#!/bin/bash\n#BSUB -q ci\nsleep 1; date +%s.%N > {tmp_path}/first\n", lsf_env))
+    script = f"#!/bin/bash\n#BSUB -q ci\ndate +%s.%N > {tmp_path}/second\n"
     second = submitted(subprocess.run(["bsub", "-w", f"done({first})", "-ti"], capture_output=True, text=True,
-                                      input=f"#!/bin/bash\n#BSUB -q ci\ndate +%s.%N > {tmp_path}/second\n", env=lsf_env))
+                                      input=script, env=lsf_env))
     assert stat_when_ended(second, lsf_env)[:2] == ["DONE", "0"]
     assert float((tmp_path / "first").read_text()) < float((tmp_path / "second").read_text())
 

@@ -29,8 +29,9 @@ def earlier_run(runs: Path, run_id: str, exit_code=None, cluster: str = "ci-slur
 
 
 def fusion(after, overrides=(), dry_run=True):
-    return build(Site.load("ci-slurm"), Request("n1_gpu1", "cifar100_fusion", overrides=[*overrides, "data.num_workers=0"],
-                                                after=list(after), dry_run=dry_run))
+    request = Request("n1_gpu1", "cifar100_fusion", overrides=[*overrides, "data.num_workers=0"], after=list(after),
+                      dry_run=dry_run)
+    return build(Site.load("ci-slurm"), request)
 
 
 @pytest.mark.parametrize("exit_code, cluster, said", [

@@ -94,8 +94,9 @@ def pipeline(args, argv: List[str]) -> int:
                                       ("--first-to-start", args.first_to_start), ("--run-id", args.run_id),
                                       ("a command after --", args.command)) if value]
     if extra or not args.cluster:
+        drop = f"; drop {', '.join(extra)}" if extra else ""
         raise UserError(f"--pipeline takes a cluster and its stages from the cluster file: run-cluster CLUSTER "
-                        f"--pipeline NAME [--set KEY=VALUE] [--dry-run]" + (f"; drop {', '.join(extra)}" if extra else ""))
+                        f"--pipeline NAME [--set KEY=VALUE] [--dry-run]{drop}")
     site = Site.load(args.cluster)
     if site.user.get("ssh"):
         over_ssh(site, args, argv)  # refuses: not over SSH yet

@@ -15,7 +15,8 @@ the stages and where each writes (seed 001's experts are four packed tasks on Sl
             after: [experts]             # earlier stages it waits on
             set: {KEY: VALUE}            # --set values of this stage
             tasks:                       # a packed profile's task `set:` values, by task name
-              resnet-multiplicativeAddition: {task_params.experts_dir: "${run:experts}/task-1-resnet/checkpoints/resnet_cifar"}
+              resnet-multiplicativeAddition:
+                task_params.experts_dir: "${run:experts}/task-1-resnet/checkpoints/resnet_cifar"
 
 `${run:STAGE}` in a stage's values is that stage's run directory (${run:<id>}, resolved once when the job is built).
 """
@@ -79,7 +80,8 @@ def stage_of(spec: Any, earlier: List[str], where: str) -> Stage:
     name = str(spec["name"])
     unknown = sorted(set(spec) - set(STAGE_KEYS))
     if unknown:
-        raise UserError(f"{where}: stage {name!r} has unknown key {unknown[0]!r}; a stage takes {', '.join(STAGE_KEYS)}")
+        raise UserError(f"{where}: stage {name!r} has unknown key {unknown[0]!r}; a stage takes "
+                        f"{', '.join(STAGE_KEYS)}")
     if not STAGE_NAME.match(name) or name in earlier:
         raise UserError(f"{where}: stage name {name!r} must be new and lower-case letters, digits or '_'")
     after = [str(a) for a in spec.get("after") or []]
