@@ -91,7 +91,7 @@ def pipeline(args, argv: List[str]) -> int:
     from train.host.runs import pipeline as pipelines
 
     extra = [name for name, value in (("PROFILE", args.profile), ("--after", args.after), ("--sweep", args.sweeps),
-                                      ("--first-to-start", args.first_to_start), ("--run-id", args.run_id),
+                                      ("--first-to-start", args.first_to_start),
                                       ("a command after --", args.command)) if value]
     if extra or not args.cluster:
         drop = f"; drop {', '.join(extra)}" if extra else ""
@@ -100,7 +100,7 @@ def pipeline(args, argv: List[str]) -> int:
     site = Site.load(args.cluster)
     if site.user.get("ssh"):
         over_ssh(site, args, argv)  # refuses: not over SSH yet
-    planned = pipelines.plan(site, args.pipeline, args.overrides, dry_run=args.dry_run,
+    planned = pipelines.plan(site, args.pipeline, args.overrides, run_id=args.run_id, dry_run=args.dry_run,
                              stale_image_ok=args.stale_image_ok, dev=args.dev)
     return show_and_queue(pipelines.pipeline_plan(planned), args.dry_run, False, args.timeout)
 

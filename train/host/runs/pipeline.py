@@ -21,6 +21,7 @@ the stages and where each writes (seed 001's experts are four packed tasks on Sl
 `${run:STAGE}` in a stage's values is that stage's run directory (${run:<id>}, resolved once when the job is built).
 """
 import dataclasses
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,18 +94,20 @@ def stage_of(spec: Any, earlier: List[str], where: str) -> Stage:
                  {str(k): dict(v or {}) for k, v in (spec.get("tasks") or {}).items()})
 
 
-def plan(site: Site, name: str, overrides: Sequence[str] = (), *, dry_run: bool = False,
-         stale_image_ok: bool = False, dev: bool = False) -> List[Planned]:
+def plan(site: Site, name: str, overrides: Sequence[str] = (), *, run_id: Optional[str] = None,
+         dry_run: bool = False, stale_image_ok: bool = False, dev: bool = False) -> List[Planned]:
     """Every stage built and checked (each problem of each stage at once, prefixed with its stage); nothing is
-    written or queued. `overrides`: --set values for every stage, after its own."""
-    base = new_run_id(site.cluster.name, name)
+    written or queued. `overrides`: --set values for every stage, after its own; `run_id`: the stages' runs are
+    <run_id>-<stage> (default: time, cluster, pipeline, random suffix)."""
+    base = run_id or new_run_id(site.cluster.name, name)
     run_dirs: Dict[str, Path] = {}
     planned, problems = [], []
     for stage in stages(site, name):
         run_id = f"{base}-{stage.name}"
         request = Request(stage.profile, stage.experiment, run_id=run_id, dry_run=dry_run, dev=dev,
                           stale_image_ok=stale_image_ok,
-                          overrides=[f"{k}={fill(v, run_dirs)}" for k, v in stage.set.items()] + list(overrides),
+                          overrides=[f"{k}={written(fill(v, run_dirs))}" for k, v in stage.set.items()]
+                          + list(overrides),
                           planned={run_dirs[s].name: run_dirs[s] for s in stage.after})
         try:
             sub = build(stage_site(site, stage, run_dirs), request)
@@ -128,6 +131,11 @@ def fill(value: Any, run_dirs: Dict[str, Path]) -> Any:
     for stage, run_dir in run_dirs.items():
         value = value.replace(f"${{run:{stage}}}", str(run_dir))
     return value
+
+
+def written(value: Any) -> str:
+    """A stage's `set:` value as a --set value reads it (YAML: a mapping as JSON, text as it is)."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def stage_site(site: Site, stage: Stage, run_dirs: Dict[str, Path]) -> Site:
