@@ -116,3 +116,17 @@ def test_a_run_cancelled_by_its_scheduler_names_the_run_it_waited_on(store):
     (waiting / "manifest.json").write_text(json.dumps(manifest))
     assert ending.run_state(Cancelled(), "9", waiting)["ended_by"] == ("cancelled: waited on run stage1, which "
                                                                         "ended FAILED")
+
+
+def test_the_api_checks_and_dry_runs_a_pipeline_as_the_command_line_does(store):
+    from conftest import run_cluster
+    from train.host.api.pipeline import Pipeline
+
+    assert Pipeline("ci-slurm", "seed001", overrides={"trainer.max_epochs": "x"}).check() == [
+        "stage experts: config key 'trainer.max_epochs' = 'x' must be int",
+        "stage fusion: config key 'trainer.max_epochs' = 'x' must be int"]
+    dry = Pipeline("ci-slurm", "seed001", run_id="s").dry_run()
+    shown = run_cluster("ci-slurm", "--pipeline", "seed001", "--run-id", "s", "--dry-run")
+    assert shown.returncode == 0, shown.stderr
+    assert list(dry) == ["experts", "fusion"] and all(stage.script in shown.stdout for stage in dry.values())
+    assert not any((store / "runs").iterdir())
