@@ -124,7 +124,8 @@ def test_seed_001_packing_runs_four_architecture_fusion_pairs_side_by_side(slurm
              "task-2-improved_wide_resnet-TransformerBase", "task-3-resnext-concatenation"]
     gpus = []
     for name, (arch, fusion) in zip(names, pairs):
-        gpus += re.findall(rf"^\[{name}\] \[cluster-train\] rank 0/1 on host n1 .*CUDA_VISIBLE_DEVICES=(\S+)", log, re.M)
+        started = rf"^\[{name}\] \[cluster-train\] rank 0/1 on host n\d "  # whichever node was free once it could start
+        gpus += re.findall(started + r".*CUDA_VISIBLE_DEVICES=(\S+)", log, re.M)
         assert_fusion_outputs(runs_dir / "seed001-fusion" / name, arch, fusion)  # its own run directory
     assert len(gpus) == 4 and len(set(gpus)) == 4, f"one (fake) GPU per task, got {gpus}"
     # side by side: Slurm started all four steps before any of them ended (its accounting, so a container that is
