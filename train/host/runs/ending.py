@@ -3,7 +3,9 @@
 - the scheduler, while it still knows the job (scontrol, bjobs): queued, running, or how it ended;
 - the run itself: the batch shell's segment lines (logs/segments.jsonl: COMPLETED, FAILED, TIMEOUT when the shell
   saw its steps end), and `cancel`'s logs/cancelled.json, written before the scheduler is asked;
-- the scheduler's accounting (sacct, bhist), which outlives the scheduler's memory and says who ended the job.
+- the scheduler's accounting (sacct, bhist), which outlives the scheduler's memory and says who ended the job;
+- a run it waited on (--after, a pipeline's earlier stage; its manifest's `after`): the scheduler cancels a job whose
+  awaited run ended other than COMPLETED, and the cause names that run.
 
 `status`, `logs --follow`, `--wait`, `cancel` and `resume` all read `run_state`, so they agree. A job the scheduler
 no longer knows, whose end nobody recorded, has ended all the same (a scheduler never forgets a queued or running
