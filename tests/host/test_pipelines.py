@@ -69,9 +69,8 @@ def test_schedulers_hold_a_job_with_submit_options_not_directives():
     assert Lsf().wait_options(["5", "6"]) == ["-w", "done(5) && done(6)", "-ti"]
 
 
-@pytest.mark.parametrize("cluster", ["ci-slurm", "slurm-4gpu"])
-def test_seed001_pipeline_is_checked_whole_and_its_fusion_reads_the_experts_stage(store, cluster):
-    site = Site.load(cluster)
+def test_seed001_pipeline_is_checked_whole_and_its_fusion_reads_the_experts_stage(store):
+    site = Site.load("ci-slurm")
     planned = pipeline.plan(site, "seed001", dry_run=True)
     experts, fusion_stage = (step.sub for step in planned)
     assert [step.stage.after for step in planned] == [[], ["experts"]]
