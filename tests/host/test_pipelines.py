@@ -6,11 +6,14 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
+from conftest import ROOT
 
 from train.shared.errors import UserError
-from train.host.jobs.build import Request, Site, build
+from train.host.jobs.build import Request, Site
 from train.host.runs import ending, pipeline
-from train.host.runs.after import Waited
+from train.host.jobs.run_refs import Waited
+from train.host.runs.after import build_after
 from train.host.schedulers import Lsf, Slurm, State
 
 FUSION = ["task_params.experts_dir=${run:stage1}/checkpoints/resnet_cifar"]
@@ -31,7 +34,7 @@ def earlier_run(runs: Path, run_id: str, exit_code=None, cluster: str = "ci-slur
 def fusion(after, overrides=(), dry_run=True):
     request = Request("n1_gpu1", "cifar100_fusion", overrides=[*overrides, "data.num_workers=0"], after=list(after),
                       dry_run=dry_run)
-    return build(Site.load("ci-slurm"), request)
+    return build_after(Site.load("ci-slurm"), request)
 
 
 @pytest.mark.parametrize("exit_code, cluster, said", [
@@ -89,10 +92,11 @@ def test_seed001_pipeline_is_checked_whole_and_its_fusion_reads_the_experts_stag
     ([], "has no stages"),
 ])
 def test_a_pipeline_written_wrong_is_refused_in_one_line(store, stages, said):
-    site = Site.load("ci-slurm")
-    site.cluster.pipelines["bad"] = {"stages": stages}
+    cluster = yaml.safe_load((ROOT / "clusters" / "ci-slurm.yaml").read_text())
+    cluster["pipelines"] = {"bad": {"stages": stages}}
+    (store / "bad.yaml").write_text(yaml.safe_dump(cluster))
     with pytest.raises(UserError, match=said):
-        pipeline.plan(site, "bad", dry_run=True)
+        pipeline.plan(Site.load(str(store / "bad.yaml")), "bad", dry_run=True)
 
 
 class Cancelled:

@@ -11,6 +11,7 @@ from train.host import commands, project, runs
 from train.host.images import store
 from train.host.images.locations import run_image
 from train.host.jobs.build import DEFAULT_EXPERIMENT, Request, Site, build
+from train.host.runs.after import build_after
 from train.host.runs.queue import one_run, show_and_queue
 from train.host.usage import Parser
 
@@ -81,7 +82,7 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
         plan = sweep.sweep_plan(site, request(args, args.profile, args.experiment), args.sweeps, args.sweep_file,
                                 args.max_parallel)
         return show_and_queue(plan, args.dry_run, args.wait, args.timeout)
-    sub = build(site, request(args, args.profile, args.experiment))
+    sub = build_after(site, request(args, args.profile, args.experiment))
     return show_and_queue(one_run(sub), args.dry_run, args.wait, args.timeout)
 
 
@@ -172,7 +173,8 @@ def rerun(args) -> int:
     site = Site.load(manifest["cluster_file"])
     record = run_image(manifest, f"the image of {args.rerun}", site.image_store)
     # The run's config.yaml already holds every override it was submitted with; new ones go on top.
-    sub = build(site, request(args, manifest["profile"], str(Path(args.rerun) / "config.yaml"), flavor=record.flavor,
-                              image=record, rerun_of=manifest["run_id"], recorded_code=manifest.get("code"),
-                              code_from=Path(args.rerun), data_sha256=runs.data_digest(manifest)))
+    asked = request(args, manifest["profile"], str(Path(args.rerun) / "config.yaml"), flavor=record.flavor,
+                    image=record, rerun_of=manifest["run_id"], recorded_code=manifest.get("code"),
+                    code_from=Path(args.rerun), data_sha256=runs.data_digest(manifest))
+    sub = build_after(site, asked)
     return show_and_queue(one_run(sub), args.dry_run, args.wait, args.timeout)

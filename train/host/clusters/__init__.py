@@ -153,8 +153,6 @@ class Cluster:
     partitions: Dict[str, Partition] = field(default_factory=dict)
     qos: Dict[str, Qos] = field(default_factory=dict)  # the QOS whose limits the site states (debug: 30 minutes)
     profiles: Dict[str, Profile] = field(default_factory=dict)
-    # runs of runs on this cluster's profiles, by name: their stages as written (train/host/runs/pipeline.py reads them)
-    pipelines: Dict[str, Any] = field(default_factory=dict)
 
     def profile(self, name: str) -> Profile:
         if name not in self.profiles:
@@ -195,7 +193,7 @@ def load(path: Path) -> Cluster:
         raise UserError(f"{where} must hold a mapping (name:, scheduler:, partitions:, profiles:), "
                         f"not a {fields.kind(raw)}")
     raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}  # x-*: YAML anchors, not settings
-    fields.only_keys(raw, [f.name for f in dataclasses.fields(Cluster)] + ["apptainer"], where)
+    fields.only_keys(raw, [f.name for f in dataclasses.fields(Cluster)] + ["pipelines", "apptainer"], where)
     apptainer = fields.mapping(raw.get("apptainer"), f"{where}: apptainer")
     fields.only_keys(apptainer, ["nv", "binds"], f"{where}: apptainer")
     cluster = Cluster(
@@ -214,7 +212,6 @@ def load(path: Path) -> Cluster:
         max_array_size=fields.typed(raw.get("max_array_size"), Optional[int], {"min": 1}, f"{where}: max_array_size"),
         require_signed=signing_policy.flag(raw.get("require_signed", False), where),
         signers=signing_policy.fingerprints(raw.get("signers"), where),
-        pipelines=fields.mapping(raw.get("pipelines"), f"{where}: pipelines"),
     )
     for module in cluster.modules:
         if not MODULE_NAME.match(module):

@@ -17,9 +17,9 @@ from train.host.images.content_key import stale_inputs
 from train.host.jobs import code_snapshot, config_check, measured, preflight, run_refs, user_code
 from train.host.jobs.job import Job, new_run_id
 from train.host.jobs.render import render
+from train.host.jobs.run_refs import Waited
 from train.host.jobs.resolve import independent_tasks, launch_of, resolve, run_config, task_configs
 from train.host.jobs.summary import summary as job_summary
-from train.host.runs.after import Waited, waits_on
 from train.host.schedulers import adapter
 from train.shared.registry import unknown_name
 
@@ -111,8 +111,9 @@ class Request:
     code_from: Optional[Path] = None  # ...in this run directory
     data_sha256: str = ""  # rerun and resume: the data image the run read, by digest
     after: List[Path] = field(default_factory=list)  # runs (directories or ids) that must complete before it starts
-    # a pipeline's earlier stages, not queued yet, by run id: it will wait on them, and ${run:<id>} names them
-    planned: Dict[str, Path] = field(default_factory=dict)
+    # the runs it will wait on, by id (train/host/runs/after.py fills it from `after`; a pipeline, with its earlier
+    # stages): ${run:<id>} names them, and its inputs may lie inside them
+    awaited: Dict[str, Path] = field(default_factory=dict)
 
 
 @dataclass
@@ -127,7 +128,7 @@ class Submission:
     warnings: List[str] = field(default_factory=list)
     rerun_of: Optional[str] = None
     code: Optional[user_code.Code] = None  # the snapshot of your code (a command, or --dev), else the image's own
-    after: List[Waited] = field(default_factory=list)  # the runs its job waits on (a pipeline adds its stages')
+    after: List[Waited] = field(default_factory=list)  # the runs its job waits on (train/host/runs/after.py)
 
     def discard(self) -> None:
         """Drop the code snapshot taken for a submission that will not be queued (a dry run)."""
@@ -150,12 +151,13 @@ def build(site: Site, request: Request) -> Submission:
 
 
 def build_on(site: Site, profile: Profile, request: Request) -> Submission:
-    waited = waits_on(site.cluster.name, site.cluster.scheduler, request.after) if request.after else []
+    if request.after:  # the runs room checks them (they are runs); a job built here without that would not wait
+        raise ValueError("Request.after is checked by train.host.runs.after.build_after, which builds the job")
     run, user_set, config_file = config_of(site, profile, request)
     shape = launch_of(profile, adapter(site.cluster.scheduler))
     code = user_code.prepare_code(run, shape, request.recorded_code, request.code_from)
     try:
-        return checked(site, profile, run, user_set, code, request, config_file, waited)
+        return checked(site, profile, run, user_set, code, request, config_file)
     except BaseException:
         code_snapshot.discard(code.snapshot if code else None)
         raise
@@ -165,7 +167,8 @@ def config_of(site: Site, profile: Profile, request: Request) -> Tuple[cfg.RunCo
     """The run's config resolved from the experiment, the profile and every --set: the checks that need only the
     config (a cluster reached over SSH has them made on the laptop before anything is sent)."""
     cluster = site.cluster
-    user_set = user_overrides(run_refs.expand_overrides(request.overrides, request.planned), cluster.path)
+    user_set = user_overrides(run_refs.expand_overrides(request.overrides, request.awaited, site.runs_root),
+                              cluster.path)
     shape = launch_of(profile, adapter(cluster.scheduler))
     run_id = request.run_id if request.run_id is not None else new_run_id(cluster.name, profile.name)
     run_dir = request.run_dir or project.run_dir_for(run_id, site.runs_root)
@@ -191,8 +194,7 @@ def job_of(site: Site, profile: Profile, run: cfg.RunConfig, image: Optional[sto
 
 
 def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str, Any],
-            code: Optional[user_code.Code], request: Request, config_file: Optional[Path],
-            waited: List[Waited]) -> Submission:
+            code: Optional[user_code.Code], request: Request, config_file: Optional[Path]) -> Submission:
     flavor = request.flavor or site.cluster.partition(profile.partition).image
     image, warnings = request.image, []
     if image is None:  # a new run takes the current image; a rerun or resume, the one it recorded
@@ -204,15 +206,14 @@ def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str
     warnings += binding.staging_warnings(job, profile, site.cluster.partition(profile.partition))
     read = code.read if code else None
     ram = measured.host_ram(site, profile, run, user_set, config_file)
-    awaited = [Path(w.run_dir) for w in waited] + list(request.planned.values())  # inputs may lie in these
     warnings += preflight.check(job, site.cluster, run, task_runs, user_set, script, ram,
-                                dry_run=request.dry_run, user_config=read, awaited=awaited)
+                                dry_run=request.dry_run, user_config=read, awaited=list(request.awaited.values()))
     summary = job_summary(job, run, config_check.overridden(user_set, profile), ram,
                                 batch_known=not run.command or bool(read and "batch_size" in read.values))
     summary = "\n".join([summary, *user_code.summary_lines(run, code)])
     experiment = str(config_file) if config_file else "(command line)"
     return Submission(job, run, script, summary, experiment, list(request.overrides), task_runs, warnings,
-                      request.rerun_of, code, waited)
+                      request.rerun_of, code)
 
 
 def not_its_experiment(profile: Profile, request: Request) -> str:

@@ -15,7 +15,7 @@ from train.host.clusters import Cluster, Partition, Profile
 from train.host.clusters.flavors import min_driver
 from train.host.clusters.signing_policy import policy
 from train.host.images import store
-from train.host.jobs import memory, run_refs
+from train.host.jobs import memory
 from train.host.jobs.job import Job, Task, job_name
 from train.host.schedulers import Scheduler, adapter
 from train.host.schedulers.launches import LAUNCHES, Launch
@@ -175,15 +175,10 @@ def task_configs(run: cfg.RunConfig, profile: Profile, tasks: List[Task], user: 
     """Each packed task's config, resolved once: the job's run config with the task's own `set:` values."""
     configs = []
     for spec, task in zip(profile.tasks, tasks):
-        overrides = {k: expanded(v, user, cluster) if isinstance(v, str) else v
+        overrides = {k: settings.expand(v, user, cluster) if isinstance(v, str) else v
                      for k, v in (spec.get("set") or {}).items()}
         configs.append(absolute_inputs(cfg.resolve(cfg.to_dict(run), {**overrides, "output_dir": task.run_dir})))
     return configs
-
-
-def expanded(value: str, user: Dict[str, Any], cluster: str) -> str:
-    """A task's `set:` value with its ${run:<id>} (written there, or in a setting it names) and ${setting}s filled."""
-    return run_refs.expand(settings.expand(run_refs.expand(value, {}), user, cluster), {})
 
 
 def absolute_inputs(run: cfg.RunConfig) -> cfg.RunConfig:

@@ -6,26 +6,26 @@ forgets old jobs, so asking it to wait on one would fail); a run that ended any 
 new run is refused, naming that state. The scheduler holds the job (its adapter's wait_options) and ends it when a
 run it waits on ends otherwise; the run's manifest records what it waited on, so its status can say why it ended.
 """
-from dataclasses import asdict, dataclass
+import dataclasses
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from train.shared.errors import UserError, raise_all
 from train.host import runs
+from train.host.jobs.build import Request, Site, Submission, build
+from train.host.jobs.run_refs import Waited
 from train.host.runs import ending
 from train.host.schedulers import State, adapter
 
 
-@dataclass(frozen=True)
-class Waited:
-    """A run the new job waits on: its id, its job's id and its directory (the manifest's `after` entries)."""
-
-    run_id: str
-    job_id: str
-    run_dir: str
-
-    def record(self) -> Dict[str, str]:
-        return asdict(self)
+def build_after(site: Site, request: Request) -> Submission:
+    """The job builder's Submission, for a job that waits on the runs of `request.after` still queued or running
+    (its `after`): they are checked first, and its ${run:<id>} and inputs may name them."""
+    waited = waits_on(site.cluster.name, site.cluster.scheduler, request.after) if request.after else []
+    awaited = {**request.awaited, **{w.run_id: Path(w.run_dir) for w in waited}}
+    sub = build(site, dataclasses.replace(request, after=[], awaited=awaited))
+    sub.after = waited
+    return sub
 
 
 def waits_on(cluster: str, scheduler_name: str, after: Sequence[Path]) -> List[Waited]:

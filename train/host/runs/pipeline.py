@@ -29,9 +29,10 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from train.shared.errors import UserError, raise_all
 from train.shared.registry import unknown_name
+from train.shared.yaml_file import load_yaml
 from train.host.jobs.build import Request, Site, Submission, build
 from train.host.jobs.job import new_run_id
-from train.host.runs.after import Waited
+from train.host.jobs.run_refs import Waited
 from train.host.runs.queue import Plan, queue
 from train.host.schedulers import adapter
 
@@ -61,7 +62,9 @@ class Planned:
 
 def stages(site: Site, name: str) -> List[Stage]:
     """The stages of the cluster's pipeline `name`, checked as written (each `after` an earlier stage)."""
-    pipelines = site.cluster.pipelines
+    pipelines = load_yaml(Path(site.cluster.path), "cluster file").get("pipelines") or {}
+    if not isinstance(pipelines, dict):
+        raise UserError(f"{site.cluster.path}: pipelines must be a mapping (name: {{stages: [...]}})")
     if name not in pipelines:
         raise UserError(unknown_name(f"pipeline of cluster {site.cluster.name!r}", name, sorted(pipelines))
                         + f" (the pipelines: of {site.cluster.path})")
@@ -108,7 +111,7 @@ def plan(site: Site, name: str, overrides: Sequence[str] = (), *, run_id: Option
                           stale_image_ok=stale_image_ok,
                           overrides=[f"{k}={written(fill(v, run_dirs))}" for k, v in stage.set.items()]
                           + list(overrides),
-                          planned={run_dirs[s].name: run_dirs[s] for s in stage.after})
+                          awaited={run_dirs[s].name: run_dirs[s] for s in stage.after})
         try:
             sub = build(stage_site(site, stage, run_dirs), request)
         except UserError as err:
