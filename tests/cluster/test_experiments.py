@@ -1,8 +1,8 @@
 """Seeds 000, 001 and 002's experiments end to end inside the image, at small scale, each writing every file its users
 read: seed 000 through the test Slurm cluster, 002 through `bin/run-cluster local` (a job runs the task the same way
-in the image on either; test_end_to_end.py covers both paths); and seed 001 as its users pack it: stage 1's experts,
-four architectures side by side, then four (architecture, fusion) pairs, one per (fake) GPU, each with its own log
-prefix and outputs. Seed 002's model family is trained one step each by the model tests in the image
+in the image on either; test_end_to_end.py covers both paths); and seed 001 as its users pack it, in one command
+(ci-slurm's seed001 pipeline): stage 1's experts, four architectures side by side, then, once they have COMPLETED,
+four (architecture, fusion) pairs, one per (fake) GPU, each with its own log prefix and outputs. Seed 002's model family is trained one step each by the model tests in the image
 (test_in_image.py); here one of them trains through the experiment, from a pretrained weights file of the user's."""
 import json
 import re
@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from conftest import job_logs, manifest, run_cluster, wait_for_slurm_job
+from train.host.runs import segments
 
 pytestmark = pytest.mark.image
 WHERE = {"local": ("local", "cpu_1proc"), "slurm": ("ci-slurm", "n1_gpu1")}
@@ -105,41 +106,31 @@ def test_seed_002_trains_an_action_recognition_model_from_its_pretrained_weights
 
 
 @pytest.mark.slurm
-def test_seed_001_packing_runs_four_architecture_fusion_pairs_side_by_side(slurm_cluster, demo_data, runs_dir,
-                                                                          tmp_path, monkeypatch):
+def test_seed_001_packing_runs_four_architecture_fusion_pairs_side_by_side(slurm_cluster, demo_data, runs_dir):
     data = ["--set", f"data.root={demo_data}", "--set", "trainer.max_epochs=1", "--set", "data.batch_size=16"]
-    done = run_cluster("ci-slurm", "experts_4x1", "cifar100_experts", *data, *FEW_BATCHES, "--run-id", "experts4",
-                       "--no-wait")  # stage 1 only makes the experts stage 2 reads: a few batches each
-    assert done.returncode == 0, done.stderr
-    finish(runs_dir / "experts4")
+    done = run_cluster("ci-slurm", "--pipeline", "seed001", *data, *FEW_BATCHES, "--run-id", "seed001")
+    assert done.returncode == 0, done.stderr  # one command: stage 1's experts, then fusion once they have COMPLETED
+    finish(runs_dir / "seed001-experts")
     for i, task in enumerate(("densenet", "resnet", "improved_wide_resnet", "resnext")):  # what stage 2 reads
-        stage1 = runs_dir / "experts4" / f"task-{i}-{task}"
+        stage1 = runs_dir / "seed001-experts" / f"task-{i}-{task}"
         assert (stage1 / "splits" / "fusion_holdout_indices.npy").is_file(), stage1
         assert len(list(stage1.glob("checkpoints/*/expert_*_best.pth"))) == 4, stage1
-    archs = {"densenet": "densenet_cifar", "resnet": "resnet_cifar", "improved_wide_resnet": "improved_wide_resnet",
-             "resnext": "resnext_cifar"}
-    experts = tmp_path / "experts"  # the user's `experts:` folder: one sub-folder per architecture
-    experts.mkdir()
-    for i, (task, arch) in enumerate(archs.items()):
-        (experts / arch).symlink_to(runs_dir / "experts4" / f"task-{i}-{task}" / "checkpoints" / arch)
-    (tmp_path / "settings.yaml").write_text(f"experts: {experts}\n")
-    monkeypatch.setenv("CT_SETTINGS", str(tmp_path / "settings.yaml"))
-    done = run_cluster("ci-slurm", "fusion_4x1", "cifar100_fusion", *data, "--set", "task_params.fusion_dim=16",
-                       "--run-id", "fusion4", "--no-wait")
-    assert done.returncode == 0, done.stderr
-    log = finish(runs_dir / "fusion4")
+    log = finish(runs_dir / "seed001-fusion")
+    stage1, stage2 = (segments.read(runs_dir / f"seed001-{stage}") for stage in ("experts", "fusion"))
+    assert stage1[-1].how == "COMPLETED" and stage1[-1].end <= stage2[0].start, (stage1, stage2)
     pairs = [("densenet_cifar", "multiplicative"), ("resnet_cifar", "multiplicativeAddition"),
              ("improved_wide_resnet", "TransformerBase"), ("resnext_cifar", "concatenation")]
     names = ["task-0-densenet-multiplicative", "task-1-resnet-multiplicativeAddition",
              "task-2-improved_wide_resnet-TransformerBase", "task-3-resnext-concatenation"]
     gpus = []
     for name, (arch, fusion) in zip(names, pairs):
-        gpus += re.findall(rf"^\[{name}\] \[cluster-train\] rank 0/1 on host n1 .*CUDA_VISIBLE_DEVICES=(\S+)", log, re.M)
-        assert_fusion_outputs(runs_dir / "fusion4" / name, arch, fusion)  # its own run directory
+        started = rf"^\[{name}\] \[cluster-train\] rank 0/1 on host n\d "  # whichever node was free once it could start
+        gpus += re.findall(started + r".*CUDA_VISIBLE_DEVICES=(\S+)", log, re.M)
+        assert_fusion_outputs(runs_dir / "seed001-fusion" / name, arch, fusion)  # its own run directory
     assert len(gpus) == 4 and len(set(gpus)) == 4, f"one (fake) GPU per task, got {gpus}"
     # side by side: Slurm started all four steps before any of them ended (its accounting, so a container that is
     # slow to start on a loaded machine does not count against it)
-    job = manifest(runs_dir / "fusion4")["scheduler"]["job_id"]
+    job = manifest(runs_dir / "seed001-fusion")["scheduler"]["job_id"]
     steps = subprocess.run(["sacct", "-j", job, "-n", "-P", "-o", "JobID,Start,End"], capture_output=True,
                            text=True).stdout.split()
     times = [line.split("|")[1:] for line in steps if re.fullmatch(rf"{job}\.[0-3]", line.split("|")[0])]

@@ -126,3 +126,42 @@ def test_an_array_element_requeues_itself_alone(lsf_env, tmp_path):
     single_runs = (tmp_path / f"single_{single_id}.txt").read_text().splitlines()
     assert [line for line in single_runs if line.startswith("run ")] == ["run index=0 restart=N",
                                                                          "run index=0 restart=Y"]
+
+
+def stat_when_ended(job_id: str, env, timeout_s: float = 20) -> list:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        state = subprocess.run(["bjobs", "-noheader", "-o", "stat exit_code exit_reason", job_id],
+                               capture_output=True, text=True, env=env).stdout.split()
+        if state[0] in ("DONE", "EXIT"):
+            return state
+        time.sleep(0.1)
+    return state
+
+
+def submitted(done) -> str:
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split("<")[1].split(">")[0]
+
+
+def test_bsub_w_holds_a_job_until_its_dependencies_are_done(lsf_env, tmp_path):
+    first = submitted(bsub(f"#!/bin/bash\n#BSUB -q ci\nsleep 1; date +%s.%N > {tmp_path}/first\n", lsf_env))
+    script = f"#!/bin/bash\n#BSUB -q ci\ndate +%s.%N > {tmp_path}/second\n"
+    second = submitted(subprocess.run(["bsub", "-w", f"done({first})", "-ti"], capture_output=True, text=True,
+                                      input=script, env=lsf_env))
+    assert stat_when_ended(second, lsf_env)[:2] == ["DONE", "0"]
+    assert float((tmp_path / "first").read_text()) < float((tmp_path / "second").read_text())
+
+
+def test_bsub_ti_ends_an_orphan_and_refuses_what_lsf_refuses(lsf_env, tmp_path):
+    failing = submitted(bsub("#!/bin/bash\n#BSUB -q ci\nexit 3\n", lsf_env))
+    orphan = submitted(subprocess.run(["bsub", "-w", f"done({failing}) && done({failing})", "-ti"], text=True,
+                                      capture_output=True, input="#!/bin/bash\n#BSUB -q ci\necho ran\n", env=lsf_env))
+    assert stat_when_ended(orphan, lsf_env) == ["EXIT", "130", "TERM_ORPHAN_SYSTEM"]
+    said = subprocess.run(["bhist", "-l", orphan], capture_output=True, text=True, env=lsf_env).stdout
+    assert "TERM_ORPHAN_SYSTEM" in said and "Starting" not in said
+    for argv, message in ((["-w", "done(99999)"], "No matching job found"), (["-ti"], "must be used with -w"),
+                          (["-w", f"ended({failing})"], "only done(job_ID)")):
+        done = subprocess.run(["bsub", *argv], input="#!/bin/bash\n#BSUB -q ci\necho ran\n", capture_output=True,
+                              text=True, env=lsf_env)
+        assert done.returncode == 255 and message in done.stderr, (argv, done.stderr)

@@ -256,6 +256,8 @@ def api_calls(argv: List[str]):
             return API_SKIPS[2]
         return [("rerun", lambda: rerun(args.rerun, args.overrides, run_id=args.run_id,
                                         stale_image_ok=args.stale_image_ok))]
+    if args.pipeline:
+        return pipeline_calls(args, command)
     if not args.cluster or not (args.profile or args.first_to_start):
         return API_SKIPS[1]
     job = Job(args.cluster, args.first_to_start[0] if args.first_to_start else args.profile,
@@ -265,10 +267,27 @@ def api_calls(argv: List[str]):
     if args.sweeps or args.sweep_file or args.max_parallel is not None or args.first_to_start:
         def planned():
             plan = job.plan(dry_run=args.dry_run, sweeps=args.sweeps, sweep_file=args.sweep_file,
-                            max_parallel=args.max_parallel, first_to_start=args.first_to_start)
+                            max_parallel=args.max_parallel, first_to_start=args.first_to_start, after=args.after)
             plan.discard() if args.dry_run else plan.queue()
         return [("plan", planned)]
-    return [("dry_run", job.dry_run)] if args.dry_run else [("check", job.check), ("submit", job.submit)]
+    if args.dry_run:
+        return [("dry_run", lambda: job.dry_run(after=args.after))]
+    return [("check", job.check), ("submit", lambda: job.submit(after=args.after))]
+
+
+def pipeline_calls(args, command):
+    """--pipeline through the API: Pipeline(...).dry_run() or .check() and .submit(), after the same option check."""
+    from train.host import submit
+    from train.host.api.pipeline import Pipeline, refuse_options
+
+    def made() -> Pipeline:
+        refuse_options(args.cluster, submit.pipeline_extras(args, command))
+        return Pipeline(args.cluster, args.pipeline, overrides=args.overrides, run_id=args.run_id, dev=args.dev,
+                        stale_image_ok=args.stale_image_ok)
+
+    if args.dry_run:
+        return [("dry_run", lambda: made().dry_run() and None)]
+    return [("check", lambda: made().check()), ("submit", lambda: made().submit() and None)]
 
 
 def api_problems(prepared: Prepared, stderr: str) -> Tuple[List[str], str]:

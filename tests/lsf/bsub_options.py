@@ -22,8 +22,9 @@ RUSAGE = re.compile(r"^mem=\d+(\.\d+)?(KB|MB|GB|TB)?$")
 SPAN = re.compile(r"^(hosts=1|ptile=\d+)$")
 REQUEUE_VALUE = re.compile(r"^(all|~?\d+|EXCLUDE\(\d+( \d+)*\))$")
 FLAGS_WITH_VALUE = {"-q", "-J", "-n", "-gpu", "-W", "-R", "-u", "-o", "-e", "-oo", "-eo", "-M", "-P", "-G",
-                    "-wa", "-wt", "-Q"}
-FLAGS = {"-B", "-N", "-x", "-I", "-r", "-rn"}
+                    "-wa", "-wt", "-Q", "-w"}
+FLAGS = {"-B", "-N", "-x", "-I", "-r", "-rn", "-ti"}
+DONE = re.compile(r"^\s*done\((\d+)\)\s*$")  # the one dependency condition the stand-in models: done(job_ID)
 
 
 def refuse(message: str) -> None:
@@ -79,6 +80,15 @@ def parse_bsub(argv, directives: str) -> dict:
     return opts
 
 
+def dependencies(expression: str) -> list:
+    """bsub -w 'done(ID) && done(ID)': the job ids it waits on (other conditions and operators are LSF's, not
+    modelled here: refused, so that a test never relies on them silently)."""
+    terms = [DONE.match(term) for term in expression.split("&&")]
+    if not all(terms):
+        refuse(f"{expression}: stand-in: only done(job_ID) conditions joined by && are modelled. Job not submitted.")
+    return [term.group(1) for term in terms]
+
+
 def requeue_tokens(spec: str) -> list:
     return re.findall(r"EXCLUDE\([^)]*\)|\S+", spec)
 
@@ -97,6 +107,8 @@ def check(opts: dict) -> None:
         refuse(f"{opts['-wa']}: Bad job warning action. Job not submitted.")
     if "-Q" in opts and not all(REQUEUE_VALUE.match(t) for t in requeue_tokens(opts["-Q"]) or [""]):
         refuse(f"{opts['-Q']}: Bad requeue exit value specification. Job not submitted.")
+    if "-ti" in opts and "-w" not in opts:  # bsub -ti: "Use only with the -w option"
+        refuse("-ti: Option -ti must be used with -w. Job not submitted.")
     if "-gpu" in opts and not GPU.match(opts["-gpu"]):
         refuse(f"Invalid GPU requirement: {opts['-gpu']}. Job not submitted.")
     for requirement in opts["-R"]:

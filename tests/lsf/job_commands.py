@@ -19,6 +19,7 @@ REASONS = {
     "TERM_RUNLIMIT": "job killed after reaching LSF run time limit",
     "TERM_REQUEUE_OWNER": "job killed and requeued by owner",
     "TERM_OWNER": "job killed by owner",
+    "TERM_ORPHAN_SYSTEM": "orphan job automatically terminated by LSF",
 }
 
 

@@ -22,6 +22,10 @@ Long runs, as IBM's LSF 10.1 documents them (bsub -W/-wa/-wt/-Q, brequeue, bkill
   are JOBID[i], each run with LSB_JOBINDEX=i (0 outside an array) and LSB_JOBNAME name[i], %I in -o/-e its index; at
   most K elements run at once; bjobs/bkill/brequeue take JOBID (every element) or JOBID[i] (one).
 - `bhist -l ID` shows every run and how it ended (requeue, run limit, DONE/EXIT); records stay in the state dir.
+- job dependencies: `-w 'done(ID) && done(ID)'` holds the job (PEND) until every one is DONE; a dependency on a job
+  LSF cannot find fails the submission. Once one has exited otherwise the condition can never be met: the job is an
+  orphan, left pending unless `-ti` (LSF's per-job automatic orphan termination) ends it at once, EXIT with
+  TERM_ORPHAN_SYSTEM.
 - mbatchd's memory: a finished job stays in bjobs (`bjobs ID`, `bjobs -a`) for CLEAN_PERIOD seconds after it
   finished (lsb.params; LSF's default 3600); then bjobs says `Job <ID> is not found`, bkill and brequeue find no
   matching job, and only bhist, which reads the event log, still knows it.
@@ -48,9 +52,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ARRAY_MAX = 1000  # LSF's default MAX_JOB_ARRAY_SIZE
 sys.path.insert(0, str(HERE))  # the sibling modules, wherever this runs from (also with PYTHONSAFEPATH set)
-from bsub_options import check, minutes, parse_bsub, place, refuse, split_bsub  # noqa: E402
+from bsub_options import check, dependencies, minutes, parse_bsub, place, refuse, split_bsub  # noqa: E402
 from job_commands import bhist, bjobs, bkill, brequeue  # noqa: E402
-from records import STATE, event, job_dir, write  # noqa: E402
+from records import STATE, event, existing_job, job_dir, write  # noqa: E402
 from site_commands import bqueues, lshosts  # noqa: E402
 from supervisor import on_host, start_supervisor, supervise  # noqa: E402
 
@@ -68,6 +72,9 @@ def bsub(argv) -> None:
     opts = parse_bsub(words, directives)
     check(opts)
     slots = place(opts)
+    waits_on = dependencies(opts["-w"]) if "-w" in opts else []
+    for job_id in waits_on:  # "If you specify a dependency on a job that LSF cannot find ... your job submission fails"
+        existing_job(job_id, f"done({job_id}): No matching job found. Job not submitted.")
     name, indices, cap = array_of(opts.get("-J", "job"))
     STATE.mkdir(parents=True, exist_ok=True)
     counter = STATE / "last_job_id"
@@ -78,9 +85,9 @@ def bsub(argv) -> None:
         job.mkdir()
         (job / "job.json").write_text(json.dumps({"id": job_id, "name": name, "array": indices, "cap": cap}))
         for index in indices:
-            create_job(f"{job_id}[{index}]", job_id, index, f"{name}[{index}]", cap, opts, script, slots)
+            create_job(f"{job_id}[{index}]", job_id, index, f"{name}[{index}]", cap, opts, script, slots, waits_on)
     else:
-        create_job(str(job_id), job_id, 0, name, None, opts, script, slots)
+        create_job(str(job_id), job_id, 0, name, None, opts, script, slots, waits_on)
     print(f"Job <{job_id}> is submitted to queue <{opts.get('-q', 'normal')}>.")
 
 
@@ -102,7 +109,8 @@ def array_of(job_name: str):
     return found.group(1), sorted(set(indices)), int(found.group(3)) if found.group(3) else None
 
 
-def create_job(key: str, job_id: int, index: int, name: str, cap, opts: dict, script: str, slots: list) -> None:
+def create_job(key: str, job_id: int, index: int, name: str, cap, opts: dict, script: str, slots: list,
+               waits_on: list) -> None:
     """One job's (or array element's) record, environment and supervisor; %J and %I in -o/-e are its ids."""
     job = job_dir(key)
     job.mkdir()
@@ -128,6 +136,7 @@ def create_job(key: str, job_id: int, index: int, name: str, cap, opts: dict, sc
         "terminate_interval_s": seconds("CT_LSF_TERMINATE_INTERVAL", 10),
         "requeue_delay_s": seconds("CT_LSF_REQUEUE_DELAY", 2),
         "clean_period_s": seconds("CT_LSF_CLEAN_PERIOD", 3600),
+        "waits_on": waits_on, "orphan_termination": "-ti" in opts,
     }
     env = {**os.environ, "LSB_JOBID": str(job_id), "LSB_JOBINDEX": str(index), "LSB_JOBNAME": name,
            "LSB_QUEUE": record["queue"],

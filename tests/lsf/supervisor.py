@@ -45,6 +45,8 @@ def supervise(job_id: str) -> None:
             deadline = time.time() + rec["requeue_delay_s"]
             while time.time() < deadline and not (job / "kill_request").exists():
                 time.sleep(POLL_S)
+        elif rec.get("waits_on") and not dependencies_met(job, rec):
+            return  # an orphan, ended
         if rec.get("array_cap"):
             wait_for_a_slot(job, rec)
         if (job / "kill_request").exists():  # bkill of a pending job
@@ -74,6 +76,21 @@ def wait_for_a_slot(job: Path, rec: dict) -> None:
                 write(job, "stat", "RUN")  # claimed: run_once starts it at once
                 return
         time.sleep(POLL_S * 4)
+
+
+def dependencies_met(job: Path, rec: dict) -> bool:
+    """A job with -w pends until every job it waits on is DONE (True; also when a kill comes, which the caller acts
+    on). Once one has exited otherwise it is an orphan: with -ti it ends at once, EXIT with TERM_ORPHAN_SYSTEM
+    (False); without, it pends until someone kills it, as LSF leaves it with no grace period configured."""
+    while not (job / "kill_request").exists():
+        stats = [read(job_dir(other), "stat") for other in rec["waits_on"]]
+        if all(stat == "DONE" for stat in stats):
+            return True
+        if "EXIT" in stats and rec["orphan_termination"]:
+            finish(job, "EXIT", 130, "TERM_ORPHAN_SYSTEM")
+            return False
+        time.sleep(POLL_S * 4)
+    return True
 
 
 def finish(job: Path, stat: str, code: int, reason) -> None:

@@ -4,13 +4,16 @@ then shown here. The other commands: train/host/commands.py.
 argparse rather than fire: `--set` repeats, and fire cannot take a repeated flag."""
 import argparse
 import sys
+from pathlib import Path
 from typing import List, Optional
 
 from train.shared.errors import UserError
 from train.host import commands
 from train.host.api.job import Job, refuse_mixed, rerun_submission
 from train.host.api.over_ssh import checked
+from train.host.api.pipeline import Pipeline, refuse_options
 from train.host.jobs.build import DEFAULT_EXPERIMENT, Site
+from train.host.runs.pipeline import pipeline_plan
 from train.host.runs.queue import one_run
 from train.host.runs.showing import show_and_queue
 from train.host.usage import Parser
@@ -40,6 +43,12 @@ def parser() -> argparse.ArgumentParser:
                    help="a sweep's elements at once (default 4 on a cluster, this machine's CPUs / cpus_per_task "
                         "on local)")
     p.add_argument("--rerun", metavar="RUN_DIR", help="submit again with the same config and image digest")
+    p.add_argument("--after", metavar="RUN[,RUN]", type=lambda text: [Path(p) for p in text.split(",") if p],
+                   default=[], help="start only once these runs (directories or ids) have COMPLETED; cancelled if one "
+                                    "ends otherwise. ${run:<id>} in a --set value names a run's directory")
+    p.add_argument("--pipeline", metavar="NAME",
+                   help="queue every stage of CLUSTER's pipeline NAME (its cluster file's pipelines:), each after the "
+                        "ones it names, all checked first")
     p.add_argument("--first-to-start", nargs=2, metavar=("PROFILE_A", "PROFILE_B"),
                    help="submit both, keep whichever starts first, cancel the other")
     p.add_argument("--flavor", help="image flavor to run (default: the one the partition needs)")
@@ -59,9 +68,11 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
     shown and queued here."""
     args = parser().parse_intermixed_args(argv)
     refuse_mixed(bool(args.sweeps or args.sweep_file), args.max_parallel, rerun=bool(args.rerun),
-                 first_to_start=bool(args.first_to_start), command=bool(command))
+                 first_to_start=bool(args.first_to_start), command=bool(command), after=bool(args.after))
     if args.rerun:
         return rerun(args)
+    if args.pipeline:
+        return pipeline(args, command)
     if not args.cluster or not (args.profile or args.first_to_start):
         raise UserError("name a cluster and a profile: run-cluster CLUSTER PROFILE [EXPERIMENT] (or --rerun runs/<id>)")
     profile, experiment = args.profile, args.experiment
@@ -74,9 +85,10 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
         return over_ssh(job, site, args, argv)
     if args.first_to_start or args.sweeps or args.sweep_file:
         plan = job.plan(site, dry_run=args.dry_run, sweeps=args.sweeps, sweep_file=args.sweep_file,
-                        max_parallel=args.max_parallel, first_to_start=args.first_to_start, timeout_s=args.timeout)
+                        max_parallel=args.max_parallel, first_to_start=args.first_to_start, timeout_s=args.timeout,
+                        after=args.after)
         return show_and_queue(plan, args.dry_run, args.wait, args.timeout)
-    return show_and_queue(one_run(job.submission(site, args.dry_run)), args.dry_run, args.wait, args.timeout)
+    return show_and_queue(one_run(job.submission(site, args.dry_run, args.after)), args.dry_run, args.wait, args.timeout)
 
 
 def over_ssh(job: Job, site: Site, args, argv: List[str]) -> int:
@@ -84,7 +96,7 @@ def over_ssh(job: Job, site: Site, args, argv: List[str]) -> int:
     its login node (train/host/remote), its output streamed."""
     from train.host.remote import commands as remote
 
-    sending = checked(job, site, args.dry_run, first_to_start=bool(args.first_to_start))
+    sending = checked(job, site, args.dry_run, args.after, first_to_start=bool(args.first_to_start))
     for line in sending.warnings:
         print(f"run-cluster: {line}", file=sys.stderr)
     reach, sent = remote.send(site, args.dry_run, sending.image, sending.data)
@@ -97,5 +109,21 @@ def rerun(args) -> int:
     extra = [name for name, value in (("CLUSTER", args.cluster), ("--flavor", args.flavor),
                                       ("--first-to-start", args.first_to_start), ("--dev", args.dev)) if value]
     sub = rerun_submission(args.rerun, args.overrides, extra=extra, run_id=args.run_id, dry_run=args.dry_run,
-                           stale_image_ok=args.stale_image_ok)
+                           stale_image_ok=args.stale_image_ok, after=args.after)
     return show_and_queue(one_run(sub), args.dry_run, args.wait, args.timeout)
+
+
+def pipeline(args, command: Optional[List[str]]) -> int:
+    """`run-cluster CLUSTER --pipeline NAME`: every stage of the cluster file's pipeline checked, then queued in order,
+    each after the stages it names (train/host/api/pipeline.py)."""
+    refuse_options(args.cluster, pipeline_extras(args, command))
+    planned = Pipeline(args.cluster, args.pipeline, overrides=args.overrides, run_id=args.run_id, dev=args.dev,
+                       stale_image_ok=args.stale_image_ok).plan(args.dry_run)
+    return show_and_queue(pipeline_plan(planned), args.dry_run, False, args.timeout)
+
+
+def pipeline_extras(args, command: Optional[List[str]]) -> List[str]:
+    """The options given that --pipeline does not take."""
+    return [name for name, value in (("PROFILE", args.profile), ("--after", args.after), ("--sweep", args.sweeps),
+                                     ("--first-to-start", args.first_to_start), ("a command after --", command))
+            if value]

@@ -13,12 +13,13 @@ if TYPE_CHECKING:
     from train.host.api.errors import ClusterTrainError, UserErrors
     from train.host.api.job import Job, Sweep, rerun
     from train.host.api.values import DryRun
+    from train.host.api.pipeline import Pipeline
     from train.host.api.run import Run
 
 MODULES: Dict[str, str] = {  # each public name and the module of train/host/api that defines it
     "ClusterTrainError": "errors", "UserErrors": "errors",
     "Job": "job", "DryRun": "values", "Sweep": "job", "rerun": "job",
-    "Run": "run",
+    "Run": "run", "Pipeline": "pipeline",
 }
 
 __all__ = sorted(MODULES)

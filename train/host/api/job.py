@@ -20,6 +20,7 @@ from train.host.api.errors import ClusterTrainError
 from train.host.api.run import Run
 from train.host.api.values import After, DryRun, Overrides
 from train.host.jobs.build import Request, Site, Submission, build
+from train.host.runs.after import build_after
 from train.host.runs.queue import Plan, one_run
 from train.shared import config as cfg
 
@@ -66,23 +67,26 @@ class Job:
             if site.user.get("ssh"):
                 over_ssh.checked(self, site, dry_run=False)
             else:
-                build(site, self.request(self.profile, dry_run=False)).discard()
+                build_after(site, self.request(self.profile, dry_run=False)).discard()
         except ClusterTrainError as err:
             return err.problems
         return []
 
     def dry_run(self, sweep: Optional[Mapping[str, Sequence[Any]]] = None,
-                max_parallel: Optional[int] = None) -> DryRun:
+                max_parallel: Optional[int] = None, *, after: After = ()) -> DryRun:
         """The script, resolved config, summary and warnings of a submission, with nothing written or queued (the
         code snapshot taken to check your code is dropped again). With `sweep` (as Job.sweep takes it): the job
         array's script (a sweep split into several arrays: each under the line the command line heads it with) and
-        the first element's config. Raises ClusterTrainError on bad input."""
+        the first element's config. `after`: as submit takes it, checked alike. Raises ClusterTrainError on bad
+        input."""
         site = Site.load(self.cluster)
+        refuse_mixed(sweep is not None, max_parallel, rerun=False, first_to_start=False, command=bool(self.command),
+                     after=bool(after))
         if sweep is not None:
             return self.sweep_dry_run(site, sweep, max_parallel)
         if site.user.get("ssh"):
-            return over_ssh.dry_run(self, site)
-        sub = build(site, self.request(self.profile, dry_run=True))
+            return over_ssh.dry_run(self, site, after)
+        sub = build_after(site, self.request(self.profile, True, after))
         sub.discard()
         return DryRun(sub.script, cfg.to_dict(sub.run), sub.summary, list(dict.fromkeys(sub.warnings)))
 
@@ -128,7 +132,7 @@ class Job:
 
     def submission(self, site: Site, dry_run: bool, after: After = ()) -> Submission:
         """This job built and checked on `site`, nothing written (the command line shows it, then queues it)."""
-        return build(site, self.request(self.profile, dry_run, after))
+        return build_after(site, self.request(self.profile, dry_run, after))
 
     def plan(self, site: Optional[Site] = None, *, dry_run: bool, sweeps: Sequence[str] = (),
              sweep_file: Optional[str] = None, axes: Optional[List[Tuple[str, List[str]]]] = None,
@@ -138,7 +142,7 @@ class Job:
         `sweep_file`, or the API's `axes`), or a race of the two profiles of `first_to_start`; all checked."""
         swept = bool(sweeps or sweep_file or axes)
         refuse_mixed(swept, max_parallel, rerun=False, first_to_start=bool(first_to_start),
-                     command=bool(self.command))
+                     command=bool(self.command), after=bool(after))
         site = site or Site.load(self.cluster)
         if first_to_start:
             from train.host.runs.race import race_plan
@@ -180,20 +184,23 @@ def rerun_submission(run_dir: Union[str, Path], overrides: List[str], *, extra: 
     # The run's config.yaml already holds every override it was submitted with; new ones go on top.
     job = Job(manifest["cluster_file"], manifest["profile"], str(Path(found) / "config.yaml"), overrides=overrides,
               run_id=run_id, stale_image_ok=stale_image_ok)
-    return build(site, job.request(manifest["profile"], dry_run, after, flavor=record.flavor, image=record,
+    return build_after(site, job.request(manifest["profile"], dry_run, after, flavor=record.flavor, image=record,
                                    rerun_of=manifest["run_id"], recorded_code=manifest.get("code"),
                                    code_from=Path(found), data_sha256=runs.data_digest(manifest)))
 
 
 def refuse_mixed(swept: bool, max_parallel: Optional[int], *, rerun: bool, first_to_start: bool,
-                 command: bool) -> None:
-    """Choices that cannot go together: a sweep, a rerun, a race of two profiles, your own command."""
+                 command: bool, after: bool = False) -> None:
+    """Choices that cannot go together: a sweep, a rerun, a race of two profiles, your own command, a wait."""
     if (swept or max_parallel is not None) and (rerun or first_to_start):
         raise ClusterTrainError("--sweep starts new runs; --rerun and --first-to-start take none")
     if max_parallel is not None and not swept:
         raise ClusterTrainError("--max-parallel caps a sweep; add --sweep KEY=V1,V2,...")
     if command and (rerun or first_to_start):
         raise ClusterTrainError("a command after -- starts a new run; --rerun and --first-to-start take none")
+    if after and (swept or first_to_start):
+        raise ClusterTrainError("--after holds one run until others complete; a sweep or --first-to-start takes none "
+                                "(submit it once the runs have completed)")
 
 
 def override_lines(overrides: Overrides) -> List[str]:

@@ -79,9 +79,9 @@ def submit(job: Job, site: Site, after: After) -> Run:
     return Run(project.run_dir_for(sending.run_id))
 
 
-def dry_run(job: Job, site: Site) -> DryRun:
+def dry_run(job: Job, site: Site, after: After = ()) -> DryRun:
     """The login node's dry run: its summary and script as it shows them; the config as resolved here."""
-    sending, done = launched(job, site, True)
+    sending, done = launched(job, site, True, after)
     summary, _, script = done.stdout.partition(BANNER)
     run, _, _ = config_of(site, site.cluster.profile(job.profile), job.request(job.profile, True))
     return DryRun(script, cfg.to_dict(run), summary.rpartition("\n---")[0], list(sending.warnings))

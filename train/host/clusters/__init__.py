@@ -193,7 +193,7 @@ def load(path: Path) -> Cluster:
         raise UserError(f"{where} must hold a mapping (name:, scheduler:, partitions:, profiles:), "
                         f"not a {fields.kind(raw)}")
     raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}  # x-*: YAML anchors, not settings
-    fields.only_keys(raw, [f.name for f in dataclasses.fields(Cluster)] + ["apptainer"], where)
+    fields.only_keys(raw, [f.name for f in dataclasses.fields(Cluster)] + ["pipelines", "apptainer"], where)
     apptainer = fields.mapping(raw.get("apptainer"), f"{where}: apptainer")
     fields.only_keys(apptainer, ["nv", "binds"], f"{where}: apptainer")
     cluster = Cluster(

@@ -14,4 +14,5 @@
     user_code.py      your own code (a command after --, or --dev): its snapshot and what preflight reads of it
     reads.py          `reads:`: which keys of your own YAML mean the numbers preflight checks
     code_snapshot.py  the code a run executes, frozen at submission (a tar and its sha256)
+    run_refs.py       ${run:<id>}: an earlier run's directory named in a config value, resolved once at build time
 """

@@ -14,9 +14,10 @@ from train.host.clusters import Cluster, Profile
 from train.host.data import binding
 from train.host.images import locations, store
 from train.host.images.content_key import stale_inputs
-from train.host.jobs import code_snapshot, config_check, measured, preflight, user_code
+from train.host.jobs import code_snapshot, config_check, measured, preflight, run_refs, user_code
 from train.host.jobs.job import Job, new_run_id
 from train.host.jobs.render import render
+from train.host.jobs.run_refs import Waited
 from train.host.jobs.resolve import independent_tasks, launch_of, resolve, run_config, task_configs
 from train.host.jobs.summary import summary as job_summary
 from train.host.schedulers import adapter
@@ -109,7 +110,10 @@ class Request:
     recorded_code: Optional[Dict[str, Any]] = None  # rerun and resume: the snapshot the run recorded...
     code_from: Optional[Path] = None  # ...in this run directory
     data_sha256: str = ""  # rerun and resume: the data image the run read, by digest
-    after: List[Path] = field(default_factory=list)  # runs (their directories) this one starts after (pipelines)
+    after: List[Path] = field(default_factory=list)  # runs (directories or ids) that must complete before it starts
+    # the runs it will wait on, by id (train/host/runs/after.py fills it from `after`; a pipeline, with its earlier
+    # stages): ${run:<id>} names them, and its inputs may lie inside them
+    awaited: Dict[str, Path] = field(default_factory=dict)
 
 
 @dataclass
@@ -124,6 +128,7 @@ class Submission:
     warnings: List[str] = field(default_factory=list)
     rerun_of: Optional[str] = None
     code: Optional[user_code.Code] = None  # the snapshot of your code (a command, or --dev), else the image's own
+    after: List[Waited] = field(default_factory=list)  # the runs its job waits on (train/host/runs/after.py)
 
     def discard(self) -> None:
         """Drop the code snapshot taken for a submission that will not be queued (a dry run)."""
@@ -146,6 +151,8 @@ def build(site: Site, request: Request) -> Submission:
 
 
 def build_on(site: Site, profile: Profile, request: Request) -> Submission:
+    if request.after:  # the runs room checks them (they are runs); a job built here without that would not wait
+        raise ValueError("Request.after is checked by train.host.runs.after.build_after, which builds the job")
     run, user_set, config_file = config_of(site, profile, request)
     shape = launch_of(profile, adapter(site.cluster.scheduler))
     code = user_code.prepare_code(run, shape, request.recorded_code, request.code_from)
@@ -160,7 +167,8 @@ def config_of(site: Site, profile: Profile, request: Request) -> Tuple[cfg.RunCo
     """The run's config resolved from the experiment, the profile and every --set: the checks that need only the
     config (a cluster reached over SSH has them made on the laptop before anything is sent)."""
     cluster = site.cluster
-    user_set = user_overrides(request.overrides, cluster.path)
+    user_set = user_overrides(run_refs.expand_overrides(request.overrides, request.awaited, site.runs_root),
+                              cluster.path)
     shape = launch_of(profile, adapter(cluster.scheduler))
     run_id = request.run_id if request.run_id is not None else new_run_id(cluster.name, profile.name)
     run_dir = request.run_dir or project.run_dir_for(run_id, site.runs_root)
@@ -199,7 +207,7 @@ def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str
     read = code.read if code else None
     ram = measured.host_ram(site, profile, run, user_set, config_file)
     warnings += preflight.check(job, site.cluster, run, task_runs, user_set, script, ram,
-                                dry_run=request.dry_run, user_config=read)
+                                dry_run=request.dry_run, user_config=read, awaited=list(request.awaited.values()))
     summary = job_summary(job, run, config_check.overridden(user_set, profile), ram,
                                 batch_known=not run.command or bool(read and "batch_size" in read.values))
     summary = "\n".join([summary, *user_code.summary_lines(run, code)])

@@ -1,13 +1,14 @@
 """Preflight for the run config itself, torch-free: every registered name, every parameter a constructor or task
 takes, every input path, and the values the user set over the profile's. Each problem is one UserError."""
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 from train.shared import config as cfg
 from train.shared.catalog import CONFIG_KEYS, PARAMS_KEYS, REGISTRIES
 from train.shared.errors import UserError
 from train.host.clusters import Profile
 from train.host.jobs.job import Job
+from train.host.jobs import run_refs
 from train.host.jobs.resolve import profile_values
 from train.shared.registry import NOT_LITERAL, REQUIRED, Registry, unknown_name
 
@@ -16,13 +17,13 @@ NAME_KEYS = {kind: key for key, kind in CONFIG_KEYS.items()}
 GPU_ACCELERATORS = ("gpu", "cuda")
 
 
-def problems(run: cfg.RunConfig) -> List[UserError]:
+def problems(run: cfg.RunConfig, awaited: Sequence[Path] = ()) -> List[UserError]:
     found = [err for key, kind in CONFIG_KEYS.items() for err in _name(REGISTRIES[kind], _get(run, key), key)]
     for kind, section in PARAMS_KEYS.items():
         name = _get(run, NAME_KEYS[kind])
         if name in REGISTRIES[kind]:
             found += _params(REGISTRIES[kind], name, _get(run, section), section)
-    found += _inputs(run)
+    found += _inputs(run, awaited)
     return found
 
 
@@ -92,13 +93,14 @@ def _named_items(registry: Registry, name: str, key: str, value: Any):
     return [(kind, item) for item in items]
 
 
-def _inputs(run: cfg.RunConfig) -> List[UserError]:
+def _inputs(run: cfg.RunConfig, awaited: Sequence[Path]) -> List[UserError]:
+    """Input paths that exist, or lie in a run the job waits on (that run writes them before the job starts)."""
     found = []
     for key, path in cfg.input_paths(run).items():
         if "," in path or ":" in path:  # apptainer -B splits its argument on both
             found.append(UserError(f"{key}: {path!r} holds ',' or ':', which apptainer cannot bind; rename it or "
                                    f"give a symlink without them"))
-        elif not _exists(path):
+        elif not _exists(path) and not run_refs.inside(path, list(awaited)):
             fix = "create it (the generated data sets: make data)" if key == "data.root" else f"fix {key}"
             shown = path if len(path) <= 200 else f"{path[:200]}... ({len(path)} characters)"
             found.append(UserError(f"{key}: {shown} does not exist; {fix}"))

@@ -3,7 +3,7 @@ hang, run N silent copies, be rejected by the scheduler, or run the wrong image.
 The rules about memory are in jobs/memory.py; time limits, CPU binding and typed GPU names in jobs/requests.py."""
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from train.shared import config as cfg
 from train.shared.errors import UserError, raise_all
@@ -21,17 +21,18 @@ from train.host.schedulers.launches import LAUNCHES
 
 def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.RunConfig],
           user_set: Dict[str, Any], script: str, host_ram: HostRam, dry_run: bool = False,
-          user_config: Optional[reads.UserConfig] = None) -> List[str]:
+          user_config: Optional[reads.UserConfig] = None, awaited: Sequence[Path] = ()) -> List[str]:
     """Run every check and raise all failures at once (one line each). An image not built yet on this machine, and
     data not there yet, are warnings instead on a dry run: the job can be reviewed before they exist.
     `host_ram`: the figures per rank and per worker (train/host/jobs/measured.py) the host RAM check budgets.
-    `user_config`: what a command's own config says (reads:), checked against the job and named in its terms."""
+    `user_config`: what a command's own config says (reads:), checked against the job and named in its terms.
+    `awaited`: the directories of runs the job waits on: an input inside one exists by the time it starts."""
     errors = failures(RULES, job, cluster, run)
     errors += failures([lambda *_: memory.host_ram_fits(job, run, host_ram)], job, cluster, run)
     for task, task_run in zip(job.tasks, task_runs):
-        errors += [UserError(f"{task.name}: {err}") for err in config_check.problems(task_run)]
+        errors += [UserError(f"{task.name}: {err}") for err in config_check.problems(task_run, awaited)]
     if not job.tasks:
-        errors += config_check.problems(run)
+        errors += config_check.problems(run, awaited)
     errors += config_check.user_choices(job, user_set, cluster.profile(job.profile))
     errors += directives_repeated(job, script)
     errors = reads.in_user_terms(errors, user_config)  # then the checks that speak of your config themselves

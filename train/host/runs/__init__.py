@@ -10,6 +10,8 @@ run's life after it is built (train/host/jobs/):
     sweep.py        sweeps: every element built and checked, queued as one job array
     sweep_state.py  a queued sweep afterwards: its table (one scheduler question per array), wait, cancel, logs
     race.py         `--first-to-start`: two shapes queued, the first to start kept
+    after.py        `--after`: the runs a new job waits on, checked before it is queued
+    pipeline.py     `--pipeline`: a cluster file's stages, all checked, then queued each after the ones it names
     commands.py     `run-cluster status|logs|cancel|resume`
     table.py        `run-cluster runs`: every run of this machine and of each cluster reached over SSH, one table
     tracker_sync.py `run-cluster sync`: what a run's trackers logged offline, uploaded; `status`'s tracker lines

@@ -3,7 +3,7 @@ failure counts: a rank that saved and stopped as asked exits REQUEUE (a cancel, 
 and a run that was cancelled is named by its cancel (train/host/runs/ending.py), never by its log."""
 import re
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from train.shared.exit_codes import REQUEUE
 
@@ -49,3 +49,13 @@ def diagnose(run_dir: Path) -> Optional[str]:
         if found:
             return message.format(found.group(0), *found.groups()) if "{" in message else message
     return None
+
+
+def waited_on(after: List[Dict[str, str]], ended: Callable[[Dict[str, str]], Optional[str]]) -> str:
+    """Why a run that waited on others (its manifest's `after`) was cancelled: the first of them that ended other than
+    COMPLETED (`ended`: how the run of an entry ended, None while it has not); "" where none did."""
+    for entry in after:
+        how = ended(entry)
+        if how and how != "COMPLETED":
+            return f"cancelled: waited on run {entry['run_id']}, which ended {how}"
+    return ""

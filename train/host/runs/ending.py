@@ -3,7 +3,9 @@
 - the scheduler, while it still knows the job (scontrol, bjobs): queued, running, or how it ended;
 - the run itself: the batch shell's segment lines (logs/segments.jsonl: COMPLETED, FAILED, TIMEOUT when the shell
   saw its steps end), and `cancel`'s logs/cancelled.json, written before the scheduler is asked;
-- the scheduler's accounting (sacct, bhist), which outlives the scheduler's memory and says who ended the job.
+- the scheduler's accounting (sacct, bhist), which outlives the scheduler's memory and says who ended the job;
+- a run it waited on (--after, a pipeline's earlier stage; its manifest's `after`): the scheduler cancels a job whose
+  awaited run ended other than COMPLETED, and the cause names that run.
 
 `status`, `logs --follow`, `--wait`, `cancel` and `resume` all read `run_state`, so they agree. A job the scheduler
 no longer knows, whose end nobody recorded, has ended all the same (a scheduler never forgets a queued or running
@@ -13,8 +15,10 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from train.host.runs import segments
-from train.host.schedulers import FINISHED, State
+from train.shared.errors import UserError
+from train.host import runs
+from train.host.runs import causes, segments
+from train.host.schedulers import FINISHED, State, adapter
 
 # what the batch shell records when it saw its steps end (TERMINATED: a signal ended the shell, from whoever)
 RECORDED_ENDS = {"COMPLETED": State.COMPLETED, "FAILED": State.FAILED, "TIMEOUT": State.TIMEOUT}
@@ -40,7 +44,7 @@ def run_state(scheduler, job_id: str, run_dir: Path) -> Dict:
         return {**said, "source": scheduler.accounting_name}  # the scheduler did not answer; its accounting did
     ended = said if said and said["state"] in FINISHED else live if live["state"] in FINISHED else None
     if ended and not (ended["state"] == State.FAILED and recorded == State.TIMEOUT):  # ours: every requeue used
-        return with_cause(ended, said, scheduler)
+        return with_cause(ended, said, scheduler, run_dir)
     if recorded:
         return from_record(found[-1])
     return {**live, "ended_by": unrecorded(scheduler, job_id, found)} if live.get("gone") else live
@@ -58,15 +62,36 @@ def from_record(last: segments.Segment) -> Dict:
             "source": "the run's record"}
 
 
-def with_cause(ended: Dict, said: Optional[Dict], scheduler) -> Dict:
-    """The scheduler's end, with the event that ended the job where only the scheduler knows it (a cancel, a node
-    failure, its own time limit); a FAILED job's cause is in its log (train/host/runs/causes.py)."""
+def with_cause(ended: Dict, said: Optional[Dict], scheduler, run_dir: Path) -> Dict:
+    """The scheduler's end, with the event that ended the job where only the scheduler knows it (a cancel, a run it
+    waited on that failed, a node failure, its own time limit); a FAILED job's cause is in its log (causes.py)."""
     words = said["said"] if ended is said else f"{scheduler.name}: {ended['state'].value}"
     state = {**{k: v for k, v in ended.items() if k != "said"},
              "source": scheduler.accounting_name if ended is said else ""}
     if ended["state"] == State.CANCELLED:
-        return {**state, "ended_by": f"cancelled outside run-cluster ({words})"}
+        return {**state, "ended_by": waited_cause(run_dir) or f"cancelled outside run-cluster ({words})"}
     return {**state, "ended_by": "" if ended["state"] == State.FAILED else f"ended by the scheduler ({words})"}
+
+
+def waited_cause(run_dir: Path) -> str:
+    """A cancelled run that waited on others (--after): the one that ended other than COMPLETED, which is why the
+    scheduler ended it; "" where it waited on none or none of them failed."""
+    try:
+        after = runs.read_manifest(run_dir).get("after") or []
+    except UserError:
+        return ""
+    return causes.waited_on(after, waited_end)
+
+
+def waited_end(entry: Dict[str, str]) -> Optional[str]:
+    """How the run of a manifest's `after` entry ended (its state's word); None while it has not, or unreadable."""
+    run_dir = Path(entry["run_dir"])
+    try:
+        scheduler = adapter(runs.read_manifest(run_dir)["scheduler"]["name"])
+    except UserError:
+        return None
+    state = run_state(scheduler, entry["job_id"], run_dir)
+    return state["state"].value if has_ended(state) else None
 
 
 def unrecorded(scheduler, job_id: str, found) -> str:

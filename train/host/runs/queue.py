@@ -45,11 +45,12 @@ def queue(sub: Submission) -> str:
     job = sub.job
     run_dir = write_run(sub)
     try:
-        job_id = adapter(job.scheduler).submit(run_dir / "job.sh", run_dir)
+        waits = [waited.job_id for waited in sub.after]
+        job_id = adapter(job.scheduler).submit(run_dir / "job.sh", run_dir, *([waits] if waits else []))
     except BaseException:
         runs.discard(run_dir)
         raise
-    write_manifest(sub, job_id)
+    write_manifest(sub, job_id, **({"after": [waited.record() for waited in sub.after]} if sub.after else {}))
     return job_id
 
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from train.shared.errors import UserError
 
@@ -101,7 +101,7 @@ class Scheduler:
       default_launch, launches
                        the names of the launch shapes it can start (train/host/schedulers/launches.py: how
                        each starts its ranks; preflight refuses a profile asking for another).
-      submit()         queue the rendered script; returns the job id.
+      submit()         queue the rendered script (after=: held until those jobs COMPLETED); returns the job id.
       state()          what the scheduler says of a job it still knows ({'state': State, ...}; 'gone' once forgotten).
       cancel()         end the job.
       log_name()       the job's log file name in the run's logs/ (the scheduler's own % patterns).
@@ -110,6 +110,8 @@ class Scheduler:
                        the record of ended jobs that outlives state() (sacct, bhist); None: no accounting.
       array_directives(), element_id(), array_index, array_log, array_replaces, array_cap(), cancel_array()
                        job arrays for sweeps; without them `--sweep` is refused.
+      wait_options()   the submit options that hold a job until others COMPLETED and end it if one cannot (--after);
+                       None: it cannot chain runs, so --after is refused.
       array_limit(), after_directive()
                        the most elements one array holds; how an array waits for the one before (split sweeps).
       array_states(), array_accounting()
@@ -265,7 +267,12 @@ class Scheduler:
         check or its commands are not on this machine."""
         return None
 
-    def submit(self, script: Path, run_dir: Path) -> str:
+    def wait_options(self, job_ids: Sequence[str]) -> Optional[List[str]]:
+        """Submit options (not script directives: the script stays the run's own) that hold the job until every job of
+        `job_ids` has COMPLETED, and end it once one has ended otherwise; None: this scheduler cannot."""
+        return None
+
+    def submit(self, script: Path, run_dir: Path, after: Sequence[str] = ()) -> str:
         raise NotImplementedError
 
     def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict[str, str]:

@@ -3,7 +3,7 @@ script is templates/lsf.sh.j2 (the contract it fills in is documented on train/h
 import re
 import subprocess
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from train.shared.errors import UserError
 from train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
@@ -81,11 +81,17 @@ class Lsf(Scheduler):
     def warning_seconds(self, grace_s: int) -> int:
         return (grace_s + 59) // 60 * 60  # -wt takes whole minutes: the template rounds grace_s up
 
-    def submit(self, script: Path, run_dir: Path) -> str:
+    def wait_options(self, job_ids: Sequence[str]) -> Optional[List[str]]:
+        # -w done(ID): dispatched once each is DONE; -ti: ended as an orphan (TERM_ORPHAN_SYSTEM) as soon as one
+        # exits otherwise, whatever the cluster's ORPHAN_JOB_TERM_GRACE_PERIOD, rather than pend forever
+        return ["-w", " && ".join(f"done({job_id})" for job_id in job_ids), "-ti"]
+
+    def submit(self, script: Path, run_dir: Path, after: Sequence[str] = ()) -> str:
         # `bsub < script`: only then does bsub read the #BSUB lines of the script.
         with script.open() as stdin:
             try:
-                done = subprocess.run(["bsub"], stdin=stdin, capture_output=True, text=True)
+                done = subprocess.run(["bsub", *(self.wait_options(after) if after else [])], stdin=stdin,
+                                      capture_output=True, text=True)
             except FileNotFoundError:
                 raise UserError("bsub is not on PATH: run this on the cluster's login node") from None
         found = re.search(r"Job <(\d+)> is submitted", done.stdout)
@@ -111,7 +117,7 @@ class Lsf(Scheduler):
     # bhist -l's events (IBM's wording), in the order they happen to a job: the last one found is its state
     EVENTS = ((r"Submitted from host", State.PENDING), (r"Starting \(Pid", State.RUNNING),
               (r"Pending: Job has been requeued", State.PENDING), (r"Done successfully", State.COMPLETED),
-              (r"Exited with exit code|Exited;", State.FAILED), (r"\bTERM_OWNER\b", State.CANCELLED),
+              (r"Exited with exit code|Exited;", State.FAILED), (r"\bTERM_(OWNER|ORPHAN_SYSTEM)\b", State.CANCELLED),
               (r"\bTERM_RUNLIMIT\b", State.TIMEOUT))
 
     def accounting(self, job_id: str) -> Optional[Dict[str, str]]:

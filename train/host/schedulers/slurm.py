@@ -5,7 +5,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
 from train.host.schedulers.slurm_inventory import inventory as live_inventory, qos_by_account
@@ -106,8 +106,14 @@ class Slurm(Scheduler):
             return None  # sbatch is here but no cluster answers: nothing to learn about the script
         return done.returncode == 0, said[-1] if said else f"exit status {done.returncode}"
 
-    def submit(self, script: Path, run_dir: Path) -> str:
-        out = run_or_refuse(["sbatch", "--parsable", str(script)], "sbatch")
+    def wait_options(self, job_ids: Sequence[str]) -> Optional[List[str]]:
+        # afterok: start once each has COMPLETED; --kill-on-invalid-dep: cancel it (CANCELLED, Reason
+        # DependencyNeverSatisfied) once one ended otherwise, rather than pend forever
+        return [f"--dependency=afterok:{':'.join(job_ids)}", "--kill-on-invalid-dep=yes"]
+
+    def submit(self, script: Path, run_dir: Path, after: Sequence[str] = ()) -> str:
+        waits = self.wait_options(after) if after else []
+        out = run_or_refuse(["sbatch", "--parsable", *waits, str(script)], "sbatch")
         return out.strip().split(";")[0]
 
     def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict[str, str]:
