@@ -3,13 +3,11 @@
 argparse rather than fire: `--set` repeats, and fire cannot take a repeated flag."""
 import argparse
 import sys
-from pathlib import Path
 from typing import List, Optional
 
 from train.shared.errors import UserError
 from train.host import commands, project, runs
 from train.host.images import store
-from train.host.images.locations import run_image
 from train.host.jobs.build import DEFAULT_EXPERIMENT, Request, Site, build
 from train.host.runs.queue import one_run, show_and_queue
 from train.host.usage import Parser
@@ -135,12 +133,7 @@ def rerun(args) -> int:
     if extra:
         raise UserError(f"--rerun takes the run's own cluster, profile and image; drop {', '.join(extra)} "
                         f"(or submit anew without --rerun)")
-    args.rerun = runs.find(args.rerun)
-    manifest = runs.read_manifest(args.rerun)
-    site = Site.load(manifest["cluster_file"])
-    record = run_image(manifest, f"the image of {args.rerun}", site.image_store)
-    # The run's config.yaml already holds every override it was submitted with; new ones go on top.
-    sub = build(site, request(args, manifest["profile"], str(Path(args.rerun) / "config.yaml"), flavor=record.flavor,
-                              image=record, rerun_of=manifest["run_id"], recorded_code=manifest.get("code"),
-                              code_from=Path(args.rerun), data_sha256=runs.data_digest(manifest)))
+    from train.host.runs.rerun import rerun_submission
+
+    sub = rerun_submission(runs.find(args.rerun), args.overrides, args.run_id, args.dry_run, args.stale_image_ok)
     return show_and_queue(one_run(sub), args.dry_run, args.wait, args.timeout)

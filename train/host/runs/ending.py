@@ -11,10 +11,10 @@ job): waits give the accounting GONE_WAIT_S to catch up and then stop, saying so
 """
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from train.host.runs import segments
-from train.host.schedulers import FINISHED, State
+from train.host.schedulers import FINISHED, State, adapter
 
 # what the batch shell records when it saw its steps end (TERMINATED: a signal ended the shell, from whoever)
 RECORDED_ENDS = {"COMPLETED": State.COMPLETED, "FAILED": State.FAILED, "TIMEOUT": State.TIMEOUT}
@@ -130,3 +130,14 @@ def cancel(jobs: List[Tuple[Path, str]], ask: Callable[[], None]) -> None:
         for run_dir, job_id in jobs:
             segments.cancel_refused(run_dir, job_id, str(err) or type(err).__name__)
         raise
+
+
+def cancel_run(manifest: Dict[str, Any], run_dir: Path) -> str:
+    """Cancel one run's job unless it has ended, recording the cancel first (`cancel` above); what was done, in a line."""
+    scheduler, job_id = adapter(manifest["scheduler"]["name"]), manifest["scheduler"]["job_id"]
+    state = run_state(scheduler, job_id, run_dir)
+    if has_ended(state):
+        return (f"{scheduler.name} job {job_id} ({manifest['run_id']}) has ended: {describe(state)}; "
+                f"nothing to cancel")
+    cancel([(run_dir, job_id)], lambda: scheduler.cancel(job_id, run_dir))
+    return f"cancelled {scheduler.name} job {job_id} ({manifest['run_id']})"
