@@ -44,6 +44,7 @@ def test_a_finished_runs_status_results_and_metrics_come_from_its_records(tmp_pa
     assert isinstance(rows[1]["step"], int) and isinstance(rows[1]["train/loss"], float)
     assert len(rows) == 1 + 3 * (5 + 1)
     assert run.cancel() == "local job 4242 (lr-0.05) has ended: COMPLETED; nothing to cancel"
+    assert run.report() == run.path / "report.html"
     assert cli.main(["status", "--json", str(run.path)]) == 0  # what a laptop reads of a run over SSH
     assert RunStatus.from_dict(json.loads(capsys.readouterr().out)) == status
 
@@ -56,7 +57,8 @@ def test_the_cli_prints_the_apis_status_in_its_words(tmp_path, capsys):
     assert status.cause == "rank 1 died on host n2; its log lines above say why"
     assert cli.main(["status", str(run.path)]) == 0
     printed = capsys.readouterr().out
-    assert printed.startswith("lr-0.01: local job 4242 FAILED exit_code=1\n") and f"  cause: {status.cause}\n" in printed
+    assert printed.startswith("lr-0.01: local job 4242 FAILED exit_code=1\n")
+    assert f"  cause: {status.cause}\n" in printed
     assert run.logs() == "epoch 1\nsrun: error: n2: task 1: Killed\n"
 
 
@@ -70,6 +72,18 @@ def test_a_run_without_results_says_which_run_and_its_state(tmp_path):
     for bad in (tmp_path / "nothing-here", "no-such-run-id"):
         with pytest.raises(UserError, match="run"):
             Run(bad)
+
+
+@pytest.mark.parametrize("how", ["rerun", "resume"])
+def test_rerun_and_resume_refuse_in_the_clis_words_and_queue_nothing(runs_dir, capsys, how):
+    """A rerun whose recorded image is not here, a resume of a completed run that would train nothing."""
+    run = Run(ended(fake_run(runs_dir, "done", 0.05), "0"))
+    with pytest.raises(UserError) as refused:
+        getattr(run, how)()
+    assert cli.main([f"--{how}" if how == "rerun" else how, str(run.path)]) == 2
+    assert capsys.readouterr().err == f"run-cluster: error: {refused.value}\n"
+    assert "image store" in str(refused.value) if how == "rerun" else "would train nothing" in str(refused.value)
+    assert [p.name for p in runs_dir.iterdir()] == ["done"]
 
 
 def test_wait_times_out_on_a_running_job_and_logs_follow_yields_lines_until_it_ends(tmp_path):

@@ -6,6 +6,7 @@ cluster, as the command line does. Nothing here prints or exits: a refusal is a 
 import json
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Union, overload
 
 from train.shared.errors import UserError as ClusterTrainError
@@ -256,7 +257,7 @@ def remote_record(path: Path) -> Optional[Dict[str, Any]]:
     return record_of(path)
 
 
-def remote():
+def remote() -> ModuleType:
     """train/host/remote/runs.py, imported only for a run over SSH."""
     from train.host.remote import runs as remote_runs
 

@@ -133,7 +133,8 @@ def cancel(jobs: List[Tuple[Path, str]], ask: Callable[[], None]) -> None:
 
 
 def cancel_run(manifest: Dict[str, Any], run_dir: Path) -> str:
-    """Cancel one run's job unless it has ended, recording the cancel first (`cancel` above); what was done, in a line."""
+    """Cancel one run's job unless it has ended, recording the cancel first (`cancel` above); what was done, in a
+    line."""
     scheduler, job_id = adapter(manifest["scheduler"]["name"]), manifest["scheduler"]["job_id"]
     state = run_state(scheduler, job_id, run_dir)
     if has_ended(state):

@@ -1,5 +1,5 @@
 """A rerun: a new run of a recorded one, on its own cluster and profile, with its config, image digest, code and
-data image; extra overrides apply on top and are recorded. `run-cluster --rerun` and `Run.rerun()` both build it here."""
+data image; extra overrides apply on top and are recorded. `run-cluster --rerun` and `Run.rerun()` build it here."""
 from pathlib import Path
 from typing import List, Optional
 
