@@ -23,12 +23,12 @@ class RunStatus:
     (a requeued job has not); `cause` names what ended a run that did not complete (a cancel, the scheduler, a
     failure its logs name), "" otherwise; `results` is a completed run's results.json ({} otherwise)."""
 
-    run_id: str
     state: State
+    cause: str
     job_id: str
+    run_id: str
     scheduler: str
     ended: bool
-    cause: str = ""
     cancelling: str = ""  # who asked the scheduler to end the job that is still ending, and when
     details: Dict[str, Any] = field(default_factory=dict)  # the scheduler's other fields (nodes, exit_code, source)
     segments: Tuple[Segment, ...] = ()  # every allocation the run had: first start, each requeue
@@ -65,7 +65,7 @@ def status_of(manifest: Dict[str, Any], scheduler, run_dir: Path) -> RunStatus:
     slow_network = fabric.verdict(run_dir, job.get("fabric", "")) if job.get("check_fabric") else None
     results = completed_results(state, run_dir)
     cause = "" if results or not ending.has_ended(state) else state.get("ended_by") or causes.diagnose(run_dir) or ""
-    return RunStatus(manifest["run_id"], state["state"], job_id, scheduler.name, ending.has_ended(state), cause,
+    return RunStatus(state["state"], cause, job_id, manifest["run_id"], scheduler.name, ending.has_ended(state),
                      state.get("cancelling") or "", {k: v for k, v in state.items() if k not in NOT_SHOWN and v},
                      tuple(found), runs.data_version(manifest, 64) if manifest.get("data") else "",
                      tuple(tracker_sync.status_lines(run_dir)), (slow_network,) if slow_network else (), results)

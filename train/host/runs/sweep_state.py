@@ -106,8 +106,8 @@ def sweep_status(sweep_dir: Path) -> RunStatus:
              else failed[0][1] if failed else State.COMPLETED)
     record = read_sweep(sweep_dir)
     cause = "" if unended or not failed else f"{failed[0][0]['element']} {failed[0][1].value}"
-    return RunStatus(record["sweep_id"], state, ",".join(array_ids(record)), record["scheduler"],
-                     not unended, cause, details={row["element"]: row for row in rows})
+    return RunStatus(state, cause, ",".join(array_ids(record)), record["sweep_id"], record["scheduler"], not unended,
+                     details={row["element"]: row for row in rows})
 
 
 def status_table(sweep_dir: Path, rows: Optional[List[Dict]] = None) -> str:
