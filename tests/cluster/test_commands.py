@@ -92,6 +92,54 @@ def test_logs_follow_streams_a_running_job_and_returns_when_it_ends(sweep_file_r
 
 @pytest.mark.image
 @pytest.mark.slurm
+def test_a_script_waits_for_the_real_sweep_and_reads_each_runs_results_metrics_and_logs(sweep_file_runs, monkeypatch):
+    """The Python API (train/host/api/run.py) on the sweep the tests above watch: each element waited for as a run,
+    then the sweep; what each made read back; `runs()` lists them as `run-cluster runs` does."""
+    from train.host.api.run import Run, State, runs
+
+    sweep_dir, record, env = sweep_file_runs
+    monkeypatch.setenv("CT_RUNS_DIR", env["CT_RUNS_DIR"])
+    sweep = Run(sweep_dir)
+    for run, element in zip(sweep.runs, record["elements"]):
+        status = run.wait(timeout=300)
+        assert (status.state, status.scheduler, status.job_id) == (State.COMPLETED, "slurm", element["job_id"]), \
+            run.logs()[-3000:]
+        assert run.results()["epochs"] == 1 and run.results() == status.results
+        validated = [row for row in run.metrics() if "val/loss" in row]
+        assert validated and isinstance(validated[-1]["val/loss"], float) and isinstance(validated[-1]["step"], int)
+        assert STARTED in run.logs() and run.cluster == "ci-slurm"
+    assert sweep.wait(timeout=60).state == State.COMPLETED and sweep.id == "sf"
+    assert set(sweep.runs) <= set(runs(cluster="ci-slurm", state=State.COMPLETED))
+
+
+@pytest.mark.image
+@pytest.mark.slurm
+def test_a_script_submits_on_lsf_waits_for_the_run_and_reads_it(cpu_image, slurm_cluster, demo_data, tmp_path,
+                                                                 monkeypatch):
+    """On the LSF stand-in: queued by the internal path (build, queue), then only the API: wait, results, metrics,
+    logs, and cancel of the ended run, which keeps how it ended."""
+    from train.host.api.run import Run, State
+    from train.host.jobs.build import Request, Site, build
+    from train.host.runs.queue import queue
+
+    for name, value in (("CT_RUNS_DIR", tmp_path / "runs"), ("CT_LSF_STATE", tmp_path / "lsf"),
+                        ("PATH", f"{ROOT / 'tests' / 'lsf'}:{os.environ['PATH']}")):
+        monkeypatch.setenv(name, str(value))
+    overrides = [f"data.root={demo_data}", "data.num_workers=0", "trainer.max_epochs=1",
+                 "trainer.limit_train_batches=4", "trainer.limit_val_batches=2", "trainer.log_every_n_steps=2"]
+    sub = build(Site.load("ci-lsf"), Request("one_gpu", "demo", overrides, run_id="api-lsf"))
+    queue(sub)
+    run = Run("api-lsf")
+    status = run.wait(timeout=300, poll_s=0.5)
+    assert (status.state, status.scheduler, status.ended) == (State.COMPLETED, "lsf", True), run.logs()[-3000:]
+    assert run.results()["world_size"] == 1 and run.results()["epochs"] == 1
+    assert any(isinstance(row.get("val/acc"), float) for row in run.metrics())
+    assert STARTED in run.logs()
+    assert run.cancel().endswith(f"({run.id}) has ended: COMPLETED; nothing to cancel")
+
+
+@pytest.mark.image
+@pytest.mark.slurm
 def test_a_sweep_file_runs_each_listed_run_as_one_slurm_array(sweep_file_done):
     """Each listed mapping is one element of one array, trained with its values; status is one table."""
     sweep_dir, record, env = sweep_file_done

@@ -286,6 +286,27 @@ def test_a_run_submitted_from_the_laptop_trains_and_every_run_command_reaches_it
 
 @pytest.mark.image
 @pytest.mark.slurm
+def test_a_script_on_the_laptop_reads_a_run_on_the_cluster_as_a_local_one(laptop, monkeypatch):
+    """The Python API (train/host/api/run.py) from the laptop: the run that lives on the cluster over SSH waited for,
+    its status, results, metrics and logs read, listed by runs(); each asked there as the command line asks."""
+    from train.host.api.run import Run, State, runs
+
+    for name in ("CT_SETTINGS", "CT_RUNS_DIR"):
+        monkeypatch.setenv(name, laptop["env"][name])
+    monkeypatch.delenv("CT_IMAGES", raising=False)
+    run = Run("short")
+    status = run.wait(timeout=300)
+    there = laptop["cluster"] / "runs" / "short"
+    assert (status.state, status.scheduler) == (State.COMPLETED, "slurm"), job_logs(there)[-3000:]
+    assert status.job_id == remote_manifest(laptop, "short")["scheduler"]["job_id"] and status.segments
+    assert run.results() == json.loads((there / "results.json").read_text())
+    assert any("val/loss" in row for row in run.metrics()) and "[cluster-train] rank 0/1 on host" in run.logs()
+    assert run.cancel().endswith("(short) has ended: COMPLETED; nothing to cancel")
+    assert run in runs(cluster="ci-slurm", state=State.COMPLETED)
+
+
+@pytest.mark.image
+@pytest.mark.slurm
 def test_a_second_submission_sends_no_code_and_cancel_reaches_the_cluster(laptop):
     env, long = laptop["env"], laptop["submitted"]["long"]
     assert long.returncode == 0, long.stdout[-3000:] + long.stderr

@@ -9,12 +9,13 @@ from typing import List, Optional
 
 from train.shared.errors import UserError
 from train.host import commands
-from train.host.api.job import Job, refuse_mixed, rerun_submission
+from train.host.api.job import Job, after_dirs, refuse_mixed
 from train.host.api.over_ssh import checked
 from train.host.api.pipeline import Pipeline, refuse_options
 from train.host.jobs.build import DEFAULT_EXPERIMENT, Site
 from train.host.runs.pipeline import pipeline_plan
 from train.host.runs.queue import one_run
+from train.host.runs.rerun import rerun_submission
 from train.host.runs.showing import show_and_queue
 from train.host.usage import Parser
 
@@ -108,8 +109,8 @@ def rerun(args) -> int:
     """The run's own cluster, profile, config and image digest; extra --set values apply on top and are recorded."""
     extra = [name for name, value in (("CLUSTER", args.cluster), ("--flavor", args.flavor),
                                       ("--first-to-start", args.first_to_start), ("--dev", args.dev)) if value]
-    sub = rerun_submission(args.rerun, args.overrides, extra=extra, run_id=args.run_id, dry_run=args.dry_run,
-                           stale_image_ok=args.stale_image_ok, after=args.after)
+    sub = rerun_submission(args.rerun, args.overrides, args.run_id, args.dry_run, args.stale_image_ok, extra=extra,
+                           after=after_dirs(args.after))
     return show_and_queue(one_run(sub), args.dry_run, args.wait, args.timeout)
 
 

@@ -14,12 +14,12 @@ if TYPE_CHECKING:
     from train.host.api.job import Job, Sweep, rerun
     from train.host.api.values import DryRun
     from train.host.api.pipeline import Pipeline
-    from train.host.api.run import Run
+    from train.host.api.run import Run, RunStatus, State, runs
 
 MODULES: Dict[str, str] = {  # each public name and the module of train/host/api that defines it
     "ClusterTrainError": "errors", "UserErrors": "errors",
     "Job": "job", "DryRun": "values", "Sweep": "job", "rerun": "job",
-    "Run": "run", "Pipeline": "pipeline",
+    "Run": "run", "RunStatus": "run", "State": "run", "runs": "run", "Pipeline": "pipeline",
 }
 
 __all__ = sorted(MODULES)

@@ -22,6 +22,7 @@ from train.host.api.values import After, DryRun, Overrides
 from train.host.jobs.build import Request, Site, Submission, build
 from train.host.runs.after import build_after
 from train.host.runs.queue import Plan, one_run
+from train.host.runs.rerun import rerun_submission
 from train.shared import config as cfg
 
 RACE_TIMEOUT_S = 24 * 3600.0  # how long a race of two profiles waits for either to start
@@ -161,32 +162,10 @@ def rerun(run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Opti
           stale_image_ok: bool = False, after: After = ()) -> Run:
     """Submit a run again on its own cluster and profile, with its config and image digest; `overrides` apply on
     top and are recorded. Its new Run."""
-    plan = one_run(rerun_submission(run_path(run), override_lines(overrides), run_id=run_id, dry_run=False,
-                                    stale_image_ok=stale_image_ok, after=after))
+    plan = one_run(rerun_submission(run_path(run), override_lines(overrides), run_id, False, stale_image_ok,
+                                    after=after_dirs(after)))
     plan.queue()
     return Run(plan.run_dirs[0])
-
-
-def rerun_submission(run_dir: Union[str, Path], overrides: List[str], *, extra: Sequence[str] = (),
-                     run_id: Optional[str] = None, dry_run: bool, stale_image_ok: bool = False,
-                     after: After = ()) -> Submission:
-    """A rerun built and checked; `extra`: the command line's options given that a rerun does not take
-    (refused)."""
-    from train.host.images.locations import run_image
-
-    if extra:
-        raise ClusterTrainError(f"--rerun takes the run's own cluster, profile and image; drop {', '.join(extra)} "
-                                f"(or submit anew without --rerun)")
-    found = runs.find(str(run_dir))
-    manifest = runs.read_manifest(found)
-    site = Site.load(manifest["cluster_file"])
-    record = run_image(manifest, f"the image of {found}", site.image_store)
-    # The run's config.yaml already holds every override it was submitted with; new ones go on top.
-    job = Job(manifest["cluster_file"], manifest["profile"], str(Path(found) / "config.yaml"), overrides=overrides,
-              run_id=run_id, stale_image_ok=stale_image_ok)
-    return build_after(site, job.request(manifest["profile"], dry_run, after, flavor=record.flavor, image=record,
-                                   rerun_of=manifest["run_id"], recorded_code=manifest.get("code"),
-                                   code_from=Path(found), data_sha256=runs.data_digest(manifest)))
 
 
 def refuse_mixed(swept: bool, max_parallel: Optional[int], *, rerun: bool, first_to_start: bool,

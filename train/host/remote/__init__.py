@@ -13,4 +13,5 @@ status, logs, cancel, resume and --rerun of such a run are the same commands run
     ssh.py       the one shared connection per cluster, every remote word quoted, ssh's failures as one line
     sync.py      what a job needs sent by content (code, settings, image); a run's small files fetched back
     commands.py  submit there; status, logs, cancel, resume and --rerun proxied; report and compare on fetched copies
+    runs.py      the same questions for the Python API's Run (train/host/api/run.py), their answers read here
 """

@@ -6,7 +6,10 @@ run's life after it is built (train/host/jobs/):
     segments.py     the run's own record of its allocations (logs/segments.jsonl)
     causes.py       why a run failed, read from its logs, with the fix
     follow.py       a job's log followed while it runs, and the wait for its end
+    run_status.py   one run's status as data (RunStatus): what `status` prints and Run.status() returns
+    metrics.py      a run's CSV log read as rows of numbers (Run.metrics())
     resume.py       `resume runs/<id>`: the same run continued in its own directory, same image and code
+    rerun.py        `--rerun runs/<id>`: a new run of a recorded one, same image, code, config and data
     sweep.py        sweeps: every element built and checked, queued as one job array
     sweep_state.py  a queued sweep afterwards: its table (one scheduler question per array), wait, cancel, logs
     race.py         `--first-to-start`: two shapes queued, the first to start kept

@@ -13,7 +13,7 @@ job): waits give the accounting GONE_WAIT_S to catch up and then stop, saying so
 """
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from train.shared.errors import UserError
 from train.host import runs
@@ -155,3 +155,15 @@ def cancel(jobs: List[Tuple[Path, str]], ask: Callable[[], None]) -> None:
         for run_dir, job_id in jobs:
             segments.cancel_refused(run_dir, job_id, str(err) or type(err).__name__)
         raise
+
+
+def cancel_run(manifest: Dict[str, Any], run_dir: Path) -> str:
+    """Cancel one run's job unless it has ended, recording the cancel first (`cancel` above); what was done, in a
+    line."""
+    scheduler, job_id = adapter(manifest["scheduler"]["name"]), manifest["scheduler"]["job_id"]
+    state = run_state(scheduler, job_id, run_dir)
+    if has_ended(state):
+        return (f"{scheduler.name} job {job_id} ({manifest['run_id']}) has ended: {describe(state)}; "
+                f"nothing to cancel")
+    cancel([(run_dir, job_id)], lambda: scheduler.cancel(job_id, run_dir))
+    return f"cancelled {scheduler.name} job {job_id} ({manifest['run_id']})"

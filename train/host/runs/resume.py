@@ -91,5 +91,9 @@ def queue_resume(sub: Submission, run_dir: Path) -> str:
     runs.update_manifest(run_dir, resumes=manifest.get("resumes", []) + [resume], profile=sub.job.profile,
                          scheduler={**manifest["scheduler"], "job_id": job_id}, job=sub.job.as_dict(),
                          config=cfg.to_dict(sub.run))
-    print(f"resumed {run_dir.name} as {sub.job.scheduler} job {job_id}")
     return job_id
+
+
+def resumed_line(sub: Submission, run_dir: Path, job_id: str) -> str:
+    """What the command line says of a resume it queued."""
+    return f"resumed {run_dir.name} as {sub.job.scheduler} job {job_id}"

@@ -263,7 +263,7 @@ def shown(values: List[str], most: int = 8) -> str:
 def resume(args) -> int:
     """Resume every element that ended without completing, each as its own job in its own run directory; all are
     checked before any is queued. Elements still queued or running are left alone."""
-    from train.host.runs.resume import prepare_resume, queue_resume
+    from train.host.runs.resume import prepare_resume, queue_resume, resumed_line
 
     record = read_sweep(args.run_dir)
     scheduler = adapter(record["scheduler"])
@@ -277,6 +277,6 @@ def resume(args) -> int:
     plan = Plan("\n".join(f"{d.name}: {sub.summary.splitlines()[0]}" for d, sub in zip(ended, subs)),
                 [w for sub in subs for w in sub.warnings],
                 f"--- dry run: would resume {', '.join(d.name for d in ended)} ---\n",
-                queue=lambda: [queue_resume(sub, d) for d, sub in zip(ended, subs)],
+                queue=lambda: [print(resumed_line(sub, d, queue_resume(sub, d))) for d, sub in zip(ended, subs)],
                 discard=lambda: [sub.discard() for sub in subs])
     return show_and_queue(plan, args.dry_run, False, 0)

@@ -10,7 +10,8 @@ from train.host import runs
 from train.host.runs import ending
 from train.host.runs.ending import EndWatch, has_ended, run_state
 from train.host.runs.segments import read as read_segments
-from train.host.schedulers import State, adapter
+from train.host.runs.run_status import RunStatus
+from train.host.schedulers import FINISHED, State, adapter
 
 SWEEP = "sweep.json"
 
@@ -94,6 +95,21 @@ def best_metric(run_dir: Path) -> str:
     return "-"
 
 
+def sweep_status(sweep_dir: Path) -> RunStatus:
+    """A sweep's status: RUNNING (or PENDING) while any element has not ended, then COMPLETED if all completed, else
+    the first failed element's state; `details` holds each element's row of `run-cluster status`'s table."""
+    rows = element_rows(sweep_dir)
+    states = [State.of(row["state"]) if row["state"] != "cancelling" else State.RUNNING for row in rows]
+    unended = [s for s in states if s not in FINISHED]
+    failed = [(row, s) for row, s in zip(rows, states) if s in FINISHED and s != State.COMPLETED]
+    state = (State.RUNNING if State.RUNNING in unended else unended[0] if unended
+             else failed[0][1] if failed else State.COMPLETED)
+    record = read_sweep(sweep_dir)
+    cause = "" if unended or not failed else f"{failed[0][0]['element']} {failed[0][1].value}"
+    return RunStatus(state, cause, ",".join(array_ids(record)), record["sweep_id"], record["scheduler"], not unended,
+                     details={row["element"]: row for row in rows})
+
+
 def status_table(sweep_dir: Path, rows: Optional[List[Dict]] = None) -> str:
     rows = rows if rows is not None else element_rows(sweep_dir)
     columns = list(rows[0])
@@ -107,10 +123,10 @@ def status_table(sweep_dir: Path, rows: Optional[List[Dict]] = None) -> str:
     return "\n".join([head, *(line.rstrip() for line in lines)])
 
 
-def cancel(sweep_dir: Path) -> None:
+def cancel(sweep_dir: Path) -> str:
     """The whole array at once (on local: the sweep script's process group, each unended element marked), and each
     resumed element's own job; each element still running or queued records the cancel first
-    (train/host/runs/ending.py)."""
+    (train/host/runs/ending.py). What was done, in a line."""
     record = read_sweep(sweep_dir)
     scheduler = adapter(record["scheduler"])
     view = ArrayView(scheduler, record)
@@ -118,8 +134,7 @@ def cancel(sweep_dir: Path) -> None:
                for e in record["elements"]]  # a resumed element's job is its own, no longer the array's
     unended = [(run_dir, job_id) for run_dir, job_id in current if not has_ended(run_state(view, job_id, run_dir))]
     if not unended:
-        print(f"every element of {record['sweep_id']} has ended; nothing to cancel")
-        return
+        return f"every element of {record['sweep_id']} has ended; nothing to cancel"
     in_array = {e["job_id"] for e in record["elements"]}
     resumed = [(run_dir, job_id) for run_dir, job_id in unended if job_id not in in_array]
     arrays = array_ids(record) if len(resumed) < len(unended) else []
@@ -128,21 +143,13 @@ def cancel(sweep_dir: Path) -> None:
                                     [scheduler.cancel(job_id, run_dir) for run_dir, job_id in resumed]))
     jobs = [f"array{'s' if len(arrays) > 1 else ''} {', '.join(arrays)}"] if arrays else []
     jobs += [f"job {job_id} ({run_dir.name}, resumed)" for run_dir, job_id in resumed]
-    print(f"cancelled {record['scheduler']} {', '.join(jobs)} ({record['sweep_id']}, {len(unended)} of its "
-          f"{len(record['elements'])} runs had not ended)")
+    return (f"cancelled {record['scheduler']} {', '.join(jobs)} ({record['sweep_id']}, {len(unended)} of its "
+            f"{len(record['elements'])} runs had not ended)")
 
 
 def wait(sweep_dir: Path, timeout_s: float, poll_s: float = 2.0) -> int:
     """Until every element has ended; the table, and 0 when all completed."""
-    record = read_sweep(sweep_dir)
-    scheduler = adapter(record["scheduler"])
-    watching = [EndWatch(scheduler, e["job_id"], Path(e["run_dir"])) for e in record["elements"]]
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        watching = [watch for watch in watching if watch.poll() is None]
-        if not watching:
-            break
-        time.sleep(poll_s)
+    wait_elements(sweep_dir, timeout_s, poll_s)
     rows = element_rows(sweep_dir)
     print(status_table(sweep_dir, rows))
     return 0 if all(r["state"] == "COMPLETED" for r in rows) else 1
@@ -154,11 +161,23 @@ def ended_uncompleted(scheduler, run_dir: Path) -> bool:
     return has_ended(state) and state["state"] != State.COMPLETED
 
 
-def print_logs(sweep_dir: Path) -> None:
-    """Every element's logs, each under its name and swept values."""
-    from train.host.runs.follow import _logs
+def wait_elements(sweep_dir: Path, timeout_s: Optional[float], poll_s: float = 2.0) -> bool:
+    """Poll until every element has ended (None: however long that takes); whether they all have."""
+    record = read_sweep(sweep_dir)
+    scheduler = adapter(record["scheduler"])
+    watching = [EndWatch(scheduler, e["job_id"], Path(e["run_dir"])) for e in record["elements"]]
+    deadline = time.time() + timeout_s if timeout_s is not None else None
+    while deadline is None or time.time() < deadline:
+        watching = [watch for watch in watching if watch.poll() is None]
+        if not watching:
+            return True
+        time.sleep(poll_s)
+    return False
 
-    for element in read_sweep(sweep_dir)["elements"]:
-        print(f"==> e{element['index']} ({' '.join(f'{k}={v}' for k, v in element['values'].items())}) <==")
-        for path in _logs(Path(element["run_dir"]) / "logs"):
-            print(path.read_text(errors="replace"), end="")
+
+def logs_text(sweep_dir: Path) -> str:
+    """Every element's logs, each under its name and swept values."""
+    from train.host.runs.follow import logs_text as run_logs
+
+    return "".join(f"==> e{element['index']} ({' '.join(f'{k}={v}' for k, v in element['values'].items())}) <==\n"
+                   + run_logs(Path(element["run_dir"])) for element in read_sweep(sweep_dir)["elements"])

@@ -26,14 +26,24 @@ def main(argv: List[str]) -> int:
     p.add_argument("--json", action="store_true", help="one JSON object per run (what a laptop asks a cluster)")
     p.add_argument("--here", action="store_true", help="only this machine's runs: no cluster asked over SSH")
     args = p.parse_args(argv)
-    rows = local_rows(args.cluster) + ([] if args.here else remote_rows(args.cluster))
-    rows = [r for r in rows if not args.state or r["state"].upper() in (args.state.upper(), "UNREACHABLE")]
+    rows = run_rows(args.cluster, args.state, args.here)
     if args.json:
         for row in rows:
             print(json.dumps(row))
     else:
         print(table(rows) if rows else "no runs")
     return 0
+
+
+def run_rows(cluster: Optional[str] = None, state: Optional[str] = None, here: bool = False) -> List[Dict]:
+    """Every run's row (this machine's; each cluster's over SSH unless `here`), of one cluster and in one state if
+    named; a cluster that did not answer is one UNREACHABLE row, whatever the state asked."""
+    return in_state(local_rows(cluster) + ([] if here else remote_rows(cluster)), state)
+
+
+def in_state(rows: List[Dict], state: Optional[str]) -> List[Dict]:
+    """The rows in `state` (any case), and every UNREACHABLE one: a cluster that did not answer may hold such runs."""
+    return [r for r in rows if not state or r["state"].upper() in (state.upper(), "UNREACHABLE")]
 
 
 def local_rows(cluster: Optional[str]) -> List[Dict]:

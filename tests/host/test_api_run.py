@@ -1,0 +1,148 @@
+"""`Run` and `runs()` (train/host/api/run.py) on run directories made here in the real formats (tests/host/
+test_report.py's fake runs, on the local runner: its logs/exit_code is the job's end): the status of a finished run
+from its records and the CLI's same words, results and metrics, a missing results.json, waiting, following the log,
+a sweep's elements, the listing's filters. The real schedulers' cases: tests/cluster/test_commands.py (Slurm) and
+tests/cluster/test_lsf_standin.py (LSF)."""
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from host.test_report import fake_run
+
+from train.shared.errors import UserError
+from train.host import cli
+from train.host.api.run import Run, RunStatus, State, runs
+from train.host.runs.metrics import read_metrics
+
+
+def ended(run_dir: Path, exit_code: str) -> Path:
+    """The local runner's word that the job ended with this exit status."""
+    (run_dir / "logs" / "exit_code").write_text(f"{exit_code}\n")
+    return run_dir
+
+
+def running(run_dir: Path) -> Path:
+    """A job the local runner sees alive: its job id is this test's own process."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["scheduler"]["job_id"] = str(os.getpid())
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    return run_dir
+
+
+def test_a_finished_runs_status_results_and_metrics_come_from_its_records(tmp_path, capsys):
+    run = Run(ended(fake_run(tmp_path, "lr-0.05", 0.05), "0"))
+    assert (run.id, run.cluster, run.profile) == ("lr-0.05", "local", "cpu_1proc")
+    status = run.status()
+    assert (status.state, status.ended, status.cause, status.job_id) == (State.COMPLETED, True, "", "4242")
+    assert [s.how for s in status.segments] == ["COMPLETED"]
+    assert run.results() == status.results == json.loads((run.path / "results.json").read_text())
+    rows = run.metrics()
+    assert rows[0] == {"epoch": 0, "step": 0, "val/acc": 0.01, "val/loss": 4.6}  # empty cells left out
+    assert isinstance(rows[1]["step"], int) and isinstance(rows[1]["train/loss"], float)
+    assert len(rows) == 1 + 3 * (5 + 1)
+    assert run.cancel() == "local job 4242 (lr-0.05) has ended: COMPLETED; nothing to cancel"
+    assert run.report() == run.path / "report.html"
+    assert cli.main(["status", "--json", str(run.path)]) == 0  # what a laptop reads of a run over SSH
+    assert RunStatus.from_dict(json.loads(capsys.readouterr().out)) == status
+
+
+def test_the_cli_prints_the_apis_status_in_its_words(tmp_path, capsys):
+    run = Run(ended(fake_run(tmp_path, "lr-0.01", 0.01, results=False), "1"))
+    (run.path / "logs" / "job.out").write_text("epoch 1\nsrun: error: n2: task 1: Killed\n")
+    status = run.status()
+    assert (status.state, status.ended) == (State.FAILED, True)
+    assert status.cause == "rank 1 died on host n2; its log lines above say why"
+    assert cli.main(["status", str(run.path)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("lr-0.01: local job 4242 FAILED exit_code=1\n")
+    assert f"  cause: {status.cause}\n" in printed
+    assert run.logs() == "epoch 1\nsrun: error: n2: task 1: Killed\n"
+
+
+def test_a_run_without_results_says_which_run_and_its_state(tmp_path):
+    run = Run(ended(fake_run(tmp_path, "lr-0.1", 0.1, results=False), "1"))
+    with pytest.raises(UserError) as refused:
+        run.results()
+    assert str(refused.value) == (f"run lr-0.1 has no results.json yet (it is FAILED); wait for it to complete: "
+                                  f"Run({str(run.path)!r}).wait()")
+    assert run.wait(timeout=5).state == State.FAILED  # ended: at once
+    for bad in (tmp_path / "nothing-here", "no-such-run-id"):
+        with pytest.raises(UserError, match="run"):
+            Run(bad)
+
+
+@pytest.mark.parametrize("how", ["rerun", "resume"])
+def test_rerun_and_resume_refuse_in_the_clis_words_and_queue_nothing(runs_dir, capsys, how):
+    """A rerun whose recorded image is not here, a resume of a completed run that would train nothing."""
+    run = Run(ended(fake_run(runs_dir, "done", 0.05), "0"))
+    with pytest.raises(UserError) as refused:
+        getattr(run, how)()
+    assert cli.main([f"--{how}" if how == "rerun" else how, str(run.path)]) == 2
+    assert capsys.readouterr().err == f"run-cluster: error: {refused.value}\n"
+    assert "image store" in str(refused.value) if how == "rerun" else "would train nothing" in str(refused.value)
+    assert [p.name for p in runs_dir.iterdir()] == ["done"]
+
+
+def test_wait_times_out_on_a_running_job_and_logs_follow_yields_lines_until_it_ends(tmp_path):
+    run = Run(running(fake_run(tmp_path, "live", 0.1, results=False)))
+    with pytest.raises(TimeoutError, match=r"did not finish within 0 s \(state RUNNING\); it goes on"):
+        run.wait(timeout=0.3, poll_s=0.1)
+    log = run.path / "logs" / "job.out"
+    log.write_text("first\nsec")
+
+    def job() -> None:
+        time.sleep(0.5)
+        with log.open("a") as f:
+            f.write("ond\nthird\n")
+        time.sleep(0.5)
+        ended(run.path, "0")
+
+    writer = threading.Thread(target=job)
+    writer.start()
+    assert list(run.logs(follow=True)) == ["first\n", "second\n", "third\n"]
+    writer.join()
+    assert run.wait(timeout=5).state == State.COMPLETED
+
+
+def sweep_of(tmp_path: Path, exit_codes) -> Path:
+    """A sweep directory as train/host/runs/sweep.py writes it, on the local runner."""
+    sweep_dir = tmp_path / "sw"
+    elements = []
+    for i, code in enumerate(exit_codes):
+        run_dir = ended(fake_run(sweep_dir, f"e{i}", 0.01 * (i + 1), results=code == "0"), code)
+        elements.append({"index": i, "run_dir": str(run_dir), "values": {"optim.lr": str(0.01 * (i + 1))},
+                         "job_id": "4242"})
+    record = {"sweep_id": "sw", "scheduler": "local", "array_job_id": "4242", "arrays": [{"job_id": "4242"}],
+              "max_parallel": 2, "axes": [{"key": "optim.lr", "values": ["0.01", "0.02"]}], "elements": elements}
+    (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    return sweep_dir
+
+
+def test_a_sweep_is_a_run_whose_runs_are_its_elements(tmp_path, capsys):
+    sweep = Run(sweep_of(tmp_path, ["0", "1"]))
+    assert sweep.is_sweep and sweep.id == "sw" and [r.path.name for r in sweep.runs] == ["e0", "e1"]
+    status = sweep.status()
+    assert (status.state, status.ended, status.cause) == (State.FAILED, True, "e1 FAILED")
+    assert [row["state"] for row in status.details.values()] == ["COMPLETED", "FAILED"]
+    assert sweep.wait(timeout=5).state == State.FAILED
+    assert "==> e0 (optim.lr=0.01) <==" in sweep.logs()
+    assert cli.main(["status", str(sweep.path)]) == 0
+    assert "\ne1       0.02      FAILED     1         -\n" in capsys.readouterr().out
+
+
+def test_runs_lists_this_machines_runs_by_state(runs_dir):
+    done = Run(ended(fake_run(runs_dir, "done", 0.05), "0"))
+    failed = Run(ended(fake_run(runs_dir, "failed", 0.05, results=False), "1"))
+    assert {done, failed} <= set(runs(cluster="local"))
+    assert done in runs(state=State.COMPLETED) and failed not in runs(state="completed")
+    assert failed in runs(state="FAILED") and not runs(cluster="no-such-cluster")
+
+
+def test_metrics_cells_read_as_numbers(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text("epoch,step,val/loss,note\n0,3,,warm\n1,7,1.5e-1,\n")
+    assert read_metrics(path) == [{"epoch": 0, "step": 3, "note": "warm"}, {"epoch": 1, "step": 7, "val/loss": 0.15}]
+    assert read_metrics(tmp_path / "none.csv") == []
