@@ -21,6 +21,7 @@ def fit(config: str, **overrides):
     threads.default_threads()  # before torch is imported: it sizes its thread pool once
     print(f"[cluster-train] train package: {Path(__file__).parent}", flush=True)  # the image's, or --dev's snapshot
     from train.image.fit import fit as run_fit
+    from train.image.leave import leave
 
     run = cfg.load(config, overrides)
     try:
@@ -30,6 +31,11 @@ def fit(config: str, **overrides):
 
         disk_full(err.filename or run.output_dir, err)
         raise
+    except SystemExit as stop:  # saved for a requeue (75), NaN loss (3): the same clean ending as success
+        if isinstance(stop.code, int):
+            leave(stop.code)
+        raise
+    leave(0)  # results are written: no abort at interpreter exit may turn the run FAILED
 
 
 def command(config: str):
