@@ -1,4 +1,5 @@
 """`python -m train COMMAND`: the image-side command line (fire)."""
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -46,6 +47,15 @@ def command(config: str):
 
     threads.default_threads()  # inherited by the command's ranks
     sys.exit(run_command(config))
+
+
+def call():
+    """Make the function call this run was sent (`bin/run-cluster` never types it: train/host/api/function.py makes it
+    the run's command): call/args.pkl in, call/result.pkl out; exit 0 returned, 1 raised, 75 saved to be requeued."""
+    from train.image.call import run_call
+    from train.image.leave import leave
+
+    leave(run_call(Path(os.environ["CT_RUN_DIR"])))
 
 
 def export(checkpoint: str, out: str):
@@ -142,8 +152,8 @@ def imagecheck(cuda: str, *capabilities: float):
 
 def main(argv=None):
     try:
-        commands = {"fit": fit, "command": command, "export": export, "bench": bench, "models": models, "names": names,
-                    "make_data": make_data, "selftest": selftest, "imagecheck": imagecheck,
+        commands = {"fit": fit, "command": command, "call": call, "export": export, "bench": bench, "models": models,
+                    "names": names, "make_data": make_data, "selftest": selftest, "imagecheck": imagecheck,
                     "probe_data": probe_data}
         fire.Fire(commands, command=argv)
     except UserError as err:

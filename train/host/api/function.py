@@ -1,0 +1,133 @@
+"""A Python function run inside the pinned image, as submitit's `executor.submit(fn, *args)` runs it on a cluster:
+
+    from train.host.api.function import Executor
+    run = Executor("ci-slurm", "n1_gpu1").submit(train_one, seed=3)
+    value = run.result(timeout=600)  # its return value, or FunctionError with the remote traceback
+
+The function is imported in the image from the run's code snapshot (the working directory's project), by module and
+qualified name; `by_value=True` sends it with cloudpickle instead (a lambda, a notebook cell). Its arguments and
+result travel as call/args.pkl and call/result.pkl in the run directory. On a profile of several ranks every rank
+calls it and rank 0's return value (or exception) is kept. A callable object with a `checkpoint(*args, **kwargs)`
+method is asked, on the job's time-limit warning, for the Call to make once the job is requeued (None: the same call
+again), as submitit's Checkpointable is.
+"""
+import json
+import pickle
+import re
+from pathlib import Path
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
+
+from train.shared import calls
+from train.shared.calls import Call
+from train.shared.errors import UserError
+from train.host import runs
+from train.host.api.run import Run
+from train.host.jobs import code_snapshot, function_call
+from train.host.jobs.build import Request, Site, Submission, build
+from train.host.runs.queue import write_manifest, write_run
+from train.host.schedulers import adapter
+
+__all__ = ["Executor", "FunctionRun", "FunctionError", "Call"]
+Overrides = Union[Mapping[str, Any], Sequence[str]]
+
+
+class FunctionError(RuntimeError):
+    """The function raised in the image (or its run ended without a result). The message holds the remote
+    traceback, also in `.remote_traceback`; the remote exception, where it unpickles here, is its __cause__."""
+
+    def __init__(self, message: str, remote_traceback: str = "") -> None:
+        super().__init__(message)
+        self.remote_traceback = remote_traceback
+
+
+class FunctionRun(Run):
+    """A run that makes one function call; `warnings`: what the submission warned about (the CLI prints these)."""
+
+    warnings: List[str] = []
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        """Wait for the run (at most `timeout` seconds: TimeoutError), then its function's return value; raises
+        FunctionError with the remote traceback where it raised."""
+        ended = self.wait(timeout)
+        path = self.path / calls.RESULT
+        if not path.is_file():
+            raise FunctionError(f"run {self.id} ended {ended} without a result ({path} was not written); its log: "
+                                f"{self.path / 'logs'}")
+        outcome = pickle.loads(path.read_bytes())
+        if "error" not in outcome:
+            return outcome["value"]
+        raise FunctionError(f"the function of run {self.id} raised {outcome['type']}: {outcome['message']}\n"
+                            f"remote traceback:\n{outcome['traceback']}", outcome["traceback"]) from remote(outcome)
+
+
+def remote(outcome: dict) -> Optional[BaseException]:
+    """The remote exception itself, where its class is importable here too."""
+    try:
+        return pickle.loads(outcome["error"]) if outcome["error"] else None
+    except Exception:
+        return None
+
+
+class Executor:
+    """Where functions run: a cluster (a name in clusters/ or a cluster file) and one of its profiles, with run
+    config overrides ({"key": value} or ["key=value"]); `after`: runs to wait for (comes with pipelines)."""
+
+    def __init__(self, cluster: str, profile: str, *, overrides: Overrides = (), by_value: bool = False,
+                 after: Sequence[Union[Run, str, Path]] = ()) -> None:
+        self.cluster, self.profile, self.by_value = cluster, profile, by_value
+        self.overrides = as_overrides(overrides)
+        if after:
+            raise UserError("Executor(after=...) needs the pipelines' dependencies, not in this build yet; wait for "
+                            "those runs (run.result()) before submitting")
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FunctionRun:
+        """Check and queue fn(*args, **kwargs); raises UserError (one line, nothing queued) where the image could
+        not import fn or an argument does not pickle."""
+        call = Call(fn, *args, **kwargs)
+        root = Path.cwd().resolve()
+        source = None if self.by_value else function_call.module_path(fn, root)
+        spec = function_call.pickled(call, self.by_value)
+        site = Site.load(self.cluster)
+        if site.user.get("ssh"):
+            raise UserError(f"a function is sent from {self.cluster}'s login node, not over ssh yet; submit it there")
+        name = re.sub(r"[^A-Za-z0-9_.+-]", "_", function_call.defined_by(fn).__qualname__)[:60]
+        sub = build(site, Request(self.profile, None, overrides=[f"name={name}", *self.overrides],
+                                  command=list(calls.COMMAND)))
+        try:
+            if source is not None:
+                in_snapshot(sub, source, fn)
+            run_dir = queue_call(sub, spec, {"function": function_call.name_of(fn), "by_value": self.by_value})
+        except BaseException:
+            sub.discard()
+            raise
+        run = FunctionRun(run_dir)
+        run.warnings = list(sub.warnings)
+        return run
+
+
+def as_overrides(overrides: Overrides) -> List[str]:
+    """--set's KEY=VALUE words; a mapping's values as JSON, which the config reads as YAML does."""
+    if isinstance(overrides, Mapping):
+        return [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+    return [str(word) for word in overrides]
+
+
+def in_snapshot(sub: Submission, source: str, fn: Callable[..., Any]) -> None:
+    """The module file the image imports fn from is one the snapshot holds (not git-ignored, not left out)."""
+    snapshot = sub.code.snapshot
+    if not code_snapshot.holds(snapshot, source):
+        raise UserError(f"{source} (the module of {function_call.name_of(fn)}) is not in the code snapshot of "
+                        f"{snapshot.source} (git ignores it?); add it to the project, or pass by_value=True")
+
+
+def queue_call(sub: Submission, spec: bytes, record: dict) -> Path:
+    """The run directory written with its call, the job submitted, the manifest recorded; nothing left on failure."""
+    run_dir = write_run(sub)
+    try:
+        calls.write(run_dir / calls.ARGS, spec, dumps=bytes)
+        job_id = adapter(sub.job.scheduler).submit(run_dir / "job.sh", run_dir)
+    except BaseException:
+        runs.discard(run_dir)
+        raise
+    write_manifest(sub, job_id, call=record)
+    return run_dir
