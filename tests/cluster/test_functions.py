@@ -38,7 +38,7 @@ def test_a_function_returns_its_value_and_a_failing_one_raises_on_lsf(cpu_image,
 
 def test_a_checkpointable_function_is_requeued_and_goes_on_from_its_saved_call(cpu_image, slurm_cluster, runs_dir,
                                                                                project):  # noqa: F811
-    run = Executor("ci-slurm", "n1_gpu1").submit(project.CountTo(), 80)  # 8 s of counting
+    run = Executor("ci-slurm", "n1_gpu1").submit(project.CountTo(), 40)  # 4 s of counting
     job_id = manifest(run.path)["scheduler"]["job_id"]
     deadline = time.time() + TIMEOUT_S
     while "counted 10" not in job_logs(run.path):
@@ -50,5 +50,5 @@ def test_a_checkpointable_function_is_requeued_and_goes_on_from_its_saved_call(c
         release_requeued(job_id)
         time.sleep(1)
     done, resumed = run.result(timeout=10)
-    assert done == 80 and resumed == ["0", "1"], job_logs(run.path)[-3000:]  # the saved object went on counting
+    assert done == 40 and resumed == ["0", "1"], job_logs(run.path)[-3000:]  # the saved object went on counting
     assert "checkpoint saved (REQUEUED)" in job_logs(run.path)

@@ -100,6 +100,12 @@ def test_by_value_carries_the_function_itself(project):
     assert cloudpickle.__version__
 
 
+def test_by_value_without_cloudpickle_here_says_how_to_get_it(project, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cloudpickle", None)  # import cloudpickle raises ImportError
+    message = refused(project.add, 1, by_value=True)
+    assert message.startswith("by_value=True needs cloudpickle") and "pip install cloudpickle" in message
+
+
 def runner(run_dir, call: Call, by_value=False, rank="0"):
     """`python -P -m train call` as the job starts it: in the snapshot, with the run's variables."""
     calls.write(run_dir / calls.ARGS, function_call.pickled(call, by_value), dumps=bytes)
