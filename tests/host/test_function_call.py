@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from train.host.api.function import Executor, FunctionError, FunctionRun
+from train.host.api.function import Executor, FunctionError, result_of
 from train.host.jobs import function_call
 from train.shared import calls
 from train.shared.calls import Call
@@ -123,22 +123,17 @@ def run_dir(project, tmp_path):
     return path
 
 
-def ended(run_dir, how="COMPLETED"):
-    (run_dir / "logs" / "segments.jsonl").write_text(f'{{"event": "end", "segment": 1, "how": "{how}"}}\n')
-    return FunctionRun(run_dir)
-
-
 def test_the_value_comes_back_through_the_run_directory(project, run_dir):
     proc = runner(run_dir, Call(project.add, 2, b=40))
     assert proc.wait(60) == 0, proc.stdout.read()
-    assert ended(run_dir).result(timeout=5) == 42
+    assert result_of(run_dir, "COMPLETED") == 42
 
 
 def test_a_failing_function_raises_on_the_callers_side_with_the_remote_traceback(project, run_dir):
     proc = runner(run_dir, Call(project.fails, 7))
     assert proc.wait(60) == 1, proc.stdout.read()
     with pytest.raises(FunctionError) as err:
-        ended(run_dir, "FAILED").result(timeout=5)
+        result_of(run_dir, "FAILED")
     assert "raised ValueError: bad x 7" in str(err.value)
     assert 'mypkg/jobs.py", line 9, in fails' in str(err.value) and "the line the caller must see" in str(err.value)
     assert isinstance(err.value.__cause__, ValueError) and err.value.remote_traceback in str(err.value)
@@ -146,7 +141,7 @@ def test_a_failing_function_raises_on_the_callers_side_with_the_remote_traceback
 
 def test_a_run_without_a_result_says_how_it_ended(run_dir):
     with pytest.raises(FunctionError, match="ended TERMINATED without a result"):
-        ended(run_dir, "TERMINATED").result(timeout=5)
+        result_of(run_dir, "TERMINATED")
 
 
 def test_the_warning_saves_the_next_call_and_exits_for_a_requeue(project, run_dir):
@@ -161,7 +156,7 @@ def test_the_warning_saves_the_next_call_and_exits_for_a_requeue(project, run_di
     proc = runner(run_dir, saved)  # the requeued job: goes on from there
     assert proc.wait(60) == 0, proc.stdout.read()
     assert "counted 0" not in proc.stdout.read()
-    assert ended(run_dir).result(timeout=5)[0] == 40
+    assert result_of(run_dir, "COMPLETED")[0] == 40
 
 
 def test_a_plain_function_runs_on_through_the_warning(project, run_dir):
@@ -169,4 +164,4 @@ def test_a_plain_function_runs_on_through_the_warning(project, run_dir):
     assert proc.stdout.readline() == "napping\n"  # the runner is in the call
     proc.send_signal(signal.SIGUSR1)
     assert proc.wait(60) == 0
-    assert ended(run_dir).result(timeout=5) == 1
+    assert result_of(run_dir, "COMPLETED") == 1

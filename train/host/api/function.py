@@ -48,16 +48,22 @@ class FunctionRun(Run):
     def result(self, timeout: Optional[float] = None) -> Any:
         """Wait for the run (at most `timeout` seconds: TimeoutError), then its function's return value; raises
         FunctionError with the remote traceback where it raised."""
-        ended = self.wait(timeout)
-        path = self.path / calls.RESULT
-        if not path.is_file():
-            raise FunctionError(f"run {self.id} ended {ended} without a result ({path} was not written); its log: "
-                                f"{self.path / 'logs'}")
-        outcome = pickle.loads(path.read_bytes())
-        if "error" not in outcome:
-            return outcome["value"]
-        raise FunctionError(f"the function of run {self.id} raised {outcome['type']}: {outcome['message']}\n"
-                            f"remote traceback:\n{outcome['traceback']}", outcome["traceback"]) from remote(outcome)
+        status = self.wait(timeout)
+        return result_of(self.path, f"{status.shown}{f' ({status.cause})' if status.cause else ''}")
+
+
+def result_of(run_dir: Path, ended: str) -> Any:
+    """The value call/result.pkl of an ended run holds, or FunctionError with the remote traceback; `ended`: how the
+    run ended, for a run that wrote no result."""
+    path = run_dir / calls.RESULT
+    if not path.is_file():
+        raise FunctionError(f"run {run_dir.name} ended {ended} without a result ({path} was not written); its log: "
+                            f"{run_dir / 'logs'}")
+    outcome = pickle.loads(path.read_bytes())
+    if "error" not in outcome:
+        return outcome["value"]
+    raise FunctionError(f"the function of run {run_dir.name} raised {outcome['type']}: {outcome['message']}\n"
+                        f"remote traceback:\n{outcome['traceback']}", outcome["traceback"]) from remote(outcome)
 
 
 def remote(outcome: dict) -> Optional[BaseException]:
