@@ -5,6 +5,7 @@ next call for a requeue on the warning signal. Processes of this machine's Pytho
 import importlib
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -100,6 +101,18 @@ def test_by_value_carries_the_function_itself(project):
     assert cloudpickle.__version__
 
 
+def test_by_value_is_refused_where_the_images_python_differs_from_this_one():
+    """cloudpickle's bytecode from another Python version crashed the image's (seen: 3.11's lambda, 3.13's segfault)."""
+    here = "%d.%d" % sys.version_info[:2]
+    images = {"cpu": "3.13", "cuda11.6": "3.8"}
+    for flavor in ("cpu", "cpu+mine", "cuda11.6"):
+        if images[flavor.split("+")[0]] == here:
+            function_call.same_python(flavor)
+            continue
+        with pytest.raises(UserError, match=f"sends Python {here} bytecode and the {re.escape(flavor)} image runs"):
+            function_call.same_python(flavor)
+
+
 def test_by_value_without_cloudpickle_here_says_how_to_get_it(project, monkeypatch):
     monkeypatch.setitem(sys.modules, "cloudpickle", None)  # import cloudpickle raises ImportError
     message = refused(project.add, 1, by_value=True)
@@ -107,7 +120,7 @@ def test_by_value_without_cloudpickle_here_says_how_to_get_it(project, monkeypat
 
 
 def runner(run_dir, call: Call, by_value=False, rank="0"):
-    """`python -P -m train call` as the job starts it: in the snapshot, with the run's variables."""
+    """`python -m train call` as the job starts it: in the snapshot, with the run's variables."""
     calls.write(run_dir / calls.ARGS, function_call.pickled(call, by_value), dumps=bytes)
     env = dict(os.environ, CT_RUN_DIR=str(run_dir), RANK=rank, PYTHONPATH=str(ROOT))
     return subprocess.Popen([sys.executable, *calls.COMMAND[1:]], cwd=run_dir / "code", env=env, text=True,

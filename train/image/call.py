@@ -9,7 +9,6 @@ A plain function ignores the warning (nothing to save): it runs on, to its end o
 import os
 import pickle
 import signal
-import sys
 import traceback
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from train.shared.exit_codes import REQUEUE
 
 def run_call(run_dir: Path) -> int:
     """Make the run's call; 0 when it returned, 1 when it raised (or could not be loaded). Rank 0 writes the result."""
-    sys.path.insert(0, os.getcwd())  # the snapshot (python -P left it off, so that `train` stays the image's)
     try:
         call = pickle.loads((run_dir / calls.ARGS).read_bytes())
         if callable(getattr(call.fn, "checkpoint", None)):

@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, Optional
 
 ARGS = Path("call") / "args.pkl"
 RESULT = Path("call") / "result.pkl"
-COMMAND = ["python", "-P", "-m", "train", "call"]  # -P: the snapshot's own `train/`, if any, cannot shadow the runner
+COMMAND = ["python", "-m", __name__.split(".")[0], "call"]  # in the snapshot, which is first on sys.path
 
 
 class Call:

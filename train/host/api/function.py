@@ -102,6 +102,9 @@ class Executor:
         try:
             if source is not None:
                 in_snapshot(sub, source, fn)
+            if self.by_value:
+                function_call.same_python(sub.job.image_flavor)
+            no_shadow(sub)
             run_dir = queue_call(sub, spec, {"function": function_call.name_of(fn), "by_value": self.by_value})
         except BaseException:
             sub.discard()
@@ -124,6 +127,15 @@ def in_snapshot(sub: Submission, source: str, fn: Callable[..., Any]) -> None:
     if not code_snapshot.holds(snapshot, source):
         raise UserError(f"{source} (the module of {function_call.name_of(fn)}) is not in the code snapshot of "
                         f"{snapshot.source} (git ignores it?); add it to the project, or pass by_value=True")
+
+
+def no_shadow(sub: Submission) -> None:
+    """`python -m PACKAGE call` runs in the snapshot, first on sys.path: a package of that name there would run."""
+    package = function_call.PACKAGE
+    for name in (f"{package}/__init__.py", f"{package}/__main__.py", f"{package}.py"):
+        if code_snapshot.holds(sub.code.snapshot, name):
+            raise UserError(f"{sub.code.snapshot.source}/{name} would run instead of the image's {package} package; "
+                            f"rename your {package}")
 
 
 def queue_call(sub: Submission, spec: bytes, record: dict) -> Path:

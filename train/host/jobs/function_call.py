@@ -6,15 +6,20 @@ run's code snapshot: the working directory's project. So the function must live 
 that directory, importable by its dotted name from there. cloudpickle (by_value) carries the function itself instead,
 for a lambda, a notebook cell or a script's own function; the images hold it (containers/*.lock)."""
 import pickle
+import re
 import sys
 import types
 from pathlib import Path
 from typing import Any, Callable, List, Optional
 
+from train.shared import calls
 from train.shared.calls import Call
 from train.shared.errors import UserError
+from train.host import project
+from train.host.images.store import base_flavor
 
 BY_VALUE = "by_value=True (cloudpickle carries the function itself)"
+PACKAGE = calls.__name__.split(".")[0]  # the image's own package, which `python -m PACKAGE call` must find first
 
 
 def defined_by(fn: Callable[..., Any]) -> Any:
@@ -48,9 +53,8 @@ def module_path(fn: Callable[..., Any], root: Path) -> str:
 
 
 def module_file(module: str, root: Path) -> str:
-    if module.split(".")[0] == "train":
-        raise UserError(f"module {module} is named like the image's own train package, which comes first there; "
-                        f"rename your package")
+    if module.split(".")[0] == PACKAGE:
+        raise UserError(f"module {module} is named like the image's own {PACKAGE} package; rename your package")
     found = getattr(sys.modules.get(module), "__file__", None)
     path = Path(found).resolve() if found else None
     dotted = Path(*module.split("."))
@@ -107,3 +111,15 @@ def cloudpickle_dumps(fn: Callable[..., Any]) -> Callable[[Any], bytes]:
 def first_line(err: BaseException) -> str:
     text = f"{type(err).__name__}: {err}"
     return text.splitlines()[0] if text.strip() else type(err).__name__
+
+
+def same_python(flavor: str) -> None:
+    """by_value sends bytecode, which only the Python version that wrote it runs (another one crashes on it): the
+    image's version is the label its definition file gives it."""
+    definition = project.ROOT / "containers" / f"{base_flavor(flavor)}.def"
+    label = re.search(r"org\.cluster-train\.python\s+(\S+)", definition.read_text()) if definition.is_file() else None
+    here = "%d.%d" % sys.version_info[:2]
+    if label and label.group(1) != here:
+        raise UserError(f"by_value=True sends Python {here} bytecode and the {flavor} image runs Python "
+                        f"{label.group(1)}, which cannot run it; send the function by name (drop by_value), or "
+                        f"submit from Python {label.group(1)}")
