@@ -5,7 +5,8 @@
     value = run.result(timeout=600)  # its return value, or FunctionError with the remote traceback
 
 The function is imported in the image from the run's code snapshot (the working directory's project), by module and
-qualified name; `by_value=True` sends it with cloudpickle instead (a lambda, a notebook cell). Its arguments and
+qualified name; `by_value=True` sends it with cloudpickle instead (a lambda, a notebook cell), which needs the
+image's Python version where you submit (bytecode of another version crashes it: refused). Its arguments and
 result travel as call/args.pkl and call/result.pkl in the run directory. On a profile of several ranks every rank
 calls it and rank 0's return value (or exception) is kept. A callable object with a `checkpoint(*args, **kwargs)`
 method is asked, on the job's time-limit warning, for the Call to make once the job is requeued (None: the same call
