@@ -1,4 +1,5 @@
 """`python -m train COMMAND`: the image-side command line (fire)."""
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -21,6 +22,7 @@ def fit(config: str, **overrides):
     threads.default_threads()  # before torch is imported: it sizes its thread pool once
     print(f"[cluster-train] train package: {Path(__file__).parent}", flush=True)  # the image's, or --dev's snapshot
     from train.image.fit import fit as run_fit
+    from train.image.leave import leave
 
     run = cfg.load(config, overrides)
     try:
@@ -30,6 +32,11 @@ def fit(config: str, **overrides):
 
         disk_full(err.filename or run.output_dir, err)
         raise
+    except SystemExit as stop:  # saved for a requeue (75), NaN loss (3): the same clean ending as success
+        if isinstance(stop.code, int):
+            leave(stop.code)
+        raise
+    leave(0)  # results are written: no abort at interpreter exit may turn the run FAILED
 
 
 def command(config: str):
@@ -40,6 +47,15 @@ def command(config: str):
 
     threads.default_threads()  # inherited by the command's ranks
     sys.exit(run_command(config))
+
+
+def call():
+    """Make the function call this run was sent (`bin/run-cluster` never types it: train/host/api/function.py makes it
+    the run's command): call/args.pkl in, call/result.pkl out; exit 0 returned, 1 raised, 75 saved to be requeued."""
+    from train.image.call import run_call
+    from train.image.leave import leave
+
+    leave(run_call(Path(os.environ["CT_RUN_DIR"])))
 
 
 def export(checkpoint: str, out: str):
@@ -136,8 +152,8 @@ def imagecheck(cuda: str, *capabilities: float):
 
 def main(argv=None):
     try:
-        commands = {"fit": fit, "command": command, "export": export, "bench": bench, "models": models, "names": names,
-                    "make_data": make_data, "selftest": selftest, "imagecheck": imagecheck,
+        commands = {"fit": fit, "command": command, "call": call, "export": export, "bench": bench, "models": models,
+                    "names": names, "make_data": make_data, "selftest": selftest, "imagecheck": imagecheck,
                     "probe_data": probe_data}
         fire.Fire(commands, command=argv)
     except UserError as err:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from train.host.api.errors import ClusterTrainError, UserErrors
     from train.host.api.job import Job, Sweep, rerun
     from train.host.api.values import DryRun
+    from train.host.api.function import Call, Executor, FunctionError, FunctionRun
     from train.host.api.pipeline import Pipeline
     from train.host.api.run import Run, RunStatus, State, runs
 
@@ -20,6 +21,7 @@ MODULES: Dict[str, str] = {  # each public name and the module of train/host/api
     "ClusterTrainError": "errors", "UserErrors": "errors",
     "Job": "job", "DryRun": "values", "Sweep": "job", "rerun": "job",
     "Run": "run", "RunStatus": "run", "State": "run", "runs": "run", "Pipeline": "pipeline",
+    "Executor": "function", "FunctionRun": "function", "FunctionError": "function", "Call": "function",
 }
 
 __all__ = sorted(MODULES)

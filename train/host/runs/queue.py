@@ -40,17 +40,22 @@ def one_run(sub: Submission, submit: Optional[Callable[[Submission], str]] = Non
                 said=lambda job_id: [] if submit else [submitted(sub, job_id)], run_dirs=[Path(sub.job.run_dir)])
 
 
-def queue(sub: Submission) -> str:
-    """Write the run directory, submit, record the manifest. A failed submission leaves nothing behind."""
+def queue(sub: Submission, before_submit: Optional[Callable[[Path], None]] = None, **recorded: Any) -> str:
+    """Write the run directory, submit, record the manifest. A failed submission leaves nothing behind.
+    `before_submit`: writes what else the job reads into its run directory (a function's call); `recorded`: more
+    manifest fields."""
     job = sub.job
     run_dir = write_run(sub)
     try:
+        if before_submit:
+            before_submit(run_dir)
         waits = [waited.job_id for waited in sub.after]
         job_id = adapter(job.scheduler).submit(run_dir / "job.sh", run_dir, *([waits] if waits else []))
     except BaseException:
         runs.discard(run_dir)
         raise
-    write_manifest(sub, job_id, **({"after": [waited.record() for waited in sub.after]} if sub.after else {}))
+    waited = {"after": [waited.record() for waited in sub.after]} if sub.after else {}
+    write_manifest(sub, job_id, **waited, **recorded)
     return job_id
 
 
