@@ -20,6 +20,11 @@ class Task:
     run_dir: str
     config_path: str
 
+    @property
+    def results_path(self) -> str:
+        """Where its training writes results.json (the batch shell sees from it that the task has finished)."""
+        return f"{self.run_dir}/results.json"
+
 
 @dataclass
 class Job:
@@ -103,6 +108,16 @@ class Job:
     def shape(self) -> Launch:
         """How its processes start (train/host/schedulers/launches.py)."""
         return LAUNCHES[self.launch]
+
+    @property
+    def max_segments(self) -> int:
+        """The most allocations the run may take: its first start and each requeue."""
+        return self.max_requeues + 1
+
+    @property
+    def driver_check_per_task(self) -> bool:
+        """Every task checks its own node's NVIDIA driver too: the batch host's check covers one node only."""
+        return bool(self.min_driver) and self.nodes > 1
 
     @property
     def slots_per_node(self) -> int:

@@ -20,7 +20,7 @@ from train.host.schedulers.launches import LAUNCHES
 
 
 def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.RunConfig],
-          user_set: Dict[str, Any], script: str, host_ram: HostRam, dry_run: bool = False,
+          user_set: Dict[str, Any], host_ram: HostRam, dry_run: bool = False,
           user_config: Optional[reads.UserConfig] = None) -> List[str]:
     """Run every check and raise all failures at once (one line each). An image not built yet on this machine, and
     data not there yet, are warnings instead on a dry run: the job can be reviewed before they exist.
@@ -33,7 +33,7 @@ def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.Ru
     if not job.tasks:
         errors += config_check.problems(run)
     errors += config_check.user_choices(job, user_set, cluster.profile(job.profile))
-    errors += directives_repeated(job, script)
+    errors += directives_repeated(job)
     errors = reads.in_user_terms(errors, user_config)  # then the checks that speak of your config themselves
     errors += reads.shape_problems(user_config, job.profile, job.ranks_per_node, job.nodes)
     errors += reads.set_over(user_config, user_set)
@@ -221,14 +221,14 @@ def image_has_the_trackers(job: Job, cluster: Cluster, run: cfg.RunConfig) -> No
                         f"--requirements FILE.lock) or leave it out of tracker.use")
 
 
-def directives_repeated(job: Job, script: str) -> List[UserError]:
+def directives_repeated(job: Job) -> List[UserError]:
     """A raw directive that sets what the script already sets from a key: the scheduler would take one of the two
-    (which one depends on the scheduler), so the key would silently not hold."""
+    (which one depends on the scheduler), so the key would silently not hold. Read off the adapter's list of the
+    script's options, never the rendered text."""
     scheduler = adapter(job.scheduler)
-    prefix = scheduler.directive_prefix + " "
     if not job.directives or not scheduler.directive_prefix:
         return []
-    given = Counter(scheduler.option(line[len(prefix):]) for line in script.splitlines() if line.startswith(prefix))
+    given = Counter(scheduler.option(option) for option in scheduler.directives(job))
     errors = []
     for directive in job.directives:
         option = scheduler.option(directive)

@@ -27,7 +27,8 @@ def render(job: Job) -> str:
     scheduler = adapter(job.scheduler)
     template = environment(scheduler.template_dir()).get_template(scheduler.template)
     return template.render(job=job, scheduler=scheduler, requeue_exit=exit_codes.REQUEUE,
-                           forward_patterns="|".join(FORWARDED + sorted(job.env) + job.credentials), fabric=fabric)
+                           forward_patterns="|".join(FORWARDED + sorted(job.env) + job.credentials), fabric=fabric,
+                           fabric_check=fabric.check(job.fabric) if job.check_fabric else None)
 
 
 @functools.lru_cache(maxsize=None)  # one per template folder: compiling the templates is most of a render's time

@@ -142,19 +142,18 @@ def blame(line: str, refused: List[Dict[str, str]], count: int) -> str:
 
 
 def shared_directives(elements: List[Submission]) -> List[str]:
-    """The scheduler options of the elements' scripts, which one array shares; a sweep that changes them is refused."""
+    """The scheduler options of the elements' jobs, which one array shares; a sweep that changes them is refused."""
     scheduler = adapter(elements[0].job.scheduler)
     if not scheduler.directive_prefix:
         return []
 
-    def directives(script: str) -> List[str]:
-        lines = [line for line in script.splitlines() if line.startswith(scheduler.directive_prefix + " ")]
-        return [line for line in lines if scheduler.option(line[len(scheduler.directive_prefix):].strip())
-                not in scheduler.array_replaces]
+    def directives(job) -> List[str]:
+        return [f"{scheduler.directive_prefix} {option}" for option in scheduler.directives(job)
+                if scheduler.option(option) not in scheduler.array_replaces]
 
-    first = directives(elements[0].script)
+    first = directives(elements[0].job)
     for sub in elements[1:]:
-        if directives(sub.script) != first:
+        if directives(sub.job) != first:
             raise UserError(f"the swept values change the job's scheduler options ({elements[0].job.run_id} vs "
                             f"{sub.job.run_id}); one array has one shape: sweep run-config keys only")
     return first

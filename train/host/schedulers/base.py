@@ -6,9 +6,12 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from train.shared.errors import UserError
+
+if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
+    from train.host.jobs.job import Job
 
 
 @dataclass(frozen=True)
@@ -119,8 +122,10 @@ class Scheduler:
                        a shell test: the scheduler itself has requeued the job while this batch shell runs (a node
                        failure), so its steps were ended, whatever their exit status ("": it never does).
       unsupported      the profile/partition keys it cannot express, each with the fix the user is told.
-      directive_prefix, short_options, option_groups, repeatable, option_keys
-                       how its script lines hand options to it, for preflight's check of the rendered directives.
+      directives(), directive_prefix
+                       the options of its script's header, decided in Python (the template only writes them).
+      short_options, option_groups, repeatable, option_keys
+                       how it reads those options, for preflight's check of the profile's raw directives.
       time_seconds(), time_example, default_time, max_warning_s, warning_seconds()
                        its time limits: read into seconds, bounds on the time-limit warning.
       cpu_bind_problem()
@@ -164,6 +169,12 @@ class Scheduler:
     option_groups: Tuple[frozenset, ...] = ()
     repeatable: Tuple[str, ...] = ()  # options a script may give more than once
     option_keys: Dict[str, str] = {}  # a rendered option -> the cluster-file key that sets it
+
+    def directives(self, job: "Job") -> List[str]:
+        """The options of the script's header, each decided here and written by the template as
+        `directive_prefix OPTION` (one line each), then the profile's raw directives; preflight checks this list,
+        never the rendered text. The default: a scheduler whose only options are the profile's own."""
+        return list(job.directives)
 
     def template_dir(self) -> Path:
         """The folder of this adapter's template: `templates/` beside the module that defines its class."""

@@ -3,11 +3,14 @@ script is templates/lsf.sh.j2 (the contract it fills in is documented on train/h
 import re
 import subprocess
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from train.shared.errors import UserError
 from train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
 from train.host.schedulers.lsf_inventory import inventory as live_inventory
+
+if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
+    from train.host.jobs.job import Job
 
 RUN_LIMIT = re.compile(r"^(?:(\d+):)?(\d+)(?:/[A-Za-z0-9_.-]+)?$")  # bsub -W [hour:]minute[/host]
 
@@ -53,6 +56,19 @@ class Lsf(Scheduler):
     array_index = "LSB_JOBINDEX - 1"  # LSF's indices start at 1
     array_log = '{name}_"$LSB_JOBID"_"$LSB_JOBINDEX".out'
 
+    def directives(self, job: "Job") -> List[str]:
+        slots = job.slots_per_node
+        options = [*([f"-q {job.queue}"] if job.queue else []), f"-J {job.job_name}",
+                   *([f"-P {job.account}"] if job.account else []), f"-n {job.nodes * slots}", *gpu_option(job),
+                   *([f'-R "select[{job.constraint}]"'] if job.constraint else []), *(["-x"] if job.exclusive else []),
+                   *([f"-U {job.reservation}"] if job.reservation else []), f"-W {job.time}",
+                   *([] if job.mem_gb is None else [f'-R "rusage[mem={per_slot_gb(job.mem_gb, slots)}GB]"']),
+                   '-R "span[hosts=1]"' if job.nodes == 1 else f'-R "span[ptile={slots}]"']
+        if job.notify:
+            options += ["-B", "-N", *([f"-u {job.email}"] if job.email else [])]
+        return options + [f"-o {job.log_path}", f"-e {job.log_path[:-len('.out')]}.err", "-wa USR1",
+                          f"-wt {self.warning_seconds(job.grace_s) // 60}", *job.directives]
+
     def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
         # LSF's job array: -J "name[1-N]%K" runs at most K elements at once; %J and %I name each element's output
         return (f'#BSUB -J "{name}[1-{count}]%{cap}"', f"#BSUB -o {logs}/array_%J_%I.out",
@@ -79,7 +95,7 @@ class Lsf(Scheduler):
         return (int(found.group(1) or 0) * 60 + int(found.group(2))) * 60
 
     def warning_seconds(self, grace_s: int) -> int:
-        return (grace_s + 59) // 60 * 60  # -wt takes whole minutes: the template rounds grace_s up
+        return (grace_s + 59) // 60 * 60  # -wt takes whole minutes: grace_s rounded up
 
     def submit(self, script: Path, run_dir: Path) -> str:
         # `bsub < script`: only then does bsub read the #BSUB lines of the script.
@@ -134,3 +150,18 @@ class Lsf(Scheduler):
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         run_or_refuse(["bkill", job_id], "bkill")
+
+
+def gpu_option(job: "Job") -> List[str]:
+    """-gpu: each rank its own GPU (exclusive_process), of the partition's model where it asks by type (gmodel), with
+    at least the memory the profile needs (gmem)."""
+    if not job.gpus_per_node:
+        return []
+    model = f":gmodel={job.gpu_type}" if job.gpu_request == "typed" else ""
+    memory = f":gmem={job.gpu_mem_gb}G" if job.gpu_mem_gb else ""
+    return [f'-gpu "num={job.gpus_per_node}:mode=exclusive_process{model}{memory}"']
+
+
+def per_slot_gb(node_gb: int, slots: int) -> str:
+    """rusage[mem] reserves per slot: a node's memory shared by its slots, to 0.1 GB, as 4 rather than 4.0."""
+    return str(round(node_gb / slots, 1)).replace(".0", "")
