@@ -21,7 +21,7 @@ def race_plan(subs: List[Submission], profiles: List[str], timeout_s: float) -> 
 def queue_both(subs: List[Submission], profiles: List[str], timeout_s: float) -> int:
     """Queue both, keep the first to start, record the outcome in both manifests."""
     ids = [queue(sub) for sub in subs]
-    run_dirs = [Path(sub.job.run_dir) for sub in subs]
+    run_dirs = [Path(sub.job.work.run_dir) for sub in subs]
     winner = race(adapter(subs[0].job.scheduler), ids, run_dirs, timeout_s)
     loser = 1 - winner
     for i, run_dir in enumerate(run_dirs):

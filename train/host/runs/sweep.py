@@ -95,8 +95,8 @@ def prepare_sweep(site: Site, base: Request, specs: List[str], sweep_file: Optio
         raise UserError(f"sweep directory {sweep_dir} already exists; choose another --run-id or remove it")
     elements = build_elements(site, base, settings, sweep_dir)
     scheduler = adapter(elements[0].job.scheduler)
-    cap = cap if cap is not None else scheduler.array_cap(elements[0].job.cpus_per_task * elements[0].job.tasks_per_node)
-    if elements[0].job.tasks:
+    cap = cap if cap is not None else scheduler.array_cap(elements[0].job.placement.slots_per_node)
+    if elements[0].job.work.tasks:
         raise UserError(f"profile {base.profile} packs independent tasks into one job; sweep on a one-training profile")
     chunks = [(first, min(limit, len(elements) - first)) for first in range(0, len(elements), limit)]
     sweep = Sweep(sweep_id, sweep_dir, axes_of(settings), settings, elements, min(cap, len(elements)), chunks)
@@ -170,7 +170,7 @@ def render_sweep(sweep: "Sweep", first: int, count: int, after: Optional[str] = 
                   *([scheduler.after_directive(after)] if after else []), *shared_directives(elements)]
     return environment().get_template("sweep.sh.j2").render(
         directives=directives, sweep_id=sweep.sweep_id, cap=min(sweep.cap, count), scheduler=scheduler,
-        runs=[sub.job.run_dir for sub in elements], log=scheduler.array_log.format(name=name))
+        runs=[sub.job.work.run_dir for sub in elements], log=scheduler.array_log.format(name=name))
 
 
 def queue_sweep(sweep: Sweep) -> str:
@@ -192,7 +192,7 @@ def queue_sweep(sweep: Sweep) -> str:
     record = {"sweep_id": sweep.sweep_id, "scheduler": scheduler.name, "array_job_id": arrays[0]["job_id"],
               "arrays": arrays, "max_parallel": sweep.cap, "axes": [{"key": k, "values": v} for k, v in sweep.axes],
               "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "elements": [{"index": i, "run_dir": sub.job.run_dir, "values": setting, "job_id": job_id}
+              "elements": [{"index": i, "run_dir": sub.job.work.run_dir, "values": setting, "job_id": job_id}
                            for i, (sub, setting, job_id) in enumerate(zip(sweep.elements, sweep.settings, job_ids))]}
     (sweep.sweep_dir / SWEEP).write_text(json.dumps(record, indent=2) + "\n")
     ids = ", ".join(a["job_id"] for a in arrays)

@@ -99,8 +99,9 @@ class Scheduler:
     Must fill in:
       name             the cluster file's `scheduler:` word.
       template         its job script's Jinja file in `template_dir()` (the `templates/` folder beside the module);
-                       it renders `job`, `scheduler` (this adapter) and may include the shared partials
-                       (_preamble.sh.j2, _container.sh.j2, _segments.sh.j2) of train/host/schedulers/templates/.
+                       it renders `job` (jobs/job.py: job.work, job.placement...) and `scheduler` (this adapter),
+                       may include the shared partials (_preamble.sh.j2, _container.sh.j2, _segments.sh.j2) of
+                       train/host/schedulers/templates/, and decides nothing (its `{% if %}` tests one finished value).
       default_launch, launches
                        the names of the launch shapes it can start (train/host/schedulers/launches.py: how
                        each starts its ranks; preflight refuses a profile asking for another).
@@ -121,7 +122,8 @@ class Scheduler:
       requeued_under_us
                        a shell test: the scheduler itself has requeued the job while this batch shell runs (a node
                        failure), so its steps were ended, whatever their exit status ("": it never does).
-      unsupported      the profile/partition keys it cannot express, each with the fix the user is told.
+      unsupported      the profile/partition keys (fields of the job's Placement) it cannot express, each with
+                       the fix the user is told.
       directives(), directive_prefix
                        the options of its script's header, decided in Python (the template only writes them).
       short_options, option_groups, repeatable, option_keys
@@ -171,10 +173,8 @@ class Scheduler:
     option_keys: Dict[str, str] = {}  # a rendered option -> the cluster-file key that sets it
 
     def directives(self, job: "Job") -> List[str]:
-        """The options of the script's header, each decided here and written by the template as
-        `directive_prefix OPTION` (one line each), then the profile's raw directives; preflight checks this list,
-        never the rendered text. The default: a scheduler whose only options are the profile's own."""
-        return list(job.directives)
+        """The header's options (`directive_prefix OPTION` lines), the profile's raw ones last; default: only those."""
+        return list(job.placement.directives)
 
     def template_dir(self) -> Path:
         """The folder of this adapter's template: `templates/` beside the module that defines its class."""

@@ -10,7 +10,7 @@ from train.host.schedulers.base import Inventory, Scheduler, State, run_or_refus
 from train.host.schedulers.lsf_inventory import inventory as live_inventory
 
 if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
-    from train.host.jobs.job import Job
+    from train.host.jobs.job import Job, Placement
 
 RUN_LIMIT = re.compile(r"^(?:(\d+):)?(\d+)(?:/[A-Za-z0-9_.-]+)?$")  # bsub -W [hour:]minute[/host]
 
@@ -57,17 +57,19 @@ class Lsf(Scheduler):
     array_log = '{name}_"$LSB_JOBID"_"$LSB_JOBINDEX".out'
 
     def directives(self, job: "Job") -> List[str]:
-        slots = job.slots_per_node
-        options = [*([f"-q {job.queue}"] if job.queue else []), f"-J {job.job_name}",
-                   *([f"-P {job.account}"] if job.account else []), f"-n {job.nodes * slots}", *gpu_option(job),
-                   *([f'-R "select[{job.constraint}]"'] if job.constraint else []), *(["-x"] if job.exclusive else []),
-                   *([f"-U {job.reservation}"] if job.reservation else []), f"-W {job.time}",
-                   *([] if job.mem_gb is None else [f'-R "rusage[mem={per_slot_gb(job.mem_gb, slots)}GB]"']),
-                   '-R "span[hosts=1]"' if job.nodes == 1 else f'-R "span[ptile={slots}]"']
-        if job.notify:
-            options += ["-B", "-N", *([f"-u {job.email}"] if job.email else [])]
-        return options + [f"-o {job.log_path}", f"-e {job.log_path[:-len('.out')]}.err", "-wa USR1",
-                          f"-wt {self.warning_seconds(job.grace_s) // 60}", *job.directives]
+        place, log = job.placement, job.work.log_path
+        slots = place.slots_per_node
+        options = [*([f"-q {place.queue}"] if place.queue else []), f"-J {job.job_name}",
+                   *([f"-P {place.account}"] if place.account else []), f"-n {place.nodes * slots}",
+                   *gpu_option(place), *([f'-R "select[{place.constraint}]"'] if place.constraint else []),
+                   *(["-x"] if place.exclusive else []), *([f"-U {place.reservation}"] if place.reservation else []),
+                   f"-W {place.time}",
+                   *([] if place.mem_gb is None else [f'-R "rusage[mem={per_slot_gb(place.mem_gb, slots)}GB]"']),
+                   '-R "span[hosts=1]"' if place.nodes == 1 else f'-R "span[ptile={slots}]"']
+        if job.notify.wanted:
+            options += ["-B", "-N", *([f"-u {job.notify.email}"] if job.notify.email else [])]
+        return options + [f"-o {log}", f"-e {log[:-len('.out')]}.err", "-wa USR1",  # log_name() ends in .out
+                          f"-wt {self.warning_seconds(place.grace_s) // 60}", *place.directives]
 
     def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
         # LSF's job array: -J "name[1-N]%K" runs at most K elements at once; %J and %I name each element's output
@@ -152,14 +154,14 @@ class Lsf(Scheduler):
         run_or_refuse(["bkill", job_id], "bkill")
 
 
-def gpu_option(job: "Job") -> List[str]:
+def gpu_option(place: "Placement") -> List[str]:
     """-gpu: each rank its own GPU (exclusive_process), of the partition's model where it asks by type (gmodel), with
     at least the memory the profile needs (gmem)."""
-    if not job.gpus_per_node:
+    if not place.gpus_per_node:
         return []
-    model = f":gmodel={job.gpu_type}" if job.gpu_request == "typed" else ""
-    memory = f":gmem={job.gpu_mem_gb}G" if job.gpu_mem_gb else ""
-    return [f'-gpu "num={job.gpus_per_node}:mode=exclusive_process{model}{memory}"']
+    model = f":gmodel={place.gpu_type}" if place.gpu_request == "typed" else ""
+    memory = f":gmem={place.gpu_mem_gb}G" if place.gpu_mem_gb else ""
+    return [f'-gpu "num={place.gpus_per_node}:mode=exclusive_process{model}{memory}"']
 
 
 def per_slot_gb(node_gb: int, slots: int) -> str:
