@@ -43,7 +43,7 @@ def test_a_packed_dry_run_resolves_each_config_once(store, loads, tmp_path):
     (tmp_path / "settings.yaml").write_text(f"experts: {tmp_path / 'experts'}\n")
     sub = build(Site.load("slurm-4gpu"), Request("fusion_4gpu", "cifar100_fusion", ["trainer.max_epochs=2"],
                                                  run_id="one-pass", dry_run=True))
-    assert len(sub.job.tasks) == 4
+    assert len(sub.job.work.tasks) == 4
     assert loads() == {"cluster file": 1, "settings": 1, "resolve": 1 + 4}  # the job's config, then each task's
     assert {r.task_params["fusion"] for r in sub.task_runs} == {"multiplicative", "multiplicativeAddition",
                                                                   "TransformerBase", "concatenation"}

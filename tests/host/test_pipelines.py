@@ -77,9 +77,9 @@ def test_seed001_pipeline_is_checked_whole_and_its_fusion_reads_the_experts_stag
     planned = pipeline.plan(site, "seed001", dry_run=True)
     experts, fusion_stage = (step.sub for step in planned)
     assert [step.stage.after for step in planned] == [[], ["experts"]]
-    assert [Path(run.task_params["experts_dir"]).relative_to(experts.job.run_dir).parts[0]
-            for run in fusion_stage.task_runs] == [Path(task.run_dir).name for task in experts.job.tasks]
-    assert not Path(experts.job.run_dir).exists()  # a plan writes nothing
+    assert [Path(run.task_params["experts_dir"]).relative_to(experts.job.work.run_dir).parts[0]
+            for run in fusion_stage.task_runs] == [Path(task.run_dir).name for task in experts.job.work.tasks]
+    assert not Path(experts.job.work.run_dir).exists()  # a plan writes nothing
     with pytest.raises(UserError) as refused:
         pipeline.plan(site, "seed001", ["trainer.max_epochs=zero"], dry_run=True)
     assert {line.split(":")[0] for line in refused.value.lines} == {"stage experts", "stage fusion"}

@@ -168,7 +168,7 @@ def test_rerun_applies_and_records_extra_set_values(store, tmp_path, monkeypatch
     assert cli.main(["--rerun", str(old), "--set", "trainer.max_epochs=7", "--dry-run"]) == 0
     sub = seen["sub"]
     assert sub.run.trainer.max_epochs == 7 and sub.overrides == ["trainer.max_epochs=7"] and sub.rerun_of == "old"
-    assert sub.job.image_sha256 == record.sha256 and sub.job.profile == "cpu_1proc"
+    assert sub.job.image.sha256 == record.sha256 and sub.job.profile == "cpu_1proc"
 
 
 def test_runs_go_to_the_run_root_of_the_settings_or_cluster_file_and_are_found_by_id(store, tmp_path, monkeypatch,

@@ -23,11 +23,11 @@ class Madeup(Scheduler):
 
 # the shared partials come from train/host/schedulers/templates/, the adapter's own file from beside its module
 TEMPLATE = '''#!/bin/bash
-#MADEUP -N {{ job.run_id | q }} -q {{ job.partition | q }} -l walltime={{ job.time | q }}
+#MADEUP -N {{ job.run_id | q }} -q {{ job.placement.partition | q }} -l walltime={{ job.placement.time | q }}
 set -euo pipefail
 {% include "_preamble.sh.j2" %}
 bash -c "$forward_env" forward-env \\
-  {% include "_container.sh.j2" %} --config {{ job.config_path | q }} &
+  {% include "_container.sh.j2" %} --config {{ job.work.config_path | q }} &
 ct_steps+=($!)
 rc=0; ct_wait_steps || rc=$?
 ct_finish "$rc"

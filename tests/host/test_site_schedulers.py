@@ -32,7 +32,7 @@ NOT_AN_ADAPTER = object()
 '''
 
 TEMPLATE = '''#!/bin/bash
-#PBS -N {{ job.run_id | q }} -q {{ job.partition | q }} -l walltime={{ job.time | q }}
+#PBS -N {{ job.run_id | q }} -q {{ job.placement.partition | q }} -l walltime={{ job.placement.time | q }}
 set -euo pipefail
 {% include "_preamble.sh.j2" %}
 '''

@@ -211,7 +211,7 @@ def test_a_run_on_a_derived_image_takes_its_bases_checks_and_records_both_digest
 
     monkeypatch.setenv("CT_RUNS_DIR", str(tmp_path / "runs"))
     job = build(Site.load("local"), Request("cpu_1proc", "demo", flavor="cpu+myproject", dry_run=True)).job
-    assert job.image_parent_sha256 == parent.sha256
+    assert job.image.parent_sha256 == parent.sha256
     missing = run_cluster("local", "cpu_1proc", "demo", "--flavor", "cpu+other")
     assert "build it with: bin/run-cluster images derive other --from cpu" in missing.stderr
 

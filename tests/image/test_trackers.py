@@ -246,13 +246,16 @@ def test_every_image_carries_both_clients_and_one_that_does_not_is_refused_befor
     from train.host.jobs import preflight
 
     run = cfg.resolve({"tracker": ["mlflow", "wandb"]})
+    def job(flavor):
+        return SimpleNamespace(image=SimpleNamespace(flavor=flavor, parent_sha256=None))
+
     for flavor in ("cpu", "cuda12.8", "cuda11.6"):
-        preflight.image_has_the_trackers(SimpleNamespace(image_flavor=flavor, image_parent_sha256=None), None, run)
+        preflight.image_has_the_trackers(job(flavor), None, run)
     (tmp_path / "containers").mkdir()
     (tmp_path / "containers" / "site.lock").write_text("torch==2.6.0 \\\n    --hash=sha256:00\nmlflow-skinny==3.1\n")
     monkeypatch.setattr(project, "ROOT", tmp_path)
     with pytest.raises(UserError, match=r"^tracker wandb: the site image does not carry wandb yet; derive one") as no:
-        preflight.image_has_the_trackers(SimpleNamespace(image_flavor="site", image_parent_sha256=None), None, run)
+        preflight.image_has_the_trackers(job("site"), None, run)
     assert "images derive NAME --from site" in str(no.value) and "\n" not in str(no.value)
 
 

@@ -94,7 +94,7 @@ def check_profile(site: Site, profile: Profile, tmp: Path, scheduler_check: bool
     except UserError as err:
         return [], err.lines
     found = [line for err in preflight.failures(preflight.CLUSTER_RULES, job, cluster, run) for line in err.lines]
-    found += [line for err in preflight.directives_repeated(job, script) for line in err.lines]
+    found += [line for err in preflight.directives_repeated(job) for line in err.lines]
     if found:
         return [], found
     (tmp / f"{profile.name}.sh").write_text(script)

@@ -102,14 +102,14 @@ class Executor:
             if source is not None:
                 in_snapshot(sub, source, fn)
             if self.by_value:
-                function_call.same_python(sub.job.image_flavor)
+                function_call.same_python(sub.job.image.flavor)
             no_shadow(sub)
             queue(sub, lambda run_dir: calls.write(run_dir / calls.ARGS, spec, dumps=bytes),
                   call={"function": function_call.name_of(fn), "by_value": self.by_value})
         except BaseException:
             sub.discard()
             raise
-        run = FunctionRun(sub.job.run_dir)
+        run = FunctionRun(sub.job.work.run_dir)
         run.warnings = list(sub.warnings)
         return run
 

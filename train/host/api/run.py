@@ -213,7 +213,7 @@ class Run:
 
         sub = rerun_submission(self.path, list(overrides))
         queue(sub)
-        return Run(sub.job.run_dir)
+        return Run(sub.job.work.run_dir)
 
     def _fetch(self) -> None:
         """A run over SSH: its small files here (rsync: what changed since the last fetch)."""

@@ -49,7 +49,8 @@ def fits_local_disk(entry: store.DataRecord, part: Partition) -> bool:
 
 def job_fields(entry: Optional[store.DataRecord], run: cfg.RunConfig, profile: Profile, part: Partition,
                cluster_file: str) -> Dict[str, Any]:
-    """The Job's data_* fields; a profile that stages where its partition names no local disk is refused."""
+    """The fields of the Job's data image (DataImage of jobs/job.py; none: the run reads a directory); a profile that
+    stages where its partition names no local disk is refused."""
     if entry is None:
         return {}
     for name, value in (("data.root", run.data.root), (f"local_dir of partition {part.name}", part.local_dir)):
@@ -65,21 +66,21 @@ def job_fields(entry: Optional[store.DataRecord], run: cfg.RunConfig, profile: P
                         f"{part.name!r} is {part.local_disk_gb} GB and profile {profile.name!r} requires staging; "
                         f"choose a partition with a larger local_disk_gb or set stage_required: false")
     stage = staging and fits_local_disk(entry, part)
-    return dict(data_image=entry.path, data_sha256=entry.sha256, data_name=entry.name, data_size=entry.size,
-                data_stage=part.local_dir if stage else "", data_stage_required=stage and profile.stage_required)
+    return dict(path=entry.path, sha256=entry.sha256, name=entry.name, size=entry.size,
+                stage=part.local_dir if stage else "", stage_required=stage and profile.stage_required)
 
 
 def staging_warnings(job, profile: Profile, part: Partition) -> List[str]:
     """A profile that asked for staging the partition's local disk is too small for: the job reads the shared copy."""
-    if not job.data_image or job.data_stage or not profile.stage_data:
+    if not job.data.path or job.data.stage or not profile.stage_data:
         return []
-    return [f"warning: data image {job.data_name} ({job.data_size / GB:.1f} GB) does not fit partition "
+    return [f"warning: data image {job.data.name} ({job.data.size / GB:.1f} GB) does not fit partition "
             f"{part.name!r}'s local disk ({part.local_disk_gb} GB): the ranks read the shared copy, not a staged one"]
 
 
 def manifest_record(job) -> Optional[Dict[str, Any]]:
     """What a manifest keeps of the data image: the digest a rerun reads again, the name it was asked for by."""
-    if not job.data_image:
+    if not job.data.path:
         return None
-    return {"name": job.data_name, "sha256": job.data_sha256, "path": job.data_image, "size": job.data_size,
-            "staged_to": job.data_stage or None}
+    return {"name": job.data.name, "sha256": job.data.sha256, "path": job.data.path, "size": job.data.size,
+            "staged_to": job.data.stage or None}

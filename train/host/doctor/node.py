@@ -28,12 +28,13 @@ def run(site: Site, profile: str, timeout_s: float = TIMEOUT_S) -> int:
                                               "data": {"num_workers": 0, "rank_mem_gb": RANK_MEM_GB}}))
         sub = build(site, Request(profile, str(experiment), stale_image_ok=True))  # it runs the snapshot
         status = show_and_queue(one_run(sub), dry_run=False, wait=True, timeout_s=timeout_s)
-    found = Path(sub.job.run_dir) / "node_check.json"
+    run_dir = sub.job.work.run_dir
+    found = Path(run_dir) / "node_check.json"
     if status != 0 or not found.is_file():
-        raise UserError(f"the node check on profile {profile!r} did not complete (its log is in {sub.job.run_dir}/logs); fix what "
-                        f"its log names, then run doctor {site.cluster.name} --node {profile} again")
-    problems = short_of_gpus(json.loads(found.read_text())["ranks"], sub.job.gpus_per_node, sub.job.ranks_per_node,
-                             sub.job.nv)
+        raise UserError(f"the node check on profile {profile!r} did not complete (its log is in {run_dir}/logs); fix "
+                        f"what its log names, then run doctor {site.cluster.name} --node {profile} again")
+    problems = short_of_gpus(json.loads(found.read_text())["ranks"], sub.job.placement.gpus_per_node,
+                             sub.job.work.ranks_per_node, sub.job.image.nv)
     for line in problems:
         print(f"problem  {line}")
     print(f"doctor {site.cluster.name} --node {profile}: "

@@ -206,7 +206,7 @@ def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str
     warnings += binding.staging_warnings(job, profile, site.cluster.partition(profile.partition))
     read = code.read if code else None
     ram = measured.host_ram(site, profile, run, user_set, config_file)
-    warnings += preflight.check(job, site.cluster, run, task_runs, user_set, script, ram,
+    warnings += preflight.check(job, site.cluster, run, task_runs, user_set, ram,
                                 dry_run=request.dry_run, user_config=read, awaited=list(request.awaited.values()))
     summary = job_summary(job, run, config_check.overridden(user_set, profile), ram,
                                 batch_known=not run.command or bool(read and "batch_size" in read.values))

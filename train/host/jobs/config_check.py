@@ -31,7 +31,7 @@ def user_choices(job: Job, user_set: Dict[str, Any], profile: Profile) -> List[U
     """A value the user set over the profile's wins where it can run; where it cannot, say why."""
     found = []
     accelerator = user_set.get("trainer.accelerator")
-    if accelerator in GPU_ACCELERATORS and job.gpus_per_node == 0:
+    if accelerator in GPU_ACCELERATORS and job.placement.gpus_per_node == 0:
         found.append(UserError(f"trainer.accelerator={accelerator}: profile {job.profile!r} has no GPUs; drop the "
                                f"--set or choose a GPU profile"))
     if user_set.get("trainer.strategy") == "single" and job.total_ranks > 1:

@@ -20,7 +20,7 @@ from train.host.schedulers.launches import LAUNCHES
 
 
 def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.RunConfig],
-          user_set: Dict[str, Any], script: str, host_ram: HostRam, dry_run: bool = False,
+          user_set: Dict[str, Any], host_ram: HostRam, dry_run: bool = False,
           user_config: Optional[reads.UserConfig] = None, awaited: Sequence[Path] = ()) -> List[str]:
     """Run every check and raise all failures at once (one line each). An image not built yet on this machine, and
     data not there yet, are warnings instead on a dry run: the job can be reviewed before they exist.
@@ -29,22 +29,22 @@ def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.Ru
     `awaited`: the directories of runs the job waits on: an input inside one exists by the time it starts."""
     errors = failures(RULES, job, cluster, run)
     errors += failures([lambda *_: memory.host_ram_fits(job, run, host_ram)], job, cluster, run)
-    for task, task_run in zip(job.tasks, task_runs):
+    for task, task_run in zip(job.work.tasks, task_runs):
         errors += [UserError(f"{task.name}: {err}") for err in config_check.problems(task_run, awaited)]
-    if not job.tasks:
+    if not job.work.tasks:
         errors += config_check.problems(run, awaited)
     errors += config_check.user_choices(job, user_set, cluster.profile(job.profile))
-    errors += directives_repeated(job, script)
+    errors += directives_repeated(job)
     errors = reads.in_user_terms(errors, user_config)  # then the checks that speak of your config themselves
-    errors += reads.shape_problems(user_config, job.profile, job.ranks_per_node, job.nodes)
+    errors += reads.shape_problems(user_config, job.profile, job.work.ranks_per_node, job.placement.nodes)
     errors += reads.set_over(user_config, user_set)
     missing = image_missing(job)
     if missing and not (dry_run and not errors):
         errors.append(missing)
     no_data = data_files.problems(task_runs or [run])
     errors += [] if dry_run else no_data
-    unsigned = not missing and job.signing.required and signing.problem(  # apptainer verify, only where asked for
-        job.image, job.image_sha256, job.image_flavor, job.signing)
+    unsigned = not missing and job.image.signing.required and signing.problem(  # apptainer verify, only where asked for
+        job.image.path, job.image.sha256, job.image.flavor, job.image.signing)
     if unsigned:
         errors.append(UserError(unsigned))
     raise_all(list({str(err): err for err in errors}.values()))  # one rule's failure may show in another
@@ -62,65 +62,69 @@ def failures(rules: List[Callable], job: Job, cluster: Cluster, run: cfg.RunConf
 
 
 def fits_partition(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
-    part = cluster.partition(job.partition)
-    where = f"profile {job.profile!r} on {job.partition!r}"
-    if job.nodes > part.nodes:
-        raise UserError(f"{where} asks for {job.nodes} nodes but the partition has {part.nodes}; lower nodes")
-    if job.gpus_per_node > part.gpus_per_node:
+    place = job.placement
+    part = cluster.partition(place.partition)
+    where = f"profile {job.profile!r} on {place.partition!r}"
+    if place.nodes > part.nodes:
+        raise UserError(f"{where} asks for {place.nodes} nodes but the partition has {part.nodes}; lower nodes")
+    if place.gpus_per_node > part.gpus_per_node:
         raise UserError(
-            f"{where} asks for {job.gpus_per_node} GPUs per node but a node has {part.gpus_per_node}; "
+            f"{where} asks for {place.gpus_per_node} GPUs per node but a node has {part.gpus_per_node}; "
             f"lower gpus_per_node or add nodes"
         )
     cpus, unit = _node_cpus(job, part)
-    if job.cpus_per_task * job.tasks_per_node > cpus:
+    if place.cpus_per_task * place.tasks_per_node > cpus:
         raise UserError(
-            f"{where} asks for {job.tasks_per_node} task(s) x {job.cpus_per_task} CPUs per node but a node has "
+            f"{where} asks for {place.tasks_per_node} task(s) x {place.cpus_per_task} CPUs per node but a node has "
             f"{cpus} {unit}; lower cpus_per_task"
         )
 
 
 def _node_cpus(job: Job, part) -> Tuple[int, str]:
     """What a node offers cpus_per_task: its hardware threads (Slurm's CPUs), or its cores under nomultithread."""
-    if part.threads_per_core > 1 and job.hint != "nomultithread":
+    if part.threads_per_core > 1 and job.placement.hint != "nomultithread":
         return part.cpus_per_node * part.threads_per_core, f"hardware threads ({part.cpus_per_node} cores)"
     return part.cpus_per_node, "cores" if part.threads_per_core > 1 else "CPUs"
 
 
 def gpus_as_asked(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     """What the profile asks of each GPU is something the partition's GPUs and the scheduler can give."""
-    part = cluster.partition(job.partition)
-    where = f"profile {job.profile!r} on {job.partition!r}"
-    if job.gpu_mem_gb and job.gpu_mem_gb > part.gpu_mem_gb:
+    place = job.placement
+    part = cluster.partition(place.partition)
+    where = f"profile {job.profile!r} on {place.partition!r}"
+    if place.gpu_mem_gb and place.gpu_mem_gb > part.gpu_mem_gb:
         have = f"{part.gpu_mem_gb} GB GPUs" if part.gpu_mem_gb else "GPUs of unstated memory (gpu_mem_gb)"
-        raise UserError(f"{where} needs GPUs with {job.gpu_mem_gb} GB but the partition has {have}; choose a "
+        raise UserError(f"{where} needs GPUs with {place.gpu_mem_gb} GB but the partition has {have}; choose a "
                         f"partition whose GPUs have it, or lower gpu_mem_gb")
 
 
 def scheduler_can_express(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     for (key, value), fix in adapter(job.scheduler).unsupported.items():
-        have = getattr(job, key)
+        have = getattr(job.placement, key)
         if have and (not value or have == value):
             shown = str(have).lower() if isinstance(have, bool) else have  # as the cluster file writes it
             raise UserError(f"profile {job.profile!r}: {key}: {shown} cannot be asked of {job.scheduler}; {fix}")
 
 
 def one_rank_per_gpu(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
-    if job.tasks:
-        if len(job.tasks) != job.gpus_per_node:
+    gpus, tasks, ranks = job.placement.gpus_per_node, job.work.tasks, job.work.ranks_per_node
+    if tasks:
+        if len(tasks) != gpus:
             raise UserError(
-                f"profile {job.profile!r} packs {len(job.tasks)} independent task(s) on {job.gpus_per_node} GPU(s); "
-                f"list one task per GPU or set gpus_per_node: {len(job.tasks)}"
+                f"profile {job.profile!r} packs {len(tasks)} independent task(s) on {gpus} GPU(s); "
+                f"list one task per GPU or set gpus_per_node: {len(tasks)}"
             )
         return
-    if job.gpus_per_node and job.ranks_per_node != job.gpus_per_node:
+    if gpus and ranks != gpus:
         raise UserError(
-            f"profile {job.profile!r} starts {job.ranks_per_node} rank(s) per node on {job.gpus_per_node} GPU(s); "
-            f"set ranks_per_node to {job.gpus_per_node} (one rank per GPU) or drop it"
+            f"profile {job.profile!r} starts {ranks} rank(s) per node on {gpus} GPU(s); "
+            f"set ranks_per_node to {gpus} (one rank per GPU) or drop it"
         )
 
 
 def launcher_starts_every_rank(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
-    scheduler, shape = adapter(job.scheduler), job.shape
+    place = job.placement
+    scheduler, shape = adapter(job.scheduler), job.work.shape
     where = f"profile {job.profile!r}"
     if shape.name not in scheduler.launches:
         if shape.packed:
@@ -134,53 +138,56 @@ def launcher_starts_every_rank(job: Job, cluster: Cluster, run: cfg.RunConfig) -
                         f"{scheduler.default_launch}: only rank 0 would join and the job would hang; "
                         f"set launch: {scheduler.default_launch}")
     multi_host = [name for name in scheduler.launches if LAUNCHES[name].multi_host]
-    if job.nodes > 1 and not shape.multi_host:
+    if place.nodes > 1 and not shape.multi_host:
         if not multi_host:
-            raise UserError(f"{where}: the {cluster.name} cluster has one node, not {job.nodes}; set nodes: 1")
-        raise UserError(f"{where}: {shape.name} can start workers on one host only, not {job.nodes}; "
+            raise UserError(f"{where}: the {cluster.name} cluster has one node, not {place.nodes}; set nodes: 1")
+        raise UserError(f"{where}: {shape.name} can start workers on one host only, not {place.nodes}; "
                         f"set launch: {multi_host[0]}")
-    if shape.packed and not job.tasks:
+    if shape.packed and not job.work.tasks:
         raise UserError(f"{where} has launch: {shape.name} but no tasks; list them under tasks:")
 
 
 def names_are_safe(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     # Directive lines are read by the scheduler, not a shell, so they cannot be quoted: refuse what needs quoting.
     # The cluster file's names (partition, qos, reservation, GPU name) were refused as it was read, naming it.
-    for what, value in (("job name", job.job_name), ("account", job.account)):
+    for what, value in (("job name", job.job_name), ("account", job.placement.account)):
         if value is not None and not SAFE_NAME.match(value):
             raise UserError(f"{what} {value!r} has characters a scheduler directive cannot carry; use letters, digits, '_.-+'")
-    if adapter(job.scheduler).directive_prefix and fields.UNCARRIED.search(job.run_dir):
-        raise UserError(f"run dir {job.run_dir!r} has characters a scheduler directive (its log path) cannot carry; "
+    run_dir = job.work.run_dir
+    if adapter(job.scheduler).directive_prefix and fields.UNCARRIED.search(run_dir):
+        raise UserError(f"run dir {run_dir!r} has characters a scheduler directive (its log path) cannot carry; "
                         f"choose a runs root of letters, digits and '_./+@,=~-' (runs: in your settings or "
                         f"{cluster.path}, or CT_RUNS_DIR)")
 
 
 def image_can_drive_the_gpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
-    part = cluster.partition(job.partition)
+    place = job.placement
+    part = cluster.partition(place.partition)
     table = flavor_table()
-    if base_flavor(job.image_flavor) not in table["flavors"]:  # a derived image (cpu+myproject) has its base's CUDA
-        raise UserError(f"unknown image flavor {job.image_flavor!r}; choose one of: {', '.join(table['flavors'])}")
+    if base_flavor(job.image.flavor) not in table["flavors"]:  # a derived image (cpu+myproject) has its base's CUDA
+        raise UserError(f"unknown image flavor {job.image.flavor!r}; choose one of: {', '.join(table['flavors'])}")
     try:
         model, capability = gpu_model(part.gpu_type)
     except UserError as error:
-        raise UserError(f"partition {job.partition!r}: {error}") from None
-    if capability == "none" or job.gpus_per_node == 0:
+        raise UserError(f"partition {place.partition!r}: {error}") from None
+    if capability == "none" or place.gpus_per_node == 0:
         return  # CPU partitions and fake test GPUs: nothing for CUDA to drive
-    flavor = table["flavors"][base_flavor(job.image_flavor)]
+    flavor = table["flavors"][base_flavor(job.image.flavor)]
     if "min_capability" not in flavor or not flavor["min_capability"] <= capability <= flavor["max_capability"]:
         raise UserError(
-            f"image flavor {job.image_flavor!r} cannot drive {model} GPUs (compute capability {capability}) "
-            f"on {job.partition!r}; use the {part.image} image: make image FLAVOR={part.image}"
+            f"image flavor {job.image.flavor!r} cannot drive {model} GPUs (compute capability {capability}) "
+            f"on {place.partition!r}; use the {part.image} image: make image FLAVOR={part.image}"
         )
 
 
 def driver_runs_the_image(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     """A partition's stated driver runs the image's CUDA (the job checks the node's own driver again at start)."""
-    driver = cluster.partition(job.partition).driver
-    if driver and job.min_driver and driver_version(driver) < driver_version(job.min_driver):
-        cuda = flavor_table()["flavors"][base_flavor(job.image_flavor)]["cuda"]
-        raise UserError(f"partition {job.partition!r} runs NVIDIA driver {driver}, older than the {job.min_driver} "
-                        f"that the {job.image_flavor} image (CUDA {cuda}) needs; choose a partition with a newer "
+    partition, needed = job.placement.partition, job.image.min_driver
+    driver = cluster.partition(partition).driver
+    if driver and needed and driver_version(driver) < driver_version(needed):
+        cuda = flavor_table()["flavors"][base_flavor(job.image.flavor)]["cuda"]
+        raise UserError(f"partition {partition!r} runs NVIDIA driver {driver}, older than the {needed} "
+                        f"that the {job.image.flavor} image (CUDA {cuda}) needs; choose a partition with a newer "
                         f"driver or an image of an older CUDA")
 
 
@@ -189,15 +196,17 @@ BF16_CAPABILITY = 8.0  # Ampere and newer (train/image/speed.py decides `auto` b
 
 def gpu_has_bf16(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     """An explicit bf16-mixed on a partition whose GPUs lack bf16 (V100) would fail at the job's start."""
-    part = cluster.partition(job.partition)
+    place = job.placement
+    part = cluster.partition(place.partition)
     model, capability = gpu_model(part.gpu_type)
     if run.trainer.precision == "bf16-mixed" and isinstance(capability, float) and capability < BF16_CAPABILITY:
-        raise UserError(f"trainer.precision=bf16-mixed but partition {job.partition!r} has {model} GPUs (compute "
+        raise UserError(f"trainer.precision=bf16-mixed but partition {place.partition!r} has {model} GPUs (compute "
                         f"capability {capability}), which have no bf16; set trainer.precision=16-mixed, 32 or auto")
 
 
 def workers_have_cpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
-    cpus = job.cpus_per_task if job.tasks_per_node >= job.ranks_per_node else job.cpus_per_task // job.ranks_per_node
+    place, ranks = job.placement, job.work.ranks_per_node
+    cpus = place.cpus_per_task if place.tasks_per_node >= ranks else place.cpus_per_task // ranks
     if run.data.num_workers > cpus:
         raise UserError(
             f"data.num_workers={run.data.num_workers} dataloader workers per rank but each rank has {cpus} CPU(s); "
@@ -210,28 +219,29 @@ TRACKER_CLIENTS = {"mlflow": "mlflow-skinny", "wandb": "wandb"}  # the package e
 
 def image_has_the_trackers(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     """A tracker whose client the image does not install would fail in the job, after the wait in the queue."""
-    lock = project.ROOT / "containers" / f"{base_flavor(job.image_flavor)}.lock"
-    if job.image_parent_sha256 or not lock.is_file():  # a derived image may add it
+    lock = project.ROOT / "containers" / f"{base_flavor(job.image.flavor)}.lock"
+    if job.image.parent_sha256 or not lock.is_file():  # a derived image may add it
         return
     pinned = {line.split("==")[0].lower() for line in lock.read_text().splitlines() if line[:1].isalnum()}
     missing = [name for name in run.tracker.use if name in TRACKER_CLIENTS and TRACKER_CLIENTS[name] not in pinned]
     if missing:
         packages = " ".join(TRACKER_CLIENTS[name] for name in missing)
-        raise UserError(f"tracker {', '.join(missing)}: the {job.image_flavor} image does not carry {packages} yet; "
-                        f"derive one that does (bin/run-cluster images derive NAME --from {job.image_flavor} "
+        raise UserError(f"tracker {', '.join(missing)}: the {job.image.flavor} image does not carry {packages} yet; "
+                        f"derive one that does (bin/run-cluster images derive NAME --from {job.image.flavor} "
                         f"--requirements FILE.lock) or leave it out of tracker.use")
 
 
-def directives_repeated(job: Job, script: str) -> List[UserError]:
+def directives_repeated(job: Job) -> List[UserError]:
     """A raw directive that sets what the script already sets from a key: the scheduler would take one of the two
-    (which one depends on the scheduler), so the key would silently not hold."""
+    (which one depends on the scheduler), so the key would silently not hold. Read off the adapter's list of the
+    script's options, never the rendered text."""
+    place = job.placement
     scheduler = adapter(job.scheduler)
-    prefix = scheduler.directive_prefix + " "
-    if not job.directives or not scheduler.directive_prefix:
+    if not place.directives or not scheduler.directive_prefix:
         return []
-    given = Counter(scheduler.option(line[len(prefix):]) for line in script.splitlines() if line.startswith(prefix))
+    given = Counter(scheduler.option(option) for option in scheduler.directives(job))
     errors = []
-    for directive in job.directives:
+    for directive in place.directives:
         option = scheduler.option(directive)
         if given[option] > 1 and option not in scheduler.repeatable:
             key = scheduler.option_keys.get(option, "the profile's own key")
@@ -241,11 +251,11 @@ def directives_repeated(job: Job, script: str) -> List[UserError]:
 
 
 def image_missing(job: Job) -> Optional[UserError]:
-    if not job.image or not Path(job.image).is_file():
-        base, _, name = job.image_flavor.partition("+")
+    if not job.image.path or not Path(job.image.path).is_file():
+        base, _, name = job.image.flavor.partition("+")
         build = (f"bin/run-cluster images derive {name} --from {base} --requirements requirements.lock" if name
-                 else f"make image FLAVOR={job.image_flavor}")
-        return UserError(f"no {job.image_flavor} image has been built here; build it with: {build}")
+                 else f"make image FLAVOR={job.image.flavor}")
+        return UserError(f"no {job.image.flavor} image has been built here; build it with: {build}")
     return None
 
 

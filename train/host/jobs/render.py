@@ -21,13 +21,14 @@ FORWARDED = ["SLURM_*", "LSB_*", "LSF_*", "MASTER_ADDR", "MASTER_PORT", "CUDA_VI
 
 
 def render(job: Job) -> str:
-    for name in job.env:
+    for name in job.work.env:
         if not ENV_NAME.match(name):
             raise UserError(f"environment variable name {name!r} is not valid; use letters, digits and '_'")
     scheduler = adapter(job.scheduler)
     template = environment(scheduler.template_dir()).get_template(scheduler.template)
     return template.render(job=job, scheduler=scheduler, requeue_exit=exit_codes.REQUEUE,
-                           forward_patterns="|".join(FORWARDED + sorted(job.env) + job.credentials), fabric=fabric)
+                           forward_patterns="|".join(FORWARDED + sorted(job.work.env) + job.work.credentials),
+                           fabric=fabric, fabric_check=fabric.check(job.fabric.name) if job.fabric.check else None)
 
 
 @functools.lru_cache(maxsize=None)  # one per template folder: compiling the templates is most of a render's time

@@ -16,7 +16,7 @@ from train.host.clusters.flavors import min_driver
 from train.host.clusters.signing_policy import policy
 from train.host.images import store
 from train.host.jobs import memory
-from train.host.jobs.job import Job, Task, job_name
+from train.host.jobs.job import DataImage, Fabric, ImageRef, Job, Notify, Placement, Task, Work, job_name
 from train.host.schedulers import Scheduler, adapter
 from train.host.schedulers.launches import LAUNCHES, Launch
 
@@ -37,73 +37,80 @@ def resolve(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: L
     part = cluster.partition(profile.partition)
     name = job_name(run.name)
     net = slingshot_of(cluster, profile, part, user)
-    return Job(
-        run_id=run_dir.name, cluster=cluster.name, cluster_file=cluster.path, profile=profile.name,
-        scheduler=cluster.scheduler, job_name=name, run_dir=str(run_dir), config_path=str(run_dir / "config.yaml"),
-        log_path=str(run_dir / "logs" / scheduler.log_name(name)), data_dir=run.data.root,
-        binds=bind_mounts(cluster, task_runs or [run], run_dir, user)  # packed: only the tasks run
-        + (net.binds if net else []),
-        entry="command" if run.command else "fit",
-        **shape_fields(profile, part, launch_of(profile, scheduler), run_dir),
-        **request_fields(cluster, profile, part, scheduler, user),
-        **image_fields(image, image_flavor, profile.gpus_per_node, cluster, user),
-        **environment_fields(cluster, profile, part, run, run_dir, user, net),
-        **(data_fields or {}),
-    )
-
-
-def shape_fields(profile: Profile, part: Partition, shape: Launch, run_dir: Path) -> Dict[str, Any]:
-    """How many processes start where: packed tasks, one task per rank, or one process per host."""
+    shape = launch_of(profile, scheduler)
     tasks = independent_tasks(profile, run_dir) if shape.packed else []
     tasks_per_node = len(tasks) or (profile.ranks if shape.task_per_rank else 1)
-    return dict(launch=shape.name, tasks=tasks, nodes=profile.nodes, gpus_per_node=profile.gpus_per_node,
-                ranks_per_node=1 if tasks else profile.ranks, tasks_per_node=tasks_per_node,
-                cpus_per_task=profile.cpus_per_task, mem_gb=memory.node_memory_gb(profile, part, tasks_per_node),
-                whole_node=profile.whole_node, node_mem_gb=part.mem_per_node_gb)
-
-
-def request_fields(cluster: Cluster, profile: Profile, part: Partition, scheduler: Scheduler,
-                   user: Dict[str, Any]) -> Dict[str, Any]:
-    """What the job asks of the scheduler besides its shape: queue, time, GPU type, QOS, account..."""
-    return dict(
-        partition=part.name, queue=part.scheduler_name, time=profile.time or scheduler.default_time, directives=list(profile.directives),
-        gpu_type=part.scheduler_gpu_name or part.gpu_type,  # the scheduler's word, in typed requests
-        gpu_request=part.gpu_request, gpu_mem_gb=profile.gpu_mem_gb, cpu_bind=profile.cpu_bind,
-        mem_per_gpu_gb=profile.mem_per_gpu_gb, mem_per_cpu_gb=profile.mem_per_cpu_gb, hint=profile.hint,
-        qos=profile.qos, constraint=scheduler.constraint_join.join(filter(None, (part.constraint, profile.constraint))),
-        reservation=profile.reservation, exclusive=profile.exclusive, account=user.get("account"),
-        email=user.get("email"), notify=profile.notify, grace_s=profile.grace_s, max_requeues=profile.max_requeues,
+    return Job(
+        run_id=run_dir.name, cluster=cluster.name, cluster_file=cluster.path, profile=profile.name,
+        scheduler=cluster.scheduler, job_name=name,
+        work=work_of(cluster, profile, run, task_runs, run_dir, user, shape, tasks, scheduler.log_name(name), net),
+        placement=placement_of(cluster, profile, part, scheduler, user, tasks_per_node),
+        image=image_of(image, image_flavor, profile.gpus_per_node, cluster, user),
+        fabric=fabric_of(profile, part, net), notify=Notify(wanted=profile.notify, email=user.get("email")),
+        data=DataImage(**(data_fields or {})),
     )
 
 
-def image_fields(image: Optional[store.ImageRecord], image_flavor: str, gpus_per_node: int, cluster: Cluster,
-                 user: Dict[str, Any]) -> Dict[str, Any]:
+def work_of(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: List[cfg.RunConfig], run_dir: Path,
+            user: Dict[str, Any], shape: Launch, tasks: List[Task], log_name: str,
+            net: Optional[fabric.Slingshot]) -> Work:
+    """What runs: the entry point, the run directory, how many processes start (packed tasks, one per rank, or one
+    per host), what they see (binds, environment, credentials by name, modules)."""
+    env = {k: settings.expand_env(v, user, cluster.name) for k, v in {**cluster.env, **profile.env}.items()}
+    if run.code and not run.command:  # --dev: the snapshot's train package comes before the image's on the path
+        env["PYTHONPATH"] = str(run_dir / "code")
+    if checks_fabric(profile, cluster.partition(profile.partition)):
+        env.update(fabric.nccl_env(str(run_dir), env, cluster.partition(profile.partition).fabric))
+    return Work(
+        entry="command" if run.command else "fit", launch=shape.name, ranks_per_node=1 if tasks else profile.ranks,
+        run_dir=str(run_dir), config_path=str(run_dir / "config.yaml"), log_path=str(run_dir / "logs" / log_name),
+        data_dir=run.data.root, tasks=tasks,
+        binds=bind_mounts(cluster, task_runs or [run], run_dir, user)  # packed: only the tasks run
+        + (net.binds if net else []),
+        env=env, credentials=tracker_config.credentials(run.tracker),
+        modules=list(cluster.modules) + settings.modules(user), module_init=cluster.module_init,
+    )
+
+
+def placement_of(cluster: Cluster, profile: Profile, part: Partition, scheduler: Scheduler, user: Dict[str, Any],
+                 tasks_per_node: int) -> Placement:
+    """Where it runs: what the job asks of the scheduler (queue, shape, memory, time, GPU type, QOS, account...)."""
+    return Placement(
+        partition=part.name, queue=part.scheduler_name, nodes=profile.nodes, gpus_per_node=profile.gpus_per_node,
+        tasks_per_node=tasks_per_node, cpus_per_task=profile.cpus_per_task,
+        mem_gb=memory.node_memory_gb(profile, part, tasks_per_node), time=profile.time or scheduler.default_time,
+        gpu_type=part.scheduler_gpu_name or part.gpu_type,  # the scheduler's word, in typed requests
+        gpu_request=part.gpu_request, gpu_mem_gb=profile.gpu_mem_gb, mem_per_gpu_gb=profile.mem_per_gpu_gb,
+        mem_per_cpu_gb=profile.mem_per_cpu_gb, whole_node=profile.whole_node, node_mem_gb=part.mem_per_node_gb,
+        cpu_bind=profile.cpu_bind, hint=profile.hint, qos=profile.qos,
+        constraint=scheduler.constraint_join.join(filter(None, (part.constraint, profile.constraint))),
+        reservation=profile.reservation, exclusive=profile.exclusive, account=user.get("account"),
+        grace_s=profile.grace_s, max_requeues=profile.max_requeues, directives=list(profile.directives),
+    )
+
+
+def image_of(image: Optional[store.ImageRecord], image_flavor: str, gpus_per_node: int, cluster: Cluster,
+             user: Dict[str, Any]) -> ImageRef:
     """The image the job runs (none yet for check-cluster), what it was made from, and who must have signed it."""
-    return dict(
-        image=image.path if image else "", image_sha256=image.sha256 if image else "", image_flavor=image_flavor,
-        image_registry=image.pushed[0] if image and image.pushed else None,
-        image_signed_from=image.signed_from if image else "",
-        image_parent_sha256=image.parent_sha256 if image else "",
+    return ImageRef(
+        path=image.path if image else "", sha256=image.sha256 if image else "", flavor=image_flavor,
+        nv=cluster.nv and gpus_per_node > 0,
         min_driver=min_driver(store.base_flavor(image_flavor)) if gpus_per_node else "",
+        registry=image.pushed[0] if image and image.pushed else None,
+        signed_from=image.signed_from if image else "", parent_sha256=image.parent_sha256 if image else "",
         signing=policy(cluster.require_signed, cluster.signers, cluster.path, user, str(settings.path())),
     )
 
 
-def environment_fields(cluster: Cluster, profile: Profile, part: Partition, run: cfg.RunConfig, run_dir: Path,
-                       user: Dict[str, Any], net: Optional[fabric.Slingshot] = None) -> Dict[str, Any]:
-    """The environment the ranks start in: modules, the cluster's and profile's variables, NCCL's fabric check."""
-    env = {k: settings.expand_env(v, user, cluster.name) for k, v in {**cluster.env, **profile.env}.items()}
-    check_fabric = part.fabric in fabric.CHECKS and profile.nodes > 1 and profile.gpus_per_node > 0
-    if run.code and not run.command:  # --dev: the snapshot's train package comes before the image's on the path
-        env["PYTHONPATH"] = str(run_dir / "code")
-    return dict(
-        nv=cluster.nv and profile.gpus_per_node > 0, check_fabric=check_fabric,
-        fabric=part.fabric if check_fabric else "", fabric_paths=net.paths if net else [],
-        fabric_library_path=net.library_path if net else "",
-        env={**env, **(fabric.nccl_env(str(run_dir), env, part.fabric) if check_fabric else {})},
-        credentials=tracker_config.credentials(run.tracker),
-        modules=list(cluster.modules) + settings.modules(user), module_init=cluster.module_init,
-    )
+def checks_fabric(profile: Profile, part: Partition) -> bool:
+    """A multi-node GPU job on a fast fabric: NCCL logs its network choice and the job checks it."""
+    return part.fabric in fabric.CHECKS and profile.nodes > 1 and profile.gpus_per_node > 0
+
+
+def fabric_of(profile: Profile, part: Partition, net: Optional[fabric.Slingshot]) -> Fabric:
+    check = checks_fabric(profile, part)
+    return Fabric(check=check, name=part.fabric if check else "", paths=net.paths if net else [],
+                  library_path=net.library_path if net else "")
 
 
 def slingshot_of(cluster: Cluster, profile: Profile, part: Partition,

@@ -82,7 +82,7 @@ def submissions(site: Site, profiles, experiment: str, args) -> list:
 def measure(sub, timeout_s: float) -> Dict[str, Any]:
     job_id = queue(sub)
     print(submitted(sub, job_id))  # run-cluster scaling: a command, it says what it queued
-    run_dir = Path(sub.job.run_dir)
+    run_dir = Path(sub.job.work.run_dir)
     state = wait(adapter(sub.job.scheduler), job_id, run_dir, timeout_s)["state"]
     results = run_dir / "results.json"
     if state != State.COMPLETED or not results.is_file():
@@ -92,7 +92,7 @@ def measure(sub, timeout_s: float) -> Dict[str, Any]:
     if not found.get("throughput"):
         raise UserError(f"{results} has no throughput: the image predates it; rebuild it (make image)")
     runs.update_manifest(run_dir, scaling=True)
-    return {"profile": sub.job.profile, "nodes": sub.job.nodes, "ranks_per_node": sub.job.ranks_per_node,
+    return {"profile": sub.job.profile, "nodes": sub.job.placement.nodes, "ranks_per_node": sub.job.work.ranks_per_node,
             "ranks": sub.job.total_ranks, "samples_per_s": found["throughput"]["samples_per_s"],
             "device": found.get("gpu") or "cpu", "run": run_dir.name}
 

@@ -85,9 +85,9 @@ def write_manifest(job, run: cfg.RunConfig, job_id: str, experiment: str, overri
         "profile": job.profile,
         "experiment": experiment,
         "overrides": list(overrides),
-        "image": {"path": job.image, "sha256": job.image_sha256, "flavor": job.image_flavor,
-                  "registry": job.image_registry, "signed_from": job.image_signed_from or None,
-                  "parent_sha256": job.image_parent_sha256 or None},
+        "image": {"path": job.image.path, "sha256": job.image.sha256, "flavor": job.image.flavor,
+                  "registry": job.image.registry, "signed_from": job.image.signed_from or None,
+                  "parent_sha256": job.image.parent_sha256 or None},
         "data": binding.manifest_record(job),  # the data image the job binds (data.image), else null
         "scheduler": {"name": job.scheduler, "job_id": job_id},
         "git": project.git_state(),
@@ -98,7 +98,7 @@ def write_manifest(job, run: cfg.RunConfig, job_id: str, experiment: str, overri
         "config": cfg.to_dict(run),
         **extra,  # a sweep element: its sweep, index and swept values
     }
-    (Path(job.run_dir) / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    (Path(job.work.run_dir) / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 

@@ -119,7 +119,7 @@ def plan(site: Site, name: str, overrides: Sequence[str] = (), *, run_id: Option
             run_dirs[stage.name] = site.runs_root / run_id
             continue
         planned.append(Planned(stage, sub))
-        run_dirs[stage.name] = Path(sub.job.run_dir)
+        run_dirs[stage.name] = Path(sub.job.work.run_dir)
     if problems:
         for done in planned:
             done.sub.discard()
@@ -163,7 +163,7 @@ def queue_all(planned: List[Planned]) -> List[Waited]:
     for step in planned:
         step.sub.after = [queued[name] for name in step.stage.after]
         job_id = queue(step.sub)
-        queued[step.stage.name] = Waited(step.sub.job.run_id, job_id, str(Path(step.sub.job.run_dir).resolve()))
+        queued[step.stage.name] = Waited(step.sub.job.run_id, job_id, str(Path(step.sub.job.work.run_dir).resolve()))
     return list(queued.values())
 
 
@@ -176,4 +176,4 @@ def pipeline_plan(planned: List[Planned]) -> Plan:
     return Plan(summary, [w for step in planned for w in step.sub.warnings], script,
                 queue=lambda: queue_all(planned), discard=lambda: [step.sub.discard() for step in planned],
                 said=lambda queued: [submitted(step.sub, waited.job_id) for step, waited in zip(planned, queued)],
-                run_dirs=[Path(step.sub.job.run_dir) for step in planned])
+                run_dirs=[Path(step.sub.job.work.run_dir) for step in planned])

@@ -35,9 +35,9 @@ def one_run(sub: Submission, submit: Optional[Callable[[Submission], str]] = Non
     return Plan(sub.summary, sub.warnings, f"--- {sub.job.scheduler} script (dry run: nothing submitted) ---\n"
                                            f"{sub.script}",
                 queue=lambda: (submit or queue)(sub), discard=sub.discard,
-                follow=lambda job_id, timeout_s: follow(scheduler, job_id, Path(sub.job.run_dir), timeout_s),
+                follow=lambda job_id, timeout_s: follow(scheduler, job_id, Path(sub.job.work.run_dir), timeout_s),
                 follow_by_default=scheduler.follow_by_default,
-                said=lambda job_id: [] if submit else [submitted(sub, job_id)], run_dirs=[Path(sub.job.run_dir)])
+                said=lambda job_id: [] if submit else [submitted(sub, job_id)], run_dirs=[Path(sub.job.work.run_dir)])
 
 
 def queue(sub: Submission, before_submit: Optional[Callable[[Path], None]] = None, **recorded: Any) -> str:
@@ -61,18 +61,18 @@ def queue(sub: Submission, before_submit: Optional[Callable[[Path], None]] = Non
 
 def submitted(sub: Submission, job_id: str) -> str:
     """What the command line says of a queued run."""
-    return f"submitted {sub.job.scheduler} job {job_id}; run directory {sub.job.run_dir}"
+    return f"submitted {sub.job.scheduler} job {job_id}; run directory {sub.job.work.run_dir}"
 
 
 def write_run(sub: Submission) -> Path:
     """The run directory with its config(s), code snapshot and job.sh; removed again if writing fails."""
     job = sub.job
-    run_dir = runs.create(Path(job.run_dir))
+    run_dir = runs.create(Path(job.work.run_dir))
     try:
         if sub.code:
             code_snapshot.place(sub.code.snapshot, run_dir)
-        cfg.dump(sub.run, job.config_path)
-        for task, task_run in zip(job.tasks, sub.task_runs):
+        cfg.dump(sub.run, job.work.config_path)
+        for task, task_run in zip(job.work.tasks, sub.task_runs):
             Path(task.run_dir).mkdir()
             cfg.dump(task_run, task.config_path)
         (run_dir / "job.sh").write_text(sub.script)

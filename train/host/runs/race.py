@@ -17,13 +17,13 @@ def race_plan(subs: List[Submission], profiles: List[str], timeout_s: float) -> 
     return Plan("\n".join(sub.summary for sub in subs), [w for sub in subs for w in sub.warnings],
                 "--- dry run: nothing submitted ---\n", queue=lambda: queue_both(subs, timeout_s),
                 discard=lambda: [sub.discard() for sub in subs], said=lambda won: said(subs, profiles, *won),
-                run_dirs=[Path(sub.job.run_dir) for sub in subs])
+                run_dirs=[Path(sub.job.work.run_dir) for sub in subs])
 
 
 def queue_both(subs: List[Submission], timeout_s: float) -> Tuple[int, List[str]]:
     """Queue both, keep the first to start, record the outcome in both manifests: the winner's index, the job ids."""
     ids = [queue(sub) for sub in subs]
-    run_dirs = [Path(sub.job.run_dir) for sub in subs]
+    run_dirs = [Path(sub.job.work.run_dir) for sub in subs]
     winner = race(adapter(subs[0].job.scheduler), ids, run_dirs, timeout_s)
     loser = 1 - winner
     for i, run_dir in enumerate(run_dirs):

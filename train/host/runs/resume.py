@@ -83,7 +83,7 @@ def queue_resume(sub: Submission, run_dir: Path) -> str:
     old_script = run_dir / "job.sh"
     if old_script.is_file():
         old_script.rename(run_dir / f"job.{number - 1}.sh")  # every script that ran stays
-    cfg.dump(sub.run, sub.job.config_path)
+    cfg.dump(sub.run, sub.job.work.config_path)
     (run_dir / "job.sh").write_text(sub.script)
     job_id = adapter(sub.job.scheduler).submit(run_dir / "job.sh", run_dir)
     resume = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "job_id": job_id, "profile": sub.job.profile,

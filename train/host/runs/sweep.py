@@ -106,8 +106,8 @@ def prepare_sweep(site: Site, base: Request, specs: List[str], sweep_file: Optio
         raise UserError(f"sweep directory {sweep_dir} already exists; choose another --run-id or remove it")
     elements = build_elements(site, base, settings, sweep_dir)
     scheduler = adapter(elements[0].job.scheduler)
-    cap = cap if cap is not None else scheduler.array_cap(elements[0].job.cpus_per_task * elements[0].job.tasks_per_node)
-    if elements[0].job.tasks:
+    cap = cap if cap is not None else scheduler.array_cap(elements[0].job.placement.slots_per_node)
+    if elements[0].job.work.tasks:
         raise UserError(f"profile {base.profile} packs independent tasks into one job; sweep on a one-training profile")
     chunks = [(first, min(limit, len(elements) - first)) for first in range(0, len(elements), limit)]
     sweep = Sweep(sweep_id, sweep_dir, axes_of(settings), settings, elements, min(cap, len(elements)), chunks)
@@ -153,19 +153,18 @@ def blame(line: str, refused: List[Dict[str, str]], count: int) -> str:
 
 
 def shared_directives(elements: List[Submission]) -> List[str]:
-    """The scheduler options of the elements' scripts, which one array shares; a sweep that changes them is refused."""
+    """The scheduler options of the elements' jobs, which one array shares; a sweep that changes them is refused."""
     scheduler = adapter(elements[0].job.scheduler)
     if not scheduler.directive_prefix:
         return []
 
-    def directives(script: str) -> List[str]:
-        lines = [line for line in script.splitlines() if line.startswith(scheduler.directive_prefix + " ")]
-        return [line for line in lines if scheduler.option(line[len(scheduler.directive_prefix):].strip())
-                not in scheduler.array_replaces]
+    def directives(job) -> List[str]:
+        return [f"{scheduler.directive_prefix} {option}" for option in scheduler.directives(job)
+                if scheduler.option(option) not in scheduler.array_replaces]
 
-    first = directives(elements[0].script)
+    first = directives(elements[0].job)
     for sub in elements[1:]:
-        if directives(sub.script) != first:
+        if directives(sub.job) != first:
             raise UserError(f"the swept values change the job's scheduler options ({elements[0].job.run_id} vs "
                             f"{sub.job.run_id}); one array has one shape: sweep run-config keys only")
     return first
@@ -182,7 +181,7 @@ def render_sweep(sweep: "Sweep", first: int, count: int, after: Optional[str] = 
                   *([scheduler.after_directive(after)] if after else []), *shared_directives(elements)]
     return environment().get_template("sweep.sh.j2").render(
         directives=directives, sweep_id=sweep.sweep_id, cap=min(sweep.cap, count), scheduler=scheduler,
-        runs=[sub.job.run_dir for sub in elements], log=scheduler.array_log.format(name=name))
+        runs=[sub.job.work.run_dir for sub in elements], log=scheduler.array_log.format(name=name))
 
 
 def queue_sweep(sweep: Sweep) -> List[str]:
@@ -204,7 +203,7 @@ def queue_sweep(sweep: Sweep) -> List[str]:
     record = {"sweep_id": sweep.sweep_id, "scheduler": scheduler.name, "array_job_id": arrays[0]["job_id"],
               "arrays": arrays, "max_parallel": sweep.cap, "axes": [{"key": k, "values": v} for k, v in sweep.axes],
               "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "elements": [{"index": i, "run_dir": sub.job.run_dir, "values": setting, "job_id": job_id}
+              "elements": [{"index": i, "run_dir": sub.job.work.run_dir, "values": setting, "job_id": job_id}
                            for i, (sub, setting, job_id) in enumerate(zip(sweep.elements, sweep.settings, job_ids))]}
     (sweep.sweep_dir / SWEEP).write_text(json.dumps(record, indent=2) + "\n")
     return [array["job_id"] for array in arrays]
@@ -242,7 +241,7 @@ def plan_of(sweep: Sweep, sweep_file: Optional[str] = None) -> Plan:
                 follow=lambda _, timeout_s: wait(sweep.sweep_dir, timeout_s),
                 follow_by_default=adapter(sweep.elements[0].job.scheduler).follow_by_default,
                 said=lambda array_ids: [submitted(sweep, array_ids)],
-                run_dirs=[Path(sub.job.run_dir) for sub in sweep.elements])
+                run_dirs=[Path(sub.job.work.run_dir) for sub in sweep.elements])
 
 
 def dry_run_text(sweep: Sweep) -> str:

@@ -6,9 +6,12 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from train.shared.errors import UserError
+
+if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
+    from train.host.jobs.job import Job
 
 
 @dataclass(frozen=True)
@@ -89,15 +92,15 @@ def run_or_refuse(cmd, what: str) -> str:
 class Scheduler:
     """The contract of a scheduler adapter: the facts every adapter states, the commands each implements.
 
-    A new scheduler is one module in train/host/schedulers/ with a subclass of this class, its job-script template
-    in the `templates/` folder beside that module, and its instance in `SCHEDULERS` (train/host/schedulers/__init__.py,
-    or, kept outside the project, site.py finds it). Nothing else in train/host/ names a scheduler: it asks the adapter.
+    A new scheduler: a module with a subclass of this class, its template in `templates/` beside it, its instance in
+    `SCHEDULERS` (__init__.py; or site.py finds it). Nothing else in train/host/ names a scheduler: it asks the adapter.
 
     Must fill in:
       name             the cluster file's `scheduler:` word.
       template         its job script's Jinja file in `template_dir()` (the `templates/` folder beside the module);
-                       it renders `job`, `scheduler` (this adapter) and may include the shared partials
-                       (_preamble.sh.j2, _container.sh.j2, _segments.sh.j2) of train/host/schedulers/templates/.
+                       it renders `job` (jobs/job.py: job.work, job.placement...) and `scheduler` (this adapter),
+                       may include the shared partials (_preamble.sh.j2, _container.sh.j2, _segments.sh.j2) of
+                       train/host/schedulers/templates/, and decides nothing (its `{% if %}` tests one finished value).
       default_launch, launches
                        the names of the launch shapes it can start (train/host/schedulers/launches.py: how
                        each starts its ranks; preflight refuses a profile asking for another).
@@ -110,23 +113,21 @@ class Scheduler:
                        the record of ended jobs that outlives state() (sacct, bhist); None: no accounting.
       array_directives(), element_id(), array_index, array_log, array_replaces, array_cap(), cancel_array()
                        job arrays for sweeps; without them `--sweep` is refused.
-      wait_options()   the submit options that hold a job until others COMPLETED and end it if one cannot (--after);
-                       None: it cannot chain runs, so --after is refused.
-      array_limit(), after_directive()
-                       the most elements one array holds; how an array waits for the one before (split sweeps).
+      wait_options()   submit options holding a job until others COMPLETED (--after); None: --after is refused.
+      array_limit(), after_directive()   most elements per array; how an array waits for the one before.
       array_states(), array_accounting()
                        a whole array's states in one question (a 1000-element sweep's status); else per element.
       requeue_command  how the batch shell puts its own job back in the queue ("": a time-limited run just ends).
       requeued_under_us
                        a shell test: the scheduler itself has requeued the job while this batch shell runs (a node
                        failure), so its steps were ended, whatever their exit status ("": it never does).
-      unsupported      the profile/partition keys it cannot express, each with the fix the user is told.
-      directive_prefix, short_options, option_groups, repeatable, option_keys
-                       how its script lines hand options to it, for preflight's check of the rendered directives.
+      unsupported      the profile/partition keys (Placement fields) it cannot express, each with the fix.
+      directives(), directive_prefix   its header's options, decided in Python (the template writes them).
+      short_options, option_groups, repeatable, option_keys
+                       how it reads those options, for preflight's check of the profile's raw directives.
       time_seconds(), time_example, default_time, max_warning_s, warning_seconds()
                        its time limits: read into seconds, bounds on the time-limit warning.
-      cpu_bind_problem()
-                       whether a profile's cpu_bind is a binding it understands.
+      cpu_bind_problem()   whether a profile's cpu_bind is a binding it understands.
       each_node        how the batch shell runs a command once on every node of its job (staging a data image).
       inventory()      what the live scheduler says it has (partitions, your accounts and QOS): init-cluster's draft
                        and check-cluster's drift; None where it cannot say.
@@ -134,8 +135,8 @@ class Scheduler:
                        what `run-cluster doctor` looks for and asks on a login node: the commands a user of
                        this scheduler needs there, the one that prints its version, the one that asks its
                        controller to answer, the accounts and QOS this user may use.
-      title, partition_word, job_id_var, hosts_var, constraint_join, follow_by_default,
-      test_script()    the remaining facts, each documented where it is declared below.
+      title, partition_word, job_id_var, hosts_var, constraint_join, follow_by_default, test_script():
+                       the remaining facts, each documented where it is declared below.
     """
 
     name: str
@@ -166,6 +167,10 @@ class Scheduler:
     option_groups: Tuple[frozenset, ...] = ()
     repeatable: Tuple[str, ...] = ()  # options a script may give more than once
     option_keys: Dict[str, str] = {}  # a rendered option -> the cluster-file key that sets it
+
+    def directives(self, job: "Job") -> List[str]:
+        """The header's options (`directive_prefix OPTION` lines), the profile's raw ones last; default: only those."""
+        return list(job.placement.directives)
 
     def template_dir(self) -> Path:
         """The folder of this adapter's template: `templates/` beside the module that defines its class."""
@@ -268,8 +273,7 @@ class Scheduler:
         return None
 
     def wait_options(self, job_ids: Sequence[str]) -> Optional[List[str]]:
-        """Submit options (not script directives: the script stays the run's own) that hold the job until every job of
-        `job_ids` has COMPLETED, and end it once one has ended otherwise; None: this scheduler cannot."""
+        """Submit options (the script stays the run's own) holding the job until all `job_ids` COMPLETED; None: never."""
         return None
 
     def submit(self, script: Path, run_dir: Path, after: Sequence[str] = ()) -> str:

@@ -3,11 +3,14 @@ script is templates/lsf.sh.j2 (the contract it fills in is documented on train/h
 import re
 import subprocess
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from train.shared.errors import UserError
 from train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
 from train.host.schedulers.lsf_inventory import inventory as live_inventory
+
+if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
+    from train.host.jobs.job import Job, Placement
 
 RUN_LIMIT = re.compile(r"^(?:(\d+):)?(\d+)(?:/[A-Za-z0-9_.-]+)?$")  # bsub -W [hour:]minute[/host]
 
@@ -53,6 +56,21 @@ class Lsf(Scheduler):
     array_index = "LSB_JOBINDEX - 1"  # LSF's indices start at 1
     array_log = '{name}_"$LSB_JOBID"_"$LSB_JOBINDEX".out'
 
+    def directives(self, job: "Job") -> List[str]:
+        place, log = job.placement, job.work.log_path
+        slots = place.slots_per_node
+        options = [*([f"-q {place.queue}"] if place.queue else []), f"-J {job.job_name}",
+                   *([f"-P {place.account}"] if place.account else []), f"-n {place.nodes * slots}",
+                   *gpu_option(place), *([f'-R "select[{place.constraint}]"'] if place.constraint else []),
+                   *(["-x"] if place.exclusive else []), *([f"-U {place.reservation}"] if place.reservation else []),
+                   f"-W {place.time}",
+                   *([] if place.mem_gb is None else [f'-R "rusage[mem={per_slot_gb(place.mem_gb, slots)}GB]"']),
+                   '-R "span[hosts=1]"' if place.nodes == 1 else f'-R "span[ptile={slots}]"']
+        if job.notify.wanted:
+            options += ["-B", "-N", *([f"-u {job.notify.email}"] if job.notify.email else [])]
+        return options + [f"-o {log}", f"-e {log[:-len('.out')]}.err", "-wa USR1",  # log_name() ends in .out
+                          f"-wt {self.warning_seconds(place.grace_s) // 60}", *place.directives]
+
     def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
         # LSF's job array: -J "name[1-N]%K" runs at most K elements at once; %J and %I name each element's output
         return (f'#BSUB -J "{name}[1-{count}]%{cap}"', f"#BSUB -o {logs}/array_%J_%I.out",
@@ -79,7 +97,7 @@ class Lsf(Scheduler):
         return (int(found.group(1) or 0) * 60 + int(found.group(2))) * 60
 
     def warning_seconds(self, grace_s: int) -> int:
-        return (grace_s + 59) // 60 * 60  # -wt takes whole minutes: the template rounds grace_s up
+        return (grace_s + 59) // 60 * 60  # -wt takes whole minutes: grace_s rounded up
 
     def wait_options(self, job_ids: Sequence[str]) -> Optional[List[str]]:
         # -w done(ID): dispatched once each is DONE; -ti: ended as an orphan (TERM_ORPHAN_SYSTEM) as soon as one
@@ -140,3 +158,18 @@ class Lsf(Scheduler):
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         run_or_refuse(["bkill", job_id], "bkill")
+
+
+def gpu_option(place: "Placement") -> List[str]:
+    """-gpu: each rank its own GPU (exclusive_process), of the partition's model where it asks by type (gmodel), with
+    at least the memory the profile needs (gmem)."""
+    if not place.gpus_per_node:
+        return []
+    model = f":gmodel={place.gpu_type}" if place.gpu_request == "typed" else ""
+    memory = f":gmem={place.gpu_mem_gb}G" if place.gpu_mem_gb else ""
+    return [f'-gpu "num={place.gpus_per_node}:mode=exclusive_process{model}{memory}"']
+
+
+def per_slot_gb(node_gb: int, slots: int) -> str:
+    """rusage[mem] reserves per slot: a node's memory shared by its slots, to 0.1 GB, as 4 rather than 4.0."""
+    return str(round(node_gb / slots, 1)).replace(".0", "")

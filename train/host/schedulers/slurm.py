@@ -2,13 +2,17 @@
 script is templates/slurm.sh.j2 (the contract it fills in is documented on train/host/schedulers/base.py's Scheduler)."""
 import pwd
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
 from train.host.schedulers.slurm_inventory import inventory as live_inventory, qos_by_account
+
+if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
+    from train.host.jobs.job import Job, Placement
 
 # sbatch's words when it is installed but no controller answers (this machine is no cluster's login node)
 SLURM_UNREACHABLE = ("Could not establish a configuration source", "Unable to contact slurm controller")
@@ -65,6 +69,33 @@ class Slurm(Scheduler):
     array_replaces = ("output", "job-name")
     array_index = "SLURM_ARRAY_TASK_ID"
     array_log = 'job-"$SLURM_ARRAY_JOB_ID"_"$SLURM_ARRAY_TASK_ID".out'
+
+    def directives(self, job: "Job") -> List[str]:
+        place = job.placement
+        options = [f"--job-name={job.job_name}",
+                   *present(partition=place.queue, account=place.account, qos=place.qos,
+                            constraint=place.constraint.replace(" ", ""), reservation=place.reservation),
+                   f"--nodes={place.nodes}", *(["--exclusive"] if place.exclusive else []),
+                   f"--ntasks-per-node={place.tasks_per_node}", *gpu_options(place),
+                   f"--cpus-per-task={place.cpus_per_task}", *present(hint=place.hint), *memory_options(place),
+                   f"--time={place.time}", f"--output={job.work.log_path}", "--open-mode=append",
+                   f"--signal=B:USR1@{place.grace_s}", "--requeue"]
+        if job.notify.wanted:
+            options += ["--mail-type=BEGIN,END,FAIL", *present(**{"mail-user": job.notify.email})]
+        return options + list(place.directives)
+
+    def task_step(self, job: "Job") -> List[str]:
+        """srun's options for one packed task: one GPU, its share of the job's memory (the template's comment says
+        why), its CPUs."""
+        mem_gb = job.placement.mem_gb
+        memory = [] if mem_gb is None else [f"--mem={mem_gb * 1024 // len(job.work.tasks)}M"]
+        return ["--exact", "--ntasks=1", "--nodes=1", "--gpus-per-node=1", *memory,
+                f"--cpus-per-task={job.placement.cpus_per_task}", *self.rank_step(job)]
+
+    def rank_step(self, job: "Job") -> List[str]:
+        """srun's options of every step that runs training ranks: the job ends when one of them fails."""
+        bind = job.placement.cpu_bind
+        return ["--kill-on-bad-exit=1", *([f"--cpu-bind={shlex.quote(bind)}"] if bind else [])]
 
     def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
         # %cap: Slurm's ArrayTaskThrottle, at most cap elements at once
@@ -185,6 +216,31 @@ class Slurm(Scheduler):
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         run_or_refuse(["scancel", job_id], "scancel")
+
+
+def present(**values: Optional[str]) -> List[str]:
+    """--name=value for each value given ("" and None: the option is left out, the site's default holds)."""
+    return [f"--{name}={value}" for name, value in values.items() if value]
+
+
+def gpu_options(place: "Placement") -> List[str]:
+    """The partition's way to ask for GPUs (gpu_request): by count or by type, as --gpus-per-node or --gres."""
+    if not place.gpus_per_node:
+        return []
+    typed = place.gpu_request.startswith("typed")
+    gpus = f"{place.gpu_type}:{place.gpus_per_node}" if typed else str(place.gpus_per_node)
+    return [f"--gres=gpu:{gpus}" if place.gpu_request.endswith("gres") else f"--gpus-per-node={gpus}"]
+
+
+def memory_options(place: "Placement") -> List[str]:
+    """Memory as the profile gives it: all of each node's (--mem=0), per GPU, per CPU, or per node; none: the
+    partition's default."""
+    if place.whole_node:
+        return ["--mem=0"]
+    for option, gb in (("mem-per-gpu", place.mem_per_gpu_gb), ("mem-per-cpu", place.mem_per_cpu_gb)):
+        if gb:
+            return [f"--{option}={gb}G"]
+    return [] if place.mem_gb is None else [f"--mem={place.mem_gb}G"]
 
 
 def array_indices(tasks: str) -> List[int]:
