@@ -35,7 +35,8 @@ def test_the_package_is_marked_typed_and_the_api_annotated():
     from train.host.api import job
 
     assert (ROOT / "train" / "py.typed").is_file()
-    for name, member in [*inspect.getmembers(job.Job, inspect.isfunction), ("rerun", job.rerun)]:
+    for name, member in [*inspect.getmembers(job.Job, inspect.isfunction),
+                         *inspect.getmembers(job.Rerun, inspect.isfunction), ("rerun", job.rerun)]:
         hints = inspect.signature(member).parameters
         unannotated = [p for p in hints.values() if p.name != "self" and p.annotation is inspect.Parameter.empty]
         assert not unannotated and inspect.signature(member).return_annotation is not inspect.Parameter.empty, name

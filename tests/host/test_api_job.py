@@ -28,6 +28,16 @@ def test_submit_writes_the_run_and_returns_its_run_printing_nothing(queued, caps
     assert capsys.readouterr() == ("", "")
 
 
+def test_a_rerun_checks_and_dry_runs_as_a_job_and_submits_as_rerun_does(queued, capsys):
+    first = ct.Job("local", "cpu_1proc", "demo", run_id="first", stale_image_ok=True).submit()
+    again = ct.Job.rerun_of(first, {"trainer.max_epochs": 4}, run_id="again")
+    dry = again.dry_run()
+    assert again.check() == [] and dry.config["trainer"]["max_epochs"] == 4 and "/again" in dry.script
+    assert [p.name for p in queued.iterdir()] == ["first"], "a check and a dry run write nothing"
+    assert again.submit().path == queued / "again" and first.rerun().path.parent == queued
+    assert capsys.readouterr() == ("", "")
+
+
 def test_a_sweep_returns_one_run_per_combination(queued):
     swept = ct.Job("local", "cpu_1proc", "demo", run_id="sw", stale_image_ok=True).sweep(
         {"optim.lr": [0.1, 0.01], "model.params.width": [4]}, max_parallel=1)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, List
 
 if TYPE_CHECKING:
     from train.host.api.errors import ClusterTrainError, UserErrors
-    from train.host.api.job import Job, Sweep, rerun
+    from train.host.api.job import Job, Rerun, Sweep, rerun
     from train.host.api.values import DryRun
     from train.host.api.function import Call, Executor, FunctionError, FunctionRun
     from train.host.api.pipeline import Pipeline
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 MODULES: Dict[str, str] = {  # each public name and the module of train/host/api that defines it
     "ClusterTrainError": "errors", "UserErrors": "errors",
-    "Job": "job", "DryRun": "values", "Sweep": "job", "rerun": "job",
+    "Job": "job", "Rerun": "job", "DryRun": "values", "Sweep": "job", "rerun": "job",
     "Run": "run", "RunStatus": "run", "State": "run", "runs": "run", "Pipeline": "pipeline",
     "Executor": "function", "FunctionRun": "function", "FunctionError": "function", "Call": "function",
 }

@@ -87,9 +87,7 @@ class Job:
             return self.sweep_dry_run(site, sweep, max_parallel)
         if site.user.get("ssh"):
             return over_ssh.dry_run(self, site, after)
-        sub = build_after(site, self.request(self.profile, True, after))
-        sub.discard()
-        return DryRun(sub.script, cfg.to_dict(sub.run), sub.summary, list(dict.fromkeys(sub.warnings)))
+        return dry_run_of(build_after(site, self.request(self.profile, True, after)))
 
     def sweep_dry_run(self, site: Site, axes: Mapping[str, Sequence[Any]], max_parallel: Optional[int]) -> DryRun:
         """Job.dry_run(sweep=...): every element built and checked, the array's script, nothing written."""
@@ -123,6 +121,12 @@ class Job:
         plan = self.plan(site, dry_run=False, axes=axes_given(axes), max_parallel=max_parallel, after=after)
         plan.queue()
         return Sweep(plan.run_dirs[0].parent, [Run(run_dir) for run_dir in plan.run_dirs])
+
+    @staticmethod
+    def rerun_of(run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Optional[str] = None,
+                 stale_image_ok: bool = False) -> "Rerun":
+        """A rerun of `run` (a Run, run id or directory), to check, dry-run or submit as a Job: see Rerun."""
+        return Rerun(run, overrides, run_id=run_id, stale_image_ok=stale_image_ok)
 
     def request(self, profile: str, dry_run: bool, after: After = (), **recorded: Any) -> Request:
         """The job builder's Request for this job on `profile` (a rerun's recorded values over it)."""
@@ -158,14 +162,58 @@ class Job:
                               max_parallel, axes)
         return one_run(self.submission(site, dry_run, after))
 
+
+class Rerun:
+    """A new run of a recorded one (a Run, run id or directory) on its own cluster and profile, with its config,
+    image digest, code and data image; `overrides` apply on top and are recorded. check(), dry_run() and submit()
+    as a Job's (what `run-cluster --rerun RUN [--dry-run]` does); its cluster, profile and image are the run's, so
+    it takes none. Nothing is read until a method is called."""
+
+    def __init__(self, run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Optional[str] = None,
+                 stale_image_ok: bool = False) -> None:
+        self.run = run_path(run)
+        self.overrides = override_lines(overrides)
+        self.run_id = run_id
+        self.stale_image_ok = stale_image_ok
+
+    def __repr__(self) -> str:
+        return f"Job.rerun_of({str(self.run)!r}, overrides={self.overrides!r})"
+
+    def check(self) -> List[str]:
+        """Every problem that would refuse the rerun, in the command line's words; [] when it would submit."""
+        try:
+            self.submission(dry_run=False).discard()
+        except ClusterTrainError as err:
+            return err.problems
+        return []
+
+    def dry_run(self, *, after: After = ()) -> DryRun:
+        """The rerun's script, config, summary and warnings, nothing written or queued."""
+        return dry_run_of(self.submission(dry_run=True, after=after))
+
+    def submit(self, *, after: After = ()) -> Run:
+        """Check, write the new run directory and queue it (after the runs of `after`); its Run."""
+        plan = one_run(self.submission(dry_run=False, after=after))
+        plan.queue()
+        return Run(plan.run_dirs[0])
+
+    def submission(self, dry_run: bool, after: After = ()) -> Submission:
+        """The rerun built and checked, nothing written (the command line shows it, then queues it)."""
+        return rerun_submission(self.run, self.overrides, self.run_id, dry_run, self.stale_image_ok,
+                                after=after_dirs(after))
+
+
 def rerun(run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Optional[str] = None,
           stale_image_ok: bool = False, after: After = ()) -> Run:
     """Submit a run again on its own cluster and profile, with its config and image digest; `overrides` apply on
-    top and are recorded. Its new Run."""
-    plan = one_run(rerun_submission(run_path(run), override_lines(overrides), run_id, False, stale_image_ok,
-                                    after=after_dirs(after)))
-    plan.queue()
-    return Run(plan.run_dirs[0])
+    top and are recorded. Its new Run (Job.rerun_of(run, ...).submit())."""
+    return Rerun(run, overrides, run_id=run_id, stale_image_ok=stale_image_ok).submit(after=after)
+
+
+def dry_run_of(sub: Submission) -> DryRun:
+    """A submission built for a dry run as the API returns it; what it took to check the code is dropped again."""
+    sub.discard()
+    return DryRun(sub.script, cfg.to_dict(sub.run), sub.summary, list(dict.fromkeys(sub.warnings)))
 
 
 def refuse_mixed(swept: bool, max_parallel: Optional[int], *, rerun: bool, first_to_start: bool,

@@ -208,12 +208,9 @@ class Run:
             return Run(remote().rerun(self._remote, list(overrides)))
         if self.is_sweep:
             raise ClusterTrainError(f"rerun one element of sweep {self.id}: Run({str(self.path / 'e0')!r}).rerun()")
-        from train.host.runs.queue import queue
-        from train.host.runs.rerun import rerun_submission
+        from train.host.api.job import Job  # job.py imports this module
 
-        sub = rerun_submission(self.path, list(overrides))
-        queue(sub)
-        return Run(sub.job.work.run_dir)
+        return Job.rerun_of(self, overrides).submit()
 
     def _fetch(self) -> None:
         """A run over SSH: its small files here (rsync: what changed since the last fetch)."""

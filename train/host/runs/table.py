@@ -20,12 +20,7 @@ CAUSE_WIDTH = 80  # an unreachable cluster's row: the table stays within a termi
 
 
 def main(argv: List[str]) -> int:
-    p = Parser(prog="run-cluster runs", description=__doc__.split("\n\n")[0])
-    p.add_argument("--cluster", help="only this cluster's runs")
-    p.add_argument("--state", help="only runs in this state (RUNNING, PENDING, COMPLETED, FAILED, ...)")
-    p.add_argument("--json", action="store_true", help="one JSON object per run (what a laptop asks a cluster)")
-    p.add_argument("--here", action="store_true", help="only this machine's runs: no cluster asked over SSH")
-    args = p.parse_args(argv)
+    args = parser().parse_args(argv)
     rows = run_rows(args.cluster, args.state, args.here)
     if args.json:
         for row in rows:
@@ -33,6 +28,15 @@ def main(argv: List[str]) -> int:
     else:
         print(table(rows) if rows else "no runs")
     return 0
+
+
+def parser() -> Parser:
+    p = Parser(prog="run-cluster runs", description=__doc__.split("\n\n")[0])
+    p.add_argument("--cluster", help="only this cluster's runs")
+    p.add_argument("--state", help="only runs in this state (RUNNING, PENDING, COMPLETED, FAILED, ...)")
+    p.add_argument("--json", action="store_true", help="one JSON object per run (what a laptop asks a cluster)")
+    p.add_argument("--here", action="store_true", help="only this machine's runs: no cluster asked over SSH")
+    return p
 
 
 def run_rows(cluster: Optional[str] = None, state: Optional[str] = None, here: bool = False) -> List[Dict]:
