@@ -208,9 +208,12 @@ class Run:
             return Run(remote().rerun(self._remote, list(overrides)))
         if self.is_sweep:
             raise ClusterTrainError(f"rerun one element of sweep {self.id}: Run({str(self.path / 'e0')!r}).rerun()")
-        from train.host.api.job import Job  # job.py imports this module
+        from train.host.runs.queue import one_run
+        from train.host.runs.rerun import rerun_submission  # Job.rerun_of(run) builds the same (job.py imports Run)
 
-        return Job.rerun_of(self, overrides).submit()
+        plan = one_run(rerun_submission(self.path, list(overrides)))
+        plan.queue()
+        return Run(plan.run_dirs[0])
 
     def _fetch(self) -> None:
         """A run over SSH: its small files here (rsync: what changed since the last fetch)."""
