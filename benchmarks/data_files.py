@@ -1,5 +1,5 @@
 """Data sets as images (issue 28): a data set of many small files read from a plain directory against the same files
-packed into one SquashFS image (the project's own packer, train/host/data/pack.py) and bound into the container.
+packed into one SquashFS image (the project's own packer, cluster_train/host/data/pack.py) and bound into the container.
 
 A deterministic data set is generated (default 100,000 files of 2-4 KiB in 1000 folders, like the frames of 1000
 videos; random bytes, so incompressible like JPEG frames), packed twice (time, size, and whether both packs give the
@@ -41,8 +41,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from train.host.data.pack import squash  # noqa: E402  (the project's packer: mksquashfs -reproducible)
-from train.host.images.store import sha256_file  # noqa: E402
+from cluster_train.host.data.pack import squash  # noqa: E402  (the project's packer: mksquashfs -reproducible)
+from cluster_train.host.images.store import sha256_file  # noqa: E402
 
 APPTAINER = ["apptainer", "exec", "--cleanenv", "--no-home"]  # as the job templates run a rank
 TRACED = "openat,open,newfstatat,statx,stat,lstat"

@@ -1,21 +1,21 @@
 """What the registered training loop costs per step beyond a plain PyTorch loop, piece by piece, and what each of issue
 29's removals bought: `make bench-loop` -> benchmarks/results/<host>-<date>-loop.json.
 
-One process, one thread, the same batches (train.image.bench.ReusedBatches), model and optimizer on every side; each
+One process, one thread, the same batches (cluster_train.image.bench.ReusedBatches), model and optimizer on every side; each
 variant trains `steps` timed steps after 20, the variants alternate for `rounds` rounds (every other round in reverse
 order) and each one's median is kept. A small model (one Linear layer) makes the framework's cost per step stand out
 of the noise of this 2-core VM: it is the same per step whatever the model.
 
-- plain: the hand-written loop (as train.image.bench.plain_rank);
+- plain: the hand-written loop (as cluster_train.image.bench.plain_rank);
 - lightning: a bare Lightning Trainer (no logger, checkpoint, summary, progress bar; one clock callback) and a
   training_step that logs nothing: Lightning's own loop;
-- fit_trainer: the Trainer `fit` builds (train.image.trainer.build_trainer: its callbacks, loggers, checkpoints, summary),
+- fit_trainer: the Trainer `fit` builds (cluster_train.image.trainer.build_trainer: its callbacks, loggers, checkpoints, summary),
   the same silent training_step;
 - fit: that Trainer and the Classifier as they are;
 - undo_1 .. undo_4: `fit` with one removal undone: (1) train/loss on a progress bar nobody draws, (2) both metrics
   logged (and the accuracy computed) at every step instead of the loggers' steps, (3) Lightning's default profiler
-  instead of train.image.trainer.NoProfiler, (4) nn.Module's __setattr__ for the hook name Lightning sets around each hook;
-- before: all four undone (train/image/lit.py and train/image/trainer.py before issue 29).
+  instead of cluster_train.image.trainer.NoProfiler, (4) nn.Module's __setattr__ for the hook name Lightning sets around each hook;
+- before: all four undone (cluster_train/image/lit.py and cluster_train/image/trainer.py before issue 29).
 """
 import argparse
 import contextlib
@@ -33,7 +33,7 @@ import time
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's train package, from any directory
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's cluster_train package, from any directory
 
 import pytorch_lightning as pl  # noqa: E402
 import torch  # noqa: E402
@@ -41,11 +41,11 @@ import torch.nn.functional as F  # noqa: E402
 from pytorch_lightning.callbacks import Callback  # noqa: E402
 from pytorch_lightning.profilers import PassThroughProfiler  # noqa: E402
 
-from train.image.bench import ReusedBatches  # noqa: E402
-from train.shared.config import OptimConfig, RunConfig, TrainerConfig  # noqa: E402
-from train.image.lit import Classifier, logging_step  # noqa: E402
-from train.shared.optimizers import build_optimizer  # noqa: E402
-from train.image.trainer import NoProfiler, build_trainer  # noqa: E402
+from cluster_train.image.bench import ReusedBatches  # noqa: E402
+from cluster_train.shared.config import OptimConfig, RunConfig, TrainerConfig  # noqa: E402
+from cluster_train.image.lit import Classifier, logging_step  # noqa: E402
+from cluster_train.shared.optimizers import build_optimizer  # noqa: E402
+from cluster_train.image.trainer import NoProfiler, build_trainer  # noqa: E402
 
 WARMUP = 20
 OPTIM = OptimConfig(name="sgd", lr=0.01, scheduler="none")
@@ -90,7 +90,7 @@ class ModuleSetattr(Classifier):
 
 
 class Before(EveryStep):
-    """train/image/lit.py's Classifier before issue 29."""
+    """cluster_train/image/lit.py's Classifier before issue 29."""
     bar = True
     __setattr__ = torch.nn.Module.__setattr__
 

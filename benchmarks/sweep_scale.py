@@ -35,7 +35,7 @@ def run_cluster(*args: str, env: dict) -> float:
 
 def stand_in_store(tmp: Path) -> dict:
     sys.path.insert(0, str(ROOT))
-    from train.host.images import store
+    from cluster_train.host.images import store
 
     for flavor in ("cpu", "cuda12.8"):
         sif = tmp / f"{flavor}.sif"

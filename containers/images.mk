@@ -5,13 +5,13 @@
 #   make lock [UPGRADE=1]                       regenerate containers/*.lock from containers/requirements/*.in
 #
 # Builds are content-addressed. The key of a build is the sha256 of every input that goes into the image: the
-# definition file, the lock file, containers/install.sh, pyproject.toml and every file of the train package that
-# runs in the image (`git ls-files` plus untracked, not ignored files; not train/host/ or train/templates/). After a build, images/$(FLAVOR).inputs holds that key (one
+# definition file, the lock file, containers/install.sh, pyproject.toml and every file of the cluster_train package that
+# runs in the image (`git ls-files` plus untracked, not ignored files; not cluster_train/host/ or train/templates/). After a build, images/$(FLAVOR).inputs holds that key (one
 # `sha256  path` line per input, taken just before the build started), rewritten only when its content changes.
 # `make image` rebuilds exactly when the current key differs from the stamp (or there is no image): a second
 # `make image` with nothing changed runs nothing and `make -q image` answers 0; touching a file without changing
 # it rebuilds nothing; `make -n image` shows whether apptainer would run.
-# The key is computed while the Makefile is read (train.host.images.content_key, stdlib only, ~0.1 s).
+# The key is computed while the Makefile is read (cluster_train.host.images.content_key, stdlib only, ~0.1 s).
 # A build runs the image's %test and fails with it. Every flavor but cpu (which make test builds anyway) then also
 # keeps its key in containers/$(FLAVOR).tested, to be committed: CI builds the CUDA image only when its inputs differ
 # from that key (tests/image/test_cuda_image.py), `make test-all` always.
@@ -29,7 +29,7 @@ IMAGE_SIF = $(IMAGES_DIR)/$(FLAVOR).sif
 IMAGE_STAMP = $(IMAGES_DIR)/$(FLAVOR).inputs
 # "fresh" when the stamp holds the current key and the store an image built from it; anything else (stale, no stamp,
 # the store copy gone, an error) rebuilds
-IMAGE_STATUS := $(if $(wildcard $(IMAGE_DEF)),$(shell $(HOST_PYTHON) -m train.host.images.content_key inputs \
+IMAGE_STATUS := $(if $(wildcard $(IMAGE_DEF)),$(shell $(HOST_PYTHON) -m cluster_train.host.images.content_key inputs \
 	--def $(IMAGE_DEF) --lock $(IMAGE_LOCK) --stamp $(IMAGE_STAMP) --flavor $(FLAVOR) --root $(IMAGES_DIR) 2>/dev/null))
 # pip inside the build goes through this machine's TLS-intercepting proxy: let it see the host's CA bundle, read-only
 # (containers/install.sh uses it only if it is there; clusters do not need it). `--mount` is `--bind
@@ -59,11 +59,11 @@ $(IMAGE_SIF): $(if $(filter fresh,$(IMAGE_STATUS)),,_image_rebuild)
 	@set -e; \
 	tmp="$(IMAGES_DIR)/.$(FLAVOR).sif.$$$$.tmp"; keys="$(IMAGES_DIR)/.$(FLAVOR).inputs.$$$$.tmp"; \
 	trap 'rm -f "$$tmp" "$$keys"' EXIT INT TERM; \
-	$(HOST_PYTHON) -m train.host.images.content_key inputs --def $(IMAGE_DEF) --lock $(IMAGE_LOCK) \
+	$(HOST_PYTHON) -m cluster_train.host.images.content_key inputs --def $(IMAGE_DEF) --lock $(IMAGE_LOCK) \
 	  --stamp $(IMAGE_STAMP) --snapshot "$$keys"; \
 	commit=$$(git rev-parse HEAD 2>/dev/null || echo unknown); \
 	if [ "$$commit" != unknown ] && [ -n "$$(git status --porcelain -- $(IMAGE_DEF) $(IMAGE_LOCK) \
-	    containers/install.sh pyproject.toml train 2>/dev/null)" ]; then commit="$$commit-dirty"; fi; \
+	    containers/install.sh pyproject.toml cluster_train train 2>/dev/null)" ]; then commit="$$commit-dirty"; fi; \
 	set -- --build-arg "GIT_COMMIT=$$commit"; \
 	if grep -q '{{ *MIRROR *}}' $(IMAGE_DEF); then set -- "$$@" --build-arg "MIRROR=$$(bash containers/apt-mirror.sh)"; fi; \
 	if [ "$$(id -u)" = 0 ]; then export APPTAINER_DROP_CAPS=CAP_SYS_RESOURCE; fi; \
@@ -72,7 +72,7 @@ $(IMAGE_SIF): $(if $(filter fresh,$(IMAGE_STATUS)),,_image_rebuild)
 	$(APPTAINER) build --force $(IMAGE_SQUASHFS_$(FLAVOR)) $(IMAGE_BUILD_BINDS) "$$@" "$$tmp" $(IMAGE_DEF); \
 	mv -f "$$tmp" $@; \
 	echo "make image: built $@ in $$(( $$(date +%s) - start )) s"; \
-	$(HOST_PYTHON) -m train.host.images.content_key record --flavor $(FLAVOR) --sif $@ --def $(IMAGE_DEF) \
+	$(HOST_PYTHON) -m cluster_train.host.images.content_key record --flavor $(FLAVOR) --sif $@ --def $(IMAGE_DEF) \
 	  --lock $(IMAGE_LOCK) --root $(IMAGES_DIR) --git-commit "$$commit" --inputs "$$keys" --stamp $(IMAGE_STAMP); \
 	$(if $(filter-out cpu,$(FLAVOR)),cmp -s "$$keys" containers/$(FLAVOR).tested || cp "$$keys" containers/$(FLAVOR).tested)
 

@@ -5,7 +5,7 @@
 #   2. pip and setuptools from the flavor's lock (Ubuntu 20.04's own pip 20.0 cannot even read manylinux_2_28 tags)
 #   3. every package of containers/FLAVOR.lock: pip --require-hashes --no-deps, nothing resolved at build time
 #      (the CUDA locks carry PyTorch's index as --extra-index-url for their +cuXXX torch/torchvision wheels)
-#   4. the train package itself from /opt/cluster-train (no network)
+#   4. the cluster_train package itself from /opt/cluster-train (no network)
 #   5. bytecode compiled now (PYTHONDONTWRITEBYTECODE=1 is common on clusters, and the image is read-only anyway)
 #   6. pip check, and the versions printed into the build log and /opt/cluster-train/versions.txt
 #
@@ -53,9 +53,11 @@ rm -f "$bootstrap"
 # site (cpu) has the same package; --no-build-isolation: DeepSpeed's sdist builds with the locked setuptools.
 $pip install -q --require-hashes --no-deps --no-build-isolation --ignore-installed -r "$LOCK"
 
-# 4. the train package; drop bytecode and build debris copied in with the sources first.
+# 4. the cluster_train package; drop bytecode and build debris copied in with the sources first.
 find "$SRC" -name __pycache__ -type d -prune -exec rm -rf {} +
 $pip install -q --no-deps --no-build-isolation --no-index "$SRC"
+# 4b. the shim of `python -m train`, into the image only: a login node never gets a top-level train
+cp -R "$SRC/train" "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/train"
 rm -rf "$SRC/build" "$SRC"/*.egg-info
 
 # 5. bytecode

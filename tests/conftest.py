@@ -41,13 +41,13 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def sha256(path) -> str:
-    """What `sha256sum` prints: computed here independently of train.host.images.store, which the tests check."""
+    """What `sha256sum` prints: computed here independently of cluster_train.host.images.store, which the tests check."""
     out = subprocess.run(["sha256sum", str(path)], capture_output=True, text=True, check=True).stdout
     return out.split()[0]
 
 
 # Input directories the experiment files name by default, by the data set each holds: preflight refuses a run whose
-# inputs do not exist or lack the data set's files (train/host/jobs/data_files.py), so the tests that submit without
+# inputs do not exist or lack the data set's files (cluster_train/host/jobs/data_files.py), so the tests that submit without
 # a data.root of their own need them. `make data` fills them with real sets; where it has not, each gets empty
 # stand-ins of the files its data set needs (nothing trains on these), removed again after the session.
 DEFAULT_INPUTS = {ROOT / "data" / name: data_set for name, data_set in (
@@ -64,7 +64,7 @@ def squashfs_stand_in(path: Path) -> Path:
 
 def stand_in_data(root: Path, data_set: str = "cifar100") -> Path:
     """Empty files where a data set's loader reads (data_files.NEEDS): enough for preflight; nothing trains on them."""
-    from train.host.jobs.data_files import NEEDS
+    from cluster_train.host.jobs.data_files import NEEDS
 
     for name in NEEDS[data_set]:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -74,7 +74,7 @@ def stand_in_data(root: Path, data_set: str = "cifar100") -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def default_input_dirs():
-    from train.host.jobs.data_files import NEEDS
+    from cluster_train.host.jobs.data_files import NEEDS
 
     made = []  # files and directories, each after the directory that holds it
     for root, data_set in DEFAULT_INPUTS.items():
@@ -102,7 +102,7 @@ def default_input_dirs():
 @pytest.fixture(scope="session")
 def cpu_image():
     """The built CPU image's record; `make test` builds it before pytest starts (a test never builds it)."""
-    from train.host.images import store as image_store
+    from cluster_train.host.images import store as image_store
 
     record = image_store.current("cpu", ROOT / "images")
     if record is None:
@@ -113,7 +113,7 @@ def cpu_image():
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory):
     """A small generated CIFAR-100-format set, shared by the end-to-end tests."""
-    from train.image.data.cifar100 import generate_cifar100
+    from cluster_train.image.data.cifar100 import generate_cifar100
 
     return generate_cifar100(tmp_path_factory.mktemp("cifar100"), train_per_class=10, test_per_class=3)
 
@@ -203,7 +203,7 @@ def mlflow_up(url: str, timeout_s: float = 90) -> str:
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     """A stand-in image store (tiny files recorded as cpu, cuda11.6 and cuda12.8 images), settings, empty runs dir."""
-    from train.host.images import store as image_store
+    from cluster_train.host.images import store as image_store
 
     root = tmp_path / "images"
     for flavor in ("cpu", "cuda11.6", "cuda12.8"):

@@ -17,8 +17,8 @@ def start(argv: Sequence, out: int, err: int, env: Optional[Dict[str, str]] = No
     """Forks a child that runs `bin/run-cluster ARGV` with stdout and stderr on the given fds; returns its pid.
     `then(argv)` runs in the child after it, in the same directory and environment (the same request made another
     way: tests/host/test_bad_inputs.py's API side)."""
-    import train.host.cli  # noqa: F401  imported once here, inherited by every child
-    import train.host.submit  # noqa: F401  a new run's modules, which the CLI itself imports only for one
+    import cluster_train.host.cli  # noqa: F401  imported once here, inherited by every child
+    import cluster_train.host.submit  # noqa: F401  a new run's modules, which the CLI itself imports only for one
 
     pid = os.fork()
     if pid:
@@ -38,7 +38,7 @@ def start(argv: Sequence, out: int, err: int, env: Optional[Dict[str, str]] = No
         sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
         argv = [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in argv]  # as sys.argv shows bytes
         sys.argv = [str(RUN_CLUSTER), *argv]
-        from train.host.cli import main as run_cluster_main
+        from cluster_train.host.cli import main as run_cluster_main
 
         rc = run_cluster_main(argv)
         if then is not None:

@@ -1,29 +1,5 @@
-"""cluster-train: one training code base, any GPU cluster.
+"""`python -m train ...` only: the command every job script runs in the image (the package is cluster_train).
 
-`import train as ct` gives the Python API (`ct.Job`, `ct.Run`, `ct.ClusterTrainError`, ...: train/host/api), loaded
-on first use (PEP 562), so `python -m train` inside the image imports nothing of the login-node side.
-`train.host` (torch-free) resolves, checks, renders and submits jobs on a login node;
-the rest runs inside the image (`python -m train ...`).
+Installed by the image alone (containers/install.sh), never by the host package: a top-level `train` on a login node
+or in a notebook would meet the user's own train.py or train/. Import cluster_train, never this.
 """
-from typing import TYPE_CHECKING, Any, List
-
-__version__ = "0.1.0"
-
-if TYPE_CHECKING:  # what a type checker and an editor see; at run time the names load on first use
-    from train.host.api import *  # noqa: F401,F403
-
-
-def __getattr__(name: str) -> Any:
-    if name.startswith("_"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from train.host import api
-
-    if name not in api.__all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(api, name)
-
-
-def __dir__() -> List[str]:
-    from train.host import api
-
-    return sorted({*globals(), *api.__all__})

@@ -1,3 +1,3 @@
-from train.image.cli import main
+from cluster_train.image.cli import main
 
 main()

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from train.host.api.function import Call, Executor
+from cluster_train.host.api.function import Call, Executor
 
 
 def square(x: int) -> int:

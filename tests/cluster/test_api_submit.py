@@ -6,7 +6,7 @@ import pytest
 
 from conftest import wait_for_slurm_job
 
-import train as ct
+import cluster_train as ct
 
 
 @pytest.mark.image

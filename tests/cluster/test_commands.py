@@ -16,7 +16,7 @@ from conftest import ROOT, job_logs, manifest, only_run, run_cluster, sha256, wa
 from cluster.test_end_to_end import assert_trained
 from host.test_report import check_curves, check_in_browser, csv_points, curve_points, drawn, images_of
 
-from train.host.runs import segments
+from cluster_train.host.runs import segments
 
 STARTED = "[cluster-train] rank 0/1 on host"  # the training's first line: it runs
 
@@ -93,9 +93,9 @@ def test_logs_follow_streams_a_running_job_and_returns_when_it_ends(sweep_file_r
 @pytest.mark.image
 @pytest.mark.slurm
 def test_a_script_waits_for_the_real_sweep_and_reads_each_runs_results_metrics_and_logs(sweep_file_runs, monkeypatch):
-    """The Python API (train/host/api/run.py) on the sweep the tests above watch: each element waited for as a run,
+    """The Python API (cluster_train/host/api/run.py) on the sweep the tests above watch: each element waited for as a run,
     then the sweep; what each made read back; `runs()` lists them as `run-cluster runs` does."""
-    from train.host.api.run import Run, State, runs
+    from cluster_train.host.api.run import Run, State, runs
 
     sweep_dir, record, env = sweep_file_runs
     monkeypatch.setenv("CT_RUNS_DIR", env["CT_RUNS_DIR"])
@@ -118,9 +118,9 @@ def test_a_script_submits_on_lsf_waits_for_the_run_and_reads_it(cpu_image, slurm
                                                                  monkeypatch):
     """On the LSF stand-in: queued by the internal path (build, queue), then only the API: wait, results, metrics,
     logs, and cancel of the ended run, which keeps how it ended."""
-    from train.host.api.run import Run, State
-    from train.host.jobs.build import Request, Site, build
-    from train.host.runs.queue import queue
+    from cluster_train.host.api.run import Run, State
+    from cluster_train.host.jobs.build import Request, Site, build
+    from cluster_train.host.runs.queue import queue
 
     for name, value in (("CT_RUNS_DIR", tmp_path / "runs"), ("CT_LSF_STATE", tmp_path / "lsf"),
                         ("PATH", f"{ROOT / 'tests' / 'lsf'}:{os.environ['PATH']}")):

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ROOT, assert_same_tensors, job_logs, manifest, run_cluster, squashfs_stand_in, wait_for_slurm_job
 
-from train.host.images.store import sha256_file
+from cluster_train.host.images.store import sha256_file
 
 # seed 002's experiment at its smallest: a small CNN over 16-pixel clips, one worker-free process
 UFC_SMALL = ["--set", "model.name=basic_cnn", "--set", "model.params={}", "--set", "data.num_workers=0",
@@ -29,7 +29,7 @@ packs = pytest.mark.skipif(shutil.which("mksquashfs") is None, reason="mksquashf
 @pytest.fixture(scope="module")
 def ufc(tmp_path_factory):
     """Seed 002's layout: a directory of extracted frames (and the clips), generated small."""
-    from train.image.data.ufc10 import generate_ufc10
+    from cluster_train.image.data.ufc10 import generate_ufc10
 
     return generate_ufc10(tmp_path_factory.mktemp("ufc") / "ufc10", train_per_class=2, val_per_class=1,
                           test_per_class=1, size=16)
@@ -38,7 +38,7 @@ def ufc(tmp_path_factory):
 @pytest.fixture(scope="module")
 def planner(tmp_path_factory):
     """Seed 003's layout: cached feature files reached through symbolic links (relative, inside the set)."""
-    from train.image.data.planner_scenes_format import generate_planner_scenes
+    from cluster_train.image.data.planner_scenes_format import generate_planner_scenes
 
     root = generate_planner_scenes(tmp_path_factory.mktemp("planner") / "navsim", train_samples=32, val_samples=16,
                                    vocab_size=64)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_cluster
-from train.host.doctor.space import quota_table_left
+from cluster_train.host.doctor.space import quota_table_left
 
 
 def doctor(tmp_path: Path, settings: str = "", image=None, cluster: str = "ci-slurm", runs: Path = None, **env):

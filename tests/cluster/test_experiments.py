@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from conftest import job_logs, manifest, run_cluster, wait_for_slurm_job
-from train.host.runs import segments
+from cluster_train.host.runs import segments
 
 pytestmark = pytest.mark.image
 WHERE = {"local": ("local", "cpu_1proc"), "slurm": ("ci-slurm", "n1_gpu1")}
@@ -24,7 +24,7 @@ SIX_MODELS = ["PerFrameAggregation2D", "LateFusion2D", "EarlyFusion2D", "PerFram
 
 @pytest.fixture(scope="session")
 def video_data(tmp_path_factory):
-    from train.image.data.ufc10 import generate_ufc10
+    from cluster_train.image.data.ufc10 import generate_ufc10
 
     return generate_ufc10(tmp_path_factory.mktemp("ufc10"), train_per_class=3, val_per_class=2, test_per_class=2)
 

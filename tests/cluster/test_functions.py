@@ -1,4 +1,4 @@
-"""A Python function sent into the CPU image (train/host/api/function.py) on the test Slurm cluster and the LSF
+"""A Python function sent into the CPU image (cluster_train/host/api/function.py) on the test Slurm cluster and the LSF
 stand-in: one function returns its value, one raises and its remote traceback is raised on the caller's side; on
 Slurm a checkpointable function warned with USR1 (what --signal=B:USR1@N delivers) saves its next call, is requeued
 and finishes from where it was. Short jobs of a few seconds each, no training."""
@@ -9,8 +9,8 @@ import pytest
 from conftest import job_logs, manifest, release_requeued
 from host.test_function_call import PROJECT, project  # noqa: F401 (the user's project, a fixture)
 
-from train.host.api.function import Executor, FunctionError
-from train.host.runs import segments
+from cluster_train.host.api.function import Executor, FunctionError
+from cluster_train.host.runs import segments
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
 TIMEOUT_S = 300

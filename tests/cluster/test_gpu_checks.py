@@ -49,7 +49,7 @@ def write_logs(run_dir, **hosts):
         (run_dir / "logs" / f"nccl-{host}-1.log").write_text("\n".join(lines) + "\n")
 
 
-# (fabric, the logs of each host, what the verdict is: None, or the name of the warning in train/host/fabric.py)
+# (fabric, the logs of each host, what the verdict is: None, or the name of the warning in cluster_train/host/fabric.py)
 VERDICTS = [
     ("infiniband", {"a012": IB_LINES, "a014": IB_LINES}, None),
     ("infiniband", {"a012": IB_LINES, "a013": SOCKET_LINES}, "WARNING"),  # one node on sockets slows every all-reduce
@@ -68,7 +68,7 @@ VERDICTS = [
 
 @pytest.mark.parametrize("net, hosts, expected", VERDICTS)
 def test_the_fabric_verdict_reads_nccl_log_lines_of_both_transports(tmp_path, net, hosts, expected):
-    from train.host import fabric
+    from cluster_train.host import fabric
 
     write_logs(tmp_path, **hosts)
     assert fabric.verdict(tmp_path, net) == (getattr(fabric, expected) if expected else None)
@@ -124,8 +124,8 @@ def test_the_job_warns_loudly_when_nccl_fell_back_to_sockets(dry_run, tmp_path, 
     ("slingshot", {"n34": OFI_LINES, "n35": OFI_LINES}, None),
 ])
 def test_status_repeats_the_fabric_warning(tmp_path, capsys, net, hosts, said):
-    from train.host.runs import commands
-    from train.host.schedulers import adapter
+    from cluster_train.host.runs import commands
+    from cluster_train.host.schedulers import adapter
 
     write_logs(tmp_path, **hosts)
     job = {"check_fabric": True, **({"fabric": net} if net else {})}

@@ -7,8 +7,8 @@ import subprocess
 import pytest
 
 from conftest import manifest, run_cluster, wait_for_slurm_job
-from train.host import check_cluster, clusters, init_cluster
-from train.host.schedulers.base import Inventory, LivePartition
+from cluster_train.host import check_cluster, clusters, init_cluster
+from cluster_train.host.schedulers.base import Inventory, LivePartition
 
 SMALL = ["--set", "trainer.max_epochs=1", "--set", "data.num_workers=0", "--set", "trainer.limit_train_batches=4",
          "--set", "trainer.limit_val_batches=2"]

@@ -22,7 +22,7 @@ import pytest
 from conftest import (assert_same_tensors, job_logs, manifest, mlflow_up, release_requeued, run_cluster,
                       wandb_records)
 
-from train.host.runs import segments
+from cluster_train.host.runs import segments
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
 EPOCHS = 4

@@ -105,7 +105,7 @@ def test_a_bad_array_is_refused(lsf_env, name):
 
 def test_an_array_element_requeues_itself_alone(lsf_env, tmp_path):
     """The batch shell's requeue (the LSF adapter's command) names JOBID[i] inside an array and JOBID outside one."""
-    from train.host.schedulers import Lsf
+    from cluster_train.host.schedulers import Lsf
 
     out = tmp_path / "out_%J_%I.txt"
     body = (f'echo "run index=$LSB_JOBINDEX restart=${{LSB_RESTART:-N}}"\n'

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from conftest import job_logs, manifest, run_cluster
-from train.host.runs import segments
-from train.host.runs.ending import has_ended, run_state
-from train.host.schedulers import State, adapter
+from cluster_train.host.runs import segments
+from cluster_train.host.runs.ending import has_ended, run_state
+from cluster_train.host.schedulers import State, adapter
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
 TINY = ["--set", "trainer.max_epochs=1", "--set", "data.batch_size=16", "--set", "trainer.limit_train_batches=5",

@@ -56,7 +56,7 @@ def test_a_pulled_image_that_is_not_the_expected_one_never_enters_the_store(oci_
 @pytest.mark.slurm
 def test_a_rerun_pulls_its_image_by_digest_and_trains(oci_registry, cpu_image, slurm_cluster, demo_data, runs_dir,
                                                       store, tmp_path):
-    from train.host.images import store as image_store
+    from cluster_train.host.images import store as image_store
 
     image_store.record("cpu", cpu_image.path, ROOT / "containers" / "cpu.def", ROOT / "containers" / "cpu.lock",
                        root=store)  # a hard link: this machine's store, with the image built here

@@ -1,4 +1,4 @@
-"""A cluster reached over SSH (train/host/remote): a real OpenSSH server on 127.0.0.1 plays the test Slurm cluster's
+"""A cluster reached over SSH (cluster_train/host/remote): a real OpenSSH server on 127.0.0.1 plays the test Slurm cluster's
 login node (tests/ssh/login.py), this checkout plays the laptop and a directory of the server's plays the project's
 copy on the cluster. Values reach the remote shell as data; ssh's failures are one line naming the host and the fix;
 a run submitted from the laptop trains on the test Slurm cluster and every run command reaches it."""
@@ -16,11 +16,11 @@ import time
 import pytest
 from conftest import ROOT, job_logs, run_cluster, wait_for_slurm_job
 
-from train.shared.errors import UserError
-from train.host import git
-from train.host.remote import ssh, sync
-from train.host.images import store
-from train.host.reach import Reach
+from cluster_train.shared.errors import UserError
+from cluster_train.host import git
+from cluster_train.host.remote import ssh, sync
+from cluster_train.host.images import store
+from cluster_train.host.reach import Reach
 
 sys.path.insert(0, str(ROOT / "tests" / "ssh"))
 import login  # noqa: E402  (tests/ssh/login.py: the test's OpenSSH server)
@@ -111,7 +111,7 @@ def test_a_full_remote_disk_or_a_missing_python_queue_nothing(login_node, tmp_pa
 
 @pytest.mark.slow  # a real sshd
 def test_a_cluster_that_cannot_be_reached_is_one_row_of_a_terminal_s_width(login_node):
-    from train.host.runs import table
+    from cluster_train.host.runs import table
 
     config, _, _ = login_node
     down = Reach("gilbreth", "ct-other", "/tmp/x", port=login.free_port(), config=str(config))
@@ -287,9 +287,9 @@ def test_a_run_submitted_from_the_laptop_trains_and_every_run_command_reaches_it
 @pytest.mark.image
 @pytest.mark.slurm
 def test_a_script_on_the_laptop_reads_a_run_on_the_cluster_as_a_local_one(laptop, monkeypatch):
-    """The Python API (train/host/api/run.py) from the laptop: the run that lives on the cluster over SSH waited for,
+    """The Python API (cluster_train/host/api/run.py) from the laptop: the run that lives on the cluster over SSH waited for,
     its status, results, metrics and logs read, listed by runs(); each asked there as the command line asks."""
-    from train.host.api.run import Run, State, runs
+    from cluster_train.host.api.run import Run, State, runs
 
     for name in ("CT_SETTINGS", "CT_RUNS_DIR"):
         monkeypatch.setenv(name, laptop["env"][name])
@@ -404,7 +404,7 @@ def test_the_api_reaches_a_cluster_over_ssh_as_its_login_node(laptop, monkeypatc
     """ci-slurm over SSH through the API, in this process: its dry run is the login node's script, a value refused
     there is its one line naming where, and submit() queues there and returns the Run of the record here; nothing
     is printed."""
-    import train as ct
+    import cluster_train as ct
 
     for name in ("CT_SETTINGS", "CT_RUNS_DIR"):
         monkeypatch.setenv(name, laptop["env"][name])

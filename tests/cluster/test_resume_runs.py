@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import manifest, run_cluster
 
-from train.host.runs import segments
+from cluster_train.host.runs import segments
 
 pytestmark = pytest.mark.image
 FEW_BATCHES = ["--set", "trainer.limit_train_batches=8", "--set", "trainer.limit_val_batches=2"]  # steps, not accuracy

@@ -15,7 +15,7 @@ import pytest
 from cancel_scenarios import ELEMENTS, SINGLE_RUNS, observe
 from conftest import ROOT, job_logs, run_cluster
 
-from train.host.runs import segments
+from cluster_train.host.runs import segments
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
 BY_RUN_CLUSTER = "cause: cancelled by bin/run-cluster cancel at 20"

@@ -7,7 +7,7 @@ import pytest
 from conftest import run_cluster
 from host.test_preflight import refused
 
-from train.host.reports.scaling import efficiency, render
+from cluster_train.host.reports.scaling import efficiency, render
 
 
 def rows(*figures):

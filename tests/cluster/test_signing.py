@@ -101,7 +101,7 @@ def test_a_signed_image_from_a_shared_store_runs_and_the_job_refuses_one_it_cann
     to a cluster that requires the lab's signature. The job trains with the signed digest in its manifest. Two more
     jobs are held at submission: the keyring then loses the lab's key, and the first released job ends before
     apptainer exec with one line; the store copy is then modified in place, and the second ends likewise."""
-    from train.host.images import store as image_store
+    from cluster_train.host.images import store as image_store
 
     lab = shutil.copytree(keys["lab"][0], tmp_path / "lab-keys")  # this test revokes the key: its own keyring
     monkeypatch.setenv("APPTAINER_KEYSDIR", str(lab))  # sbatch passes it on to the job (--export=ALL)

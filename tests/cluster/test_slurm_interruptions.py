@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import ROOT, job_logs, manifest, release_requeued, run_cluster
 
-from train.host.runs import segments
+from cluster_train.host.runs import segments
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
 

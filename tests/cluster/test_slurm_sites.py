@@ -81,7 +81,7 @@ def test_sbatch_test_only_accepts_every_golden_script(slurm_cluster, tmp_path, p
 def test_slurm_reads_every_time_form_as_cluster_train_does(slurm_cluster, time):
     """Slurm's own parser (a held job's TimeLimit, never run) and Scheduler.time_seconds give one limit; Slurm counts
     whole minutes, rounding up."""
-    from train.host.schedulers import adapter
+    from cluster_train.host.schedulers import adapter
 
     done = subprocess.run(["sbatch", "--parsable", "--hold", f"--time={time}", "-p", "ci", "--output=/dev/null",
                            "--chdir=/tmp", "--wrap", "true"], capture_output=True, text=True)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, manifest, run_cluster, wait_for_slurm_job
 
-from train.host import cli
-from train.host.runs import sweep
-from train.host.schedulers import SCHEDULERS, State
+from cluster_train.host import cli
+from cluster_train.host.runs import sweep
+from cluster_train.host.schedulers import SCHEDULERS, State
 
 SWEEP = ["--sweep", "model.params.width=4,6,8", "--sweep", "optim.lr=0.05,0.1"]
 TINY = ["--set", "trainer.max_epochs=1", "--set", "data.num_workers=0", "--set", "trainer.limit_train_batches=4"]

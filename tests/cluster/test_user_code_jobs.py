@@ -1,7 +1,7 @@
 """Both example projects (examples/) run unchanged through every launch shape inside the image: local, the test Slurm
 cluster on 2 nodes x 2 tasks, the LSF stand-in on 2 hosts; each rank sees the same world size and its own rank;
 --rerun reproduces the metrics from the recorded snapshot, whatever happened to the project since; --dev runs a task
-from this checkout's train package. (The Lightning one saving on the time-limit warning, requeued and resumed: beside
+from this checkout's cluster_train package. (The Lightning one saving on the time-limit warning, requeued and resumed: beside
 the other long runs, in tests/cluster/test_long_runs.py.)"""
 import json
 import re
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, job_logs, manifest, release_requeued, run_cluster
 
-from train.host.runs import segments
+from cluster_train.host.runs import segments
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
 EXAMPLES = ROOT / "examples"
@@ -91,6 +91,6 @@ def test_dev_runs_the_task_from_the_checkouts_train_package(cpu_image, demo_data
            "--set", "data.num_workers=0", "--run-id", "dev", "--wait")
     run_dir = runs_dir / "dev"
     assert wait_ended(run_dir)[-1].how == "COMPLETED"
-    assert f"[cluster-train] train package: {run_dir}/code/train" in job_logs(run_dir)
+    assert f"[cluster-train] cluster_train package: {run_dir}/code/cluster_train" in job_logs(run_dir)
     code = manifest(run_dir)["code"]
-    assert code["dev"] and code["subtree"] == "train/" and code["source"] == str(ROOT)
+    assert code["dev"] and code["subtree"] == "cluster_train/" and code["source"] == str(ROOT)

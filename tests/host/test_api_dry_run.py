@@ -4,9 +4,9 @@ cluster, the seeds' experiments, the sweeps), Job(...).dry_run().script is byte 
 import pytest
 from host.test_golden_scripts import EXPERIMENT, ROOT, SEED_RUNS, SMALL_CLUSTERS, SWEEP_RUNS, env, every_profile  # noqa: F401
 
-from train.host import cli, submit
-from train.host.api.job import DryRun, Job
-from train.host.runs.sweep import parse_axes
+from cluster_train.host import cli, submit
+from cluster_train.host.api.job import DryRun, Job
+from cluster_train.host.runs.sweep import parse_axes
 
 BANNER = " (dry run: nothing submitted) ---\n"
 

@@ -1,5 +1,5 @@
-"""The API is torch-free and typed, and `import train` alone loads none of the login-node side (the image runs
-`python -m train`, which must import nothing more than it did)."""
+"""The API is torch-free and typed, and `import cluster_train` alone loads none of the login-node side (the image
+runs `python -m train`, the shim over cluster_train.image, which must import nothing more than it did)."""
 import subprocess
 import sys
 from pathlib import Path
@@ -11,30 +11,30 @@ def fresh(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
-def test_import_train_loads_nothing_of_the_host_side_until_a_name_is_used():
-    done = fresh("import sys, train\n"
-                 "assert not [m for m in sys.modules if m.startswith('train.')], sorted(sys.modules)\n"
-                 "train.Job\n"
-                 "assert 'train.host.api.job' in sys.modules and 'torch' not in sys.modules\n")
+def test_import_cluster_train_loads_nothing_of_the_host_side_until_a_name_is_used():
+    done = fresh("import sys, cluster_train\n"
+                 "assert not [m for m in sys.modules if m.startswith('cluster_train.')], sorted(sys.modules)\n"
+                 "cluster_train.Job\n"
+                 "assert 'cluster_train.host.api.job' in sys.modules and 'torch' not in sys.modules\n")
     assert done.returncode == 0, done.stderr
 
 
 def test_the_api_and_everything_it_imports_is_torch_free():
-    done = fresh("import sys, train as ct\n"
-                 "from train.host.api import job, errors, run\n"
+    done = fresh("import sys, cluster_train as ct\n"
+                 "from cluster_train.host.api import job, errors, run\n"
                  "ct.Job('local', 'cpu_1proc', 'demo', overrides={'trainer.max_epochs': 1}).check()\n"
                  "assert 'torch' not in sys.modules and 'lightning' not in sys.modules\n"
                  "assert set(dir(ct)) >= {'Job', 'Run', 'ClusterTrainError'}\n"
-                 "assert ct.ClusterTrainError is __import__('train.shared.errors').shared.errors.UserError\n")
+                 "assert ct.ClusterTrainError is __import__('cluster_train.shared.errors').shared.errors.UserError\n")
     assert done.returncode == 0, done.stderr
 
 
 def test_the_package_is_marked_typed_and_the_api_annotated():
     import inspect
 
-    from train.host.api import job
+    from cluster_train.host.api import job
 
-    assert (ROOT / "train" / "py.typed").is_file()
+    assert (ROOT / "cluster_train" / "py.typed").is_file()
     for name, member in [*inspect.getmembers(job.Job, inspect.isfunction),
                          *inspect.getmembers(job.Rerun, inspect.isfunction), ("rerun", job.rerun)]:
         hints = inspect.signature(member).parameters

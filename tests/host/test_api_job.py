@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-import train as ct
+import cluster_train as ct
 
 
 @pytest.fixture
 def queued(store, monkeypatch):
     """Every local submission answers job 4242 at once, running nothing."""
-    from train.host.schedulers import SCHEDULERS
+    from cluster_train.host.schedulers import SCHEDULERS
 
     monkeypatch.setattr(SCHEDULERS["local"], "submit", lambda script, run_dir: "4242")
     return store / "runs"

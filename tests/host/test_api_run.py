@@ -1,4 +1,4 @@
-"""`Run` and `runs()` (train/host/api/run.py) on run directories made here in the real formats (tests/host/
+"""`Run` and `runs()` (cluster_train/host/api/run.py) on run directories made here in the real formats (tests/host/
 test_report.py's fake runs, on the local runner: its logs/exit_code is the job's end): the status of a finished run
 from its records and the CLI's same words, results and metrics, a missing results.json, waiting, following the log,
 a sweep's elements, the listing's filters. The real schedulers' cases: tests/cluster/test_commands.py (Slurm) and
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from host.test_report import fake_run
 
-from train.shared.errors import UserError
-from train.host import cli
-from train.host.api.run import Run, RunStatus, State, runs
-from train.host.runs.metrics import read_metrics
+from cluster_train.shared.errors import UserError
+from cluster_train.host import cli
+from cluster_train.host.api.run import Run, RunStatus, State, runs
+from cluster_train.host.runs.metrics import read_metrics
 
 
 def ended(run_dir: Path, exit_code: str) -> Path:
@@ -108,7 +108,7 @@ def test_wait_times_out_on_a_running_job_and_logs_follow_yields_lines_until_it_e
 
 
 def sweep_of(tmp_path: Path, exit_codes) -> Path:
-    """A sweep directory as train/host/runs/sweep.py writes it, on the local runner."""
+    """A sweep directory as cluster_train/host/runs/sweep.py writes it, on the local runner."""
     sweep_dir = tmp_path / "sw"
     elements = []
     for i, code in enumerate(exit_codes):

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cluster
-from train.shared.errors import UserError
-from train.host import apptainer
-from train.host.data import transport
-from train.host.doctor import apptainer as doctor_checks
-from train.host.images import oci, signing, sif
+from cluster_train.shared.errors import UserError
+from cluster_train.host import apptainer
+from cluster_train.host.data import transport
+from cluster_train.host.doctor import apptainer as doctor_checks
+from cluster_train.host.images import oci, signing, sif
 
 CALLERS = {
     "inspect": lambda tmp: sif.sif_labels(tmp / "x.sif", "the image"),

@@ -29,7 +29,7 @@ the case's directory (so `runs/` stays empty, a `--run-id ../../x` creates nothi
 `$(touch {tmp}/PWNED)` payload creates nothing).
 
 Each case runs both ways, in the same child: the command line, then the same request through the Python API
-(train/host/api: Job(...).check() and .submit(), .dry_run() for a dry run, .sweep(), Job.rerun_of(...) and rerun();
+(cluster_train/host/api: Job(...).check() and .submit(), .dry_run() for a dry run, .sweep(), Job.rerun_of(...) and rerun();
 Run(...).status(), .logs(), .cancel(), .resume() and runs() for those commands), which must raise ClusterTrainError
 with the command line's words (or check() return them), print nothing and change nothing either. Only a case the API
 cannot express runs the command line alone, and says why: a command with no API by design (NO_API), or the command
@@ -133,7 +133,7 @@ def _snapshot(top: Path) -> Dict[str, Tuple]:
 
 
 def _setup(case: dict, case_root: Path) -> Tuple[Path, Dict[str, str], Path]:
-    from train.host.images import store
+    from cluster_train.host.images import store
 
     tmp = case_root / "t"
     fakebin = case_root / "fakebin"
@@ -245,9 +245,9 @@ def api_outcome(argv: List[str]) -> dict:
 
 def api_calls(argv: List[str]):
     """[(name, call)] making the command line's request through the API, or why it cannot be made there."""
-    from train.host import cli, commands, submit
-    from train.host.api.errors import ClusterTrainError
-    from train.host.api.job import Job
+    from cluster_train.host import cli, commands, submit
+    from cluster_train.host.api.errors import ClusterTrainError
+    from cluster_train.host.api.job import Job
 
     named = commands.find(argv)
     if named:
@@ -281,9 +281,9 @@ def api_calls(argv: List[str]):
 def run_calls(name: str, words: List[str]):
     """status|logs|cancel|resume RUN through Run(RUN), and `runs` through runs(), each command's options parsed by
     its own parser (RUN as given: Run() looks it up as the command line does)."""
-    from train.host.api.errors import ClusterTrainError
-    from train.host.api.run import Run, runs
-    from train.host.runs import commands as run_commands, table
+    from cluster_train.host.api.errors import ClusterTrainError
+    from cluster_train.host.api.run import Run, runs
+    from cluster_train.host.runs import commands as run_commands, table
 
     p = table.parser() if name == "runs" else run_commands.parser(name)
     for action in p._actions:  # RUN as given, not looked up while parsing: Run(RUN) must refuse it itself
@@ -303,7 +303,7 @@ def run_calls(name: str, words: List[str]):
 def rerun_calls(args, command):
     """--rerun through Job.rerun_of(...): its dry_run(), or check() and rerun() (its submit()); a cluster, profile,
     flavor, sweep or command beside --rerun has no place in the API's signature."""
-    from train.host.api.job import Job, rerun
+    from cluster_train.host.api.job import Job, rerun
 
     if command or args.cluster or args.flavor or args.first_to_start or args.dev or (
             args.sweeps or args.sweep_file or args.max_parallel is not None):
@@ -317,8 +317,8 @@ def rerun_calls(args, command):
 
 def pipeline_calls(args, command):
     """--pipeline through the API: Pipeline(...).dry_run() or .check() and .submit(), after the same option check."""
-    from train.host import submit
-    from train.host.api.pipeline import Pipeline, refuse_options
+    from cluster_train.host import submit
+    from cluster_train.host.api.pipeline import Pipeline, refuse_options
 
     def made() -> Pipeline:
         refuse_options(args.cluster, submit.pipeline_extras(args, command))

@@ -1,4 +1,4 @@
-"""Issue 9: every name is known on the host without torch, and train/ stays a package without import circles.
+"""Issue 9: every name is known on the host without torch, and cluster_train/ stays a package without import circles.
 
 No torch needed here: these run in the host venv and anywhere the login-node code runs.
 """
@@ -9,18 +9,18 @@ import sys
 import pytest
 
 from conftest import ROOT
-from train.shared.errors import UserError
+from cluster_train.shared.errors import UserError
 
-TRAIN = ROOT / "train"
+TRAIN = ROOT / "cluster_train"
 # every module of the shared layer, which the login node imports (tests/test_layout.py holds the layers apart)
-TORCH_FREE = sorted(f"train.shared.{p.stem}" for p in (TRAIN / "shared").glob("*.py") if p.stem != "__init__")
+TORCH_FREE = sorted(f"cluster_train.shared.{p.stem}" for p in (TRAIN / "shared").glob("*.py") if p.stem != "__init__")
 MAX_LINES = 400
 
 
 def test_registries_their_names_and_params_import_no_torch():
     code = (
         f"import sys\nimport {', '.join(TORCH_FREE)}\n"
-        "from train.shared.catalog import REGISTRIES, describe\n"
+        "from cluster_train.shared.catalog import REGISTRIES, describe\n"
         "for r in REGISTRIES.values():\n"
         "    for n in r.names():\n"
         "        r.check(n); r.params(n); r.names_in(n)\n"
@@ -33,7 +33,7 @@ def test_registries_their_names_and_params_import_no_torch():
 
 
 def test_catalog_lists_every_registry_in_display_order():
-    from train.shared.catalog import REGISTRIES, describe
+    from cluster_train.shared.catalog import REGISTRIES, describe
 
     assert list(REGISTRIES) == ["models", "fusion heads", "data sets", "tasks", "strategies", "optimizers",
                                 "schedulers", "precisions"]
@@ -52,7 +52,7 @@ def test_catalog_lists_every_registry_in_display_order():
                                               ("fusion heads", "multiplicativ", "multiplicative"),
                                               ("precisions", "bf16_mixed", "bf16-mixed"), ("tasks", "clasify", "classify")])
 def test_an_unknown_name_is_refused_with_a_hint(title, bad, hint):
-    from train.shared.catalog import REGISTRIES
+    from cluster_train.shared.catalog import REGISTRIES
 
     registry = REGISTRIES[title]
     assert bad not in registry
@@ -61,8 +61,8 @@ def test_an_unknown_name_is_refused_with_a_hint(title, bad, hint):
 
 
 def test_params_are_read_from_the_source():
-    from train.shared.catalog import REGISTRIES
-    from train.shared.registry import NOT_LITERAL, REQUIRED
+    from cluster_train.shared.catalog import REGISTRIES
+    from cluster_train.shared.registry import NOT_LITERAL, REQUIRED
 
     r = REGISTRIES
     assert r["models"].params("resnet_cifar") == {"depth": 20, "width": 16, "stages": 3}  # num_classes is the caller's
@@ -82,7 +82,7 @@ def test_params_are_read_from_the_source():
 
 
 def test_a_kwargs_target_takes_anything(tmp_path, monkeypatch):
-    from train.shared.registry import Registry
+    from cluster_train.shared.registry import Registry
 
     (tmp_path / "ct_probe_module.py").write_text(
         "X = 3\n"
@@ -91,7 +91,7 @@ def test_a_kwargs_target_takes_anything(tmp_path, monkeypatch):
         "class Child(Strict):\n    pass\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    from train.shared.registry import NOT_LITERAL, REQUIRED
+    from cluster_train.shared.registry import NOT_LITERAL, REQUIRED
 
     r = Registry("probe", {"loose": "ct_probe_module:loose", "strict": "ct_probe_module:Strict",
                            "child": "ct_probe_module:Child"}, fixed=("num_classes",))
@@ -159,8 +159,8 @@ def test_find_cycle_finds_one():
 
 def test_train_has_no_import_circle():
     graph = import_graph()
-    assert "train.image.tasks.classify" in graph["train.image.fit"] or "train.shared.tasks" in graph["train.image.fit"]
-    assert "train.image.trainer" in graph["train.image.tasks.common"]
+    assert "cluster_train.image.tasks.classify" in graph["cluster_train.image.fit"] or "cluster_train.shared.tasks" in graph["cluster_train.image.fit"]
+    assert "cluster_train.image.trainer" in graph["cluster_train.image.tasks.common"]
     cycle = find_cycle(graph)
     assert cycle is None, "import circle: " + " -> ".join(cycle)
 
@@ -171,7 +171,7 @@ def test_no_module_in_train_is_over_400_lines():
 
 
 def test_master_port_has_one_formula():
-    from train.shared.ports import MASTER_PORT_BASE, MASTER_PORT_SPAN, master_port
+    from cluster_train.shared.ports import MASTER_PORT_BASE, MASTER_PORT_SPAN, master_port
 
     assert master_port(12345) == MASTER_PORT_BASE + 12345 % MASTER_PORT_SPAN == 32345
     assert MASTER_PORT_BASE <= master_port(987654321) < MASTER_PORT_BASE + MASTER_PORT_SPAN

@@ -32,7 +32,7 @@ def test_help_lists_every_command_in_its_group_one_line_each():
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_each_command_has_its_own_help(command, capsys):
-    from train.host import cli
+    from cluster_train.host import cli
 
     with pytest.raises(SystemExit) as exited:
         cli.main([command, "--help"])
@@ -72,23 +72,23 @@ def test_pip_install_gives_a_run_cluster_command():
 
 def test_a_command_imports_only_its_own_modules():
     """`names --help` loads neither the job builder nor YAML nor Jinja; a dry run no report or image command."""
-    probe = ("import sys; sys.argv[1:] = {argv!r}; from train.host.cli import main\ntry: main()\nexcept SystemExit: "
+    probe = ("import sys; sys.argv[1:] = {argv!r}; from cluster_train.host.cli import main\ntry: main()\nexcept SystemExit: "
              "pass\nprint(' '.join(sorted(sys.modules)), file=sys.stderr)")
     loaded = {}
     for name, argv in (("names", ["names", "--help"]), ("dry run", ["ci-slurm", "n1_gpu1", "demo", "--dry-run"])):
         done = subprocess.run([sys.executable, "-c", probe.format(argv=argv)], cwd=ROOT, capture_output=True,
                               text=True, timeout=60)
         loaded[name] = set(done.stderr.splitlines()[-1].split())
-    assert not {"train.host.jobs.build", "jinja2", "yaml"} & loaded["names"]
-    assert "train.host.jobs.build" in loaded["dry run"]
-    assert not {"train.host.reports.report", "train.host.images.commands", "train.host.runs.table"} & loaded["dry run"]
+    assert not {"cluster_train.host.jobs.build", "jinja2", "yaml"} & loaded["names"]
+    assert "cluster_train.host.jobs.build" in loaded["dry run"]
+    assert not {"cluster_train.host.reports.report", "cluster_train.host.images.commands", "cluster_train.host.runs.table"} & loaded["dry run"]
 
 
 def test_yaml_is_read_by_libyaml_and_its_errors_worded_by_pyyaml(monkeypatch):
     import yaml
 
-    from train.shared.errors import UserError
-    from train.shared.yaml_file import load_yaml_text
+    from cluster_train.shared.errors import UserError
+    from cluster_train.shared.yaml_file import load_yaml_text
 
     assert yaml.__with_libyaml__  # the host requirements' PyYAML wheel brings it
     monkeypatch.setattr(yaml, "SafeLoader", None)  # a valid file never reaches the pure-Python loader

@@ -2,8 +2,8 @@ import time
 
 import pytest
 
-from train.shared import config as cfg
-from train.shared.errors import UserError
+from cluster_train.shared import config as cfg
+from cluster_train.shared.errors import UserError
 
 
 def test_overrides_are_typed_and_dotted():
@@ -52,14 +52,14 @@ def test_unknown_precision_is_one_line_naming_the_choices():
 
 
 def test_every_strategy_name_of_the_issue_is_registered():
-    from train.shared.strategies import STRATEGIES
+    from cluster_train.shared.strategies import STRATEGIES
 
     assert {"ddp", "fsdp", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload"} <= set(STRATEGIES.names())
 
 
 def test_deepspeed_configs_are_files_and_precision_comes_from_the_trainer():
-    from train.shared.config import TrainerConfig
-    from train.image.strategies.builders import DEEPSPEED_CONFIGS, deepspeed_config
+    from cluster_train.shared.config import TrainerConfig
+    from cluster_train.image.strategies.builders import DEEPSPEED_CONFIGS, deepspeed_config
 
     assert sorted(p.stem for p in DEEPSPEED_CONFIGS.glob("*.json")) == [
         "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload"]
@@ -72,7 +72,7 @@ def test_deepspeed_configs_are_files_and_precision_comes_from_the_trainer():
                                   "".join(" " * i + "a:\n" for i in range(3000))])
 def test_a_yaml_nested_20000_deep_is_refused_at_once(text):
     """Refused from the parser's events before anything is built: PyYAML's own scanner took seconds on 20 000 `[`."""
-    from train.shared.yaml_file import load_yaml_text
+    from cluster_train.shared.yaml_file import load_yaml_text
     for read in (lambda: load_yaml_text(text, "x.yaml"), lambda: cfg.yaml_scalar(text)):
         started = time.monotonic()
         with pytest.raises(UserError, match="nests deeper than 64 levels; flatten it"):

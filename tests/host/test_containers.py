@@ -153,6 +153,7 @@ def test_all_flavors_use_the_same_install_step_and_layout():
         assert not any(re.search(r"\bpip3? install\b", line) for line in post), f"{flavor}.def installs on its own"
         assert sections["files"] == [
             "pyproject.toml /opt/cluster-train/pyproject.toml",
+            "cluster_train /opt/cluster-train/cluster_train",
             "train /opt/cluster-train/train",
             "containers/install.sh /opt/cluster-train/containers/install.sh",
             f"containers/{flavor}.lock /opt/cluster-train/containers/{flavor}.lock",

@@ -1,12 +1,12 @@
-"""The files each data set needs under data.root (train/host/jobs/data_files.py), held to what its generator writes
+"""The files each data set needs under data.root (cluster_train/host/jobs/data_files.py), held to what its generator writes
 in the loader's real format; an empty data folder is refused before queueing (its submission:
 tests/bad_inputs/paths.yaml) and only warned about on a dry run."""
 import pytest
 
 from conftest import run_cluster
-from train.shared import config as cfg
-from train.shared.data import DATASETS, GENERATORS
-from train.host.jobs import data_files
+from cluster_train.shared import config as cfg
+from cluster_train.shared.data import DATASETS, GENERATORS
+from cluster_train.host.jobs import data_files
 
 pytest.importorskip("torch")  # the generators live beside their loaders
 

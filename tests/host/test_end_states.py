@@ -1,4 +1,4 @@
-"""How a run ended, and whose word that is (train/host/runs/ending.py), against schedulers that remember the job, that
+"""How a run ended, and whose word that is (cluster_train/host/runs/ending.py), against schedulers that remember the job, that
 have forgotten it and keep accounting, and that keep none; the cause line that names the event, never a rank that
 stopped as asked; the adapters' readings of sacct, scontrol and bhist; a closed pipe. No cluster needed: the real
 clusters' cases are in tests/cluster/test_runs_cancelled.py."""
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from train.shared.errors import UserError
-from train.host.runs import causes, ending, segments
-from train.host.runs.commands import print_status
-from train.host.schedulers import Lsf, Slurm, State
+from cluster_train.shared.errors import UserError
+from cluster_train.host.runs import causes, ending, segments
+from cluster_train.host.runs.commands import print_status
+from cluster_train.host.schedulers import Lsf, Slurm, State
 
 FORGOTTEN = {"state": State.UNKNOWN, "gone": True}  # scontrol: Invalid job id specified (past MinJobAge)
 SACCT_CANCELLED = {"state": State.CANCELLED, "exit_code": "0:0", "nodes": "None assigned",
@@ -241,7 +241,7 @@ def test_a_sweeps_status_asks_slurm_once_for_the_whole_array(tmp_path, monkeypat
                            'Reason=JobArrayTaskLimit ExitCode=0:0 NodeList=\\n"',
                   sacct='echo call >> "$CALLS"; printf "9_1|CANCELLED by 0|0:15|n2\\n"')
     monkeypatch.setenv("CALLS", str(tmp_path / "calls"))
-    from train.host.runs.sweep_state import ArrayView
+    from cluster_train.host.runs.sweep_state import ArrayView
 
     view = ArrayView(Slurm(), {"array_job_id": "9", "elements": [{"job_id": f"9_{i}"} for i in range(6)]})
     assert [view.state(f"9_{i}")["state"] for i in range(6)] == [

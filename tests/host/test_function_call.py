@@ -1,5 +1,5 @@
 """A Python function sent into the image: what the image could not import is refused before anything is queued, in one
-line naming the fix (train/host/jobs/function_call.py); the runner (`python -m train call`, train/image/call.py) makes
+line naming the fix (cluster_train/host/jobs/function_call.py); the runner (`python -m train call`, cluster_train/image/call.py) makes
 the call from a run directory as the job does, writes its value or its exception with the traceback, and saves the
 next call for a requeue on the warning signal. Processes of this machine's Python: no image, no scheduler."""
 import importlib
@@ -13,16 +13,16 @@ import sys
 import pytest
 from conftest import ROOT
 
-from train.host.api.function import Executor, FunctionError, result_of
-from train.host.jobs import function_call
-from train.shared import calls
-from train.shared.calls import Call
-from train.shared.errors import UserError
-from train.shared.exit_codes import REQUEUE
+from cluster_train.host.api.function import Executor, FunctionError, result_of
+from cluster_train.host.jobs import function_call
+from cluster_train.shared import calls
+from cluster_train.shared.calls import Call
+from cluster_train.shared.errors import UserError
+from cluster_train.shared.exit_codes import REQUEUE
 
 PROJECT = '''
 import os, time
-from train.shared.calls import Call
+from cluster_train.shared.calls import Call
 
 def add(a, b=0):
     return a + b

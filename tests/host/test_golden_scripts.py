@@ -9,9 +9,9 @@ import pytest
 import yaml
 from conftest import squashfs_stand_in
 
-from train.host import cli
-from train.host.data import store as data_store
-from train.host.images import store
+from cluster_train.host import cli
+from cluster_train.host.data import store as data_store
+from cluster_train.host.images import store
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERTS = "/work/experts"  # how the golden files show the settings' experts directory

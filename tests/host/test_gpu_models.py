@@ -4,8 +4,8 @@ import collections
 
 import pytest
 
-from train.shared.errors import UserError
-from train.host.clusters.flavors import flavor_table, gpu_model
+from cluster_train.shared.errors import UserError
+from cluster_train.host.clusters.flavors import flavor_table, gpu_model
 
 
 def all_names():

@@ -100,8 +100,8 @@ def test_verify_names_a_store_file_changed_in_place(store, tmp_path):
 
 def test_the_store_comes_from_the_environment_the_settings_or_the_cluster_file(tmp_path, monkeypatch):
     """A group store in the cluster file; a user's own `images:` over it; $CT_IMAGES over both."""
-    from train.host import project
-    from train.host.images.locations import store_of
+    from cluster_train.host import project
+    from cluster_train.host.images.locations import store_of
 
     monkeypatch.delenv("CT_IMAGES", raising=False)
     settings = tmp_path / "settings.yaml"
@@ -125,7 +125,7 @@ def test_a_run_from_one_clone_uses_the_image_another_clone_built_into_a_shared_s
     name that store finds the image there."""
     shared = tmp_path / "shared"
     sif = build_sif(tmp_path / "cpu.sif")
-    recorded = subprocess.run([sys.executable, "-m", "train.host.images.content_key", "record", "--flavor", "cpu",
+    recorded = subprocess.run([sys.executable, "-m", "cluster_train.host.images.content_key", "record", "--flavor", "cpu",
                                "--sif", sif, "--def", ROOT / "containers" / "cpu.def",
                                "--lock", ROOT / "containers" / "cpu.lock", "--root", shared],
                               capture_output=True, text=True, cwd=ROOT)

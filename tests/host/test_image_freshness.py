@@ -4,8 +4,8 @@ import shutil
 
 from conftest import ROOT, run_cluster
 
-from train.host.images import content_key, store as image_store
-from train.host.images.content_key import stale_inputs
+from cluster_train.host.images import content_key, store as image_store
+from cluster_train.host.images.content_key import stale_inputs
 
 
 def small_repo(tmp_path):
@@ -13,7 +13,7 @@ def small_repo(tmp_path):
     for rel in ("containers/cpu.def", "containers/cpu.lock", "containers/install.sh", "pyproject.toml"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, repo / rel)
-    for rel in ("train/image/fit.py", "train/image/models/resnet.py", "train/host/cli.py"):
+    for rel in ("cluster_train/image/fit.py", "cluster_train/image/models/resnet.py", "cluster_train/host/cli.py"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text(f"# {rel}\n")
     return repo
@@ -34,11 +34,11 @@ def test_the_files_changed_since_the_build_are_named(tmp_path):
     repo = small_repo(tmp_path)
     record = built(repo)
     assert stale_inputs(record, repo) is None
-    (repo / "train" / "host" / "cli.py").write_text("# the login-node side is not in the image\n")
+    (repo / "cluster_train" / "host" / "cli.py").write_text("# the login-node side is not in the image\n")
     assert stale_inputs(record, repo) is None
-    (repo / "train" / "image" / "fit.py").write_text("# changed\n")
-    (repo / "train" / "new_module.py").write_text("")
-    assert stale_inputs(record, repo) == "train/image/fit.py, train/new_module.py"
+    (repo / "cluster_train" / "image" / "fit.py").write_text("# changed\n")
+    (repo / "cluster_train" / "new_module.py").write_text("")
+    assert stale_inputs(record, repo) == "cluster_train/image/fit.py, cluster_train/new_module.py"
 
 
 def test_an_imported_image_of_unknown_inputs_is_not_judged(tmp_path):

@@ -1,4 +1,4 @@
-"""train.host.images.store and .content_key: the image store and index, and the content key `make image` rebuilds on
+"""cluster_train.host.images.store and .content_key: the image store and index, and the content key `make image` rebuilds on
 (no Apptainer)."""
 import json
 import os
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from train.host.images import content_key, store
+from cluster_train.host.images import content_key, store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,19 +100,19 @@ def test_reads_an_index_written_with_absolute_paths_and_fewer_fields(tmp_path):
 
 
 def test_inputs_key_and_stamp(tmp_path):
-    """The content key covers the def file, the lock, install.sh, pyproject.toml and the train package, but not the
+    """The content key covers the def file, the lock, install.sh, pyproject.toml and the cluster_train package, but not the
     host side or the job templates (they never run inside the image)."""
     repo = tmp_path / "repo"
     for rel, text in {"containers/cpu.def": "def\n", "containers/cpu.lock": "lock\n", "containers/install.sh": "sh\n",
-                      "pyproject.toml": "[project]\n", "train/__init__.py": "", "train/image/fit.py": "x = 1\n",
-                      "train/host/x.py": "x = 1\n",
-                      "train/host/schedulers/templates/slurm.sh.j2": "#!/bin/bash\n",
-                      "train/__pycache__/junk.pyc": "junk", "README.md": "not an input\n"}.items():
+                      "pyproject.toml": "[project]\n", "cluster_train/__init__.py": "", "cluster_train/image/fit.py": "x = 1\n",
+                      "cluster_train/host/x.py": "x = 1\n",
+                      "cluster_train/host/schedulers/templates/slurm.sh.j2": "#!/bin/bash\n",
+                      "cluster_train/__pycache__/junk.pyc": "junk", "README.md": "not an input\n"}.items():
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         (repo / rel).write_text(text)
     files = content_key.input_files("containers/cpu.def", "containers/cpu.lock", repo)
     assert files == sorted(["containers/cpu.def", "containers/cpu.lock", "containers/install.sh", "pyproject.toml",
-                            "train/__init__.py", "train/image/fit.py"])
+                            "cluster_train/__init__.py", "cluster_train/image/fit.py"])
     stamp = repo / "images" / "cpu.inputs"
     status, text = content_key.inputs_status(stamp, "containers/cpu.def", "containers/cpu.lock", repo)
     assert status == "stale"
@@ -123,14 +123,14 @@ def test_inputs_key_and_stamp(tmp_path):
     assert content_key.inputs_status(stamp, "containers/cpu.def", "containers/cpu.lock", repo)[0] == "fresh"
     os.utime(repo / "containers/cpu.lock")  # touched, same content: still fresh
     assert content_key.inputs_status(stamp, "containers/cpu.def", "containers/cpu.lock", repo)[0] == "fresh"
-    (repo / "train/host/x.py").write_text("x = 2\n")  # the host side: no rebuild
+    (repo / "cluster_train/host/x.py").write_text("x = 2\n")  # the host side: no rebuild
     assert content_key.inputs_status(stamp, "containers/cpu.def", "containers/cpu.lock", repo)[0] == "fresh"
-    for rel in ["containers/cpu.lock", "train/image/fit.py", "containers/install.sh"]:
+    for rel in ["containers/cpu.lock", "cluster_train/image/fit.py", "containers/install.sh"]:
         before = (repo / rel).read_text()
         (repo / rel).write_text(before + "# changed\n")
         assert content_key.inputs_status(stamp, "containers/cpu.def", "containers/cpu.lock", repo)[0] == "stale", rel
         (repo / rel).write_text(before)
-    (repo / "train/new_module.py").write_text("")
+    (repo / "cluster_train/new_module.py").write_text("")
     assert content_key.inputs_status(stamp, "containers/cpu.def", "containers/cpu.lock", repo)[0] == "stale"
 
 
@@ -139,7 +139,7 @@ def test_cli_record_writes_index_and_stamp(built):
     root = tmp_path / "images"
     stamp = root / "cpu.inputs"
     done = subprocess.run(
-        [sys.executable, "-m", "train.host.images.content_key", "record", "--flavor", "cpu", "--sif", str(sif),
+        [sys.executable, "-m", "cluster_train.host.images.content_key", "record", "--flavor", "cpu", "--sif", str(sif),
          "--def", str(def_file), "--lock", str(lock_file), "--root", str(root), "--git-commit", "abc",
          "--stamp", str(stamp)],
         cwd=ROOT, capture_output=True, text=True,

@@ -2,10 +2,10 @@
 from them, in Python: no template, no scheduler, no image."""
 import pytest
 
-from train.host.jobs.job import DataImage, Fabric, ImageRef, Job, Notify, Placement, Task, Work
-from train.host.jobs.preflight import directives_repeated
-from train.host.schedulers.lsf import Lsf, gpu_option, per_slot_gb
-from train.host.schedulers.slurm import Slurm, gpu_options, memory_options
+from cluster_train.host.jobs.job import DataImage, Fabric, ImageRef, Job, Notify, Placement, Task, Work
+from cluster_train.host.jobs.preflight import directives_repeated
+from cluster_train.host.schedulers.lsf import Lsf, gpu_option, per_slot_gb
+from cluster_train.host.schedulers.slurm import Slurm, gpu_options, memory_options
 
 # Job.as_dict's keys as manifests on disk hold them (before the Job was split): rerun, resume, status and report read
 # them back, so they must not change

@@ -1,7 +1,7 @@
 """The host side stays a set of rooms a newcomer can read (issue 25): short functions, short modules, and no import
-circle, neither between modules nor between the rooms (train/host/<room>/) they sit in. And train/ is three layers
-named by where the code runs (issue 40): train/host/ (login node), train/shared/ (torch-free, both sides),
-train/image/ (inside the image); the host imports only the shared layer, which imports neither side."""
+circle, neither between modules nor between the rooms (cluster_train/host/<room>/) they sit in. And cluster_train/ is three layers
+named by where the code runs (issue 40): cluster_train/host/ (login node), cluster_train/shared/ (torch-free, both sides),
+cluster_train/image/ (inside the image); the host imports only the shared layer, which imports neither side."""
 import ast
 import re
 import subprocess
@@ -10,13 +10,13 @@ from typing import Dict, List, Set
 
 from conftest import ROOT
 
-HOST = ROOT / "train" / "host"
+HOST = ROOT / "cluster_train" / "host"
 MAX_FUNCTION_LINES = 50
 MAX_MODULE_LINES = 300
 
 
 def modules() -> Dict[str, Path]:
-    """Dotted name -> file, for every module of train/host (a package by its own name)."""
+    """Dotted name -> file, for every module of cluster_train/host (a package by its own name)."""
     found = {}
     for path in sorted(HOST.rglob("*.py")):
         parts = path.relative_to(ROOT).with_suffix("").parts
@@ -25,10 +25,10 @@ def modules() -> Dict[str, Path]:
 
 
 def imported(path: Path, known: Dict[str, Path]) -> Set[str]:
-    """The train.host modules a module imports when it is imported (imports inside functions run later)."""
+    """The cluster_train.host modules a module imports when it is imported (imports inside functions run later)."""
     out = set()
     for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("train.host"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cluster_train.host"):
             out.add(node.module)
             out.update(f"{node.module}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
@@ -37,7 +37,7 @@ def imported(path: Path, known: Dict[str, Path]) -> Set[str]:
 
 
 def room(module: str) -> str:
-    """train.host.jobs.build -> train.host.jobs; a module at the top of train/host is a room of its own."""
+    """cluster_train.host.jobs.build -> cluster_train.host.jobs; a module at the top of cluster_train/host is a room of its own."""
     return ".".join(module.split(".")[:3])
 
 
@@ -88,13 +88,13 @@ def test_no_import_circle_between_modules_or_rooms():
     rooms: Dict[str, Set[str]] = {}
     for name, targets in graph.items():
         rooms.setdefault(room(name), set()).update(room(t) for t in targets if room(t) != room(name))
-    rooms.pop("train.host", None)  # train/host/__init__.py, the docstring every module's import passes through
+    rooms.pop("cluster_train.host", None)  # cluster_train/host/__init__.py, the docstring every module's import passes through
     assert circles(graph) == [] and circles(rooms) == []
 
 
 # What only the image has: a module that imports one of these, even inside a function, runs only in the image.
 IMAGE_ONLY = {"torch", "torchvision", "pytorch_lightning", "lightning", "lightning_fabric", "deepspeed", "numpy"}
-# Which layers each layer may import from train/ (train itself: the package's docstring and version).
+# Which layers each layer may import from cluster_train/ (train itself: the package's docstring and version).
 MAY_IMPORT = {"host": {"host", "shared"}, "shared": {"shared"}, "image": {"shared", "image"}}
 
 
@@ -113,27 +113,27 @@ def every_import(path: Path) -> Set[str]:
 def crossings(layer: str, root: Path = ROOT) -> List[str]:
     """The imports of train/<layer>/ that go where the layer may not."""
     found = []
-    for path in sorted((root / "train" / layer).rglob("*.py")):
+    for path in sorted((root / "cluster_train" / layer).rglob("*.py")):
         for name in sorted(every_import(path)):
             parts = name.split(".")
-            wrong_layer = parts[0] == "train" and len(parts) > 1 and parts[1] not in MAY_IMPORT[layer]
+            wrong_layer = parts[0] == "cluster_train" and len(parts) > 1 and parts[1] not in MAY_IMPORT[layer]
             if wrong_layer or (layer != "image" and parts[0] in IMAGE_ONLY):
                 found.append(f"{path.relative_to(root)} imports {name}")
     return found
 
 
 def test_train_is_three_layers_and_only_the_image_imports_torch():
-    assert sorted(p.name for p in (ROOT / "train").iterdir() if p.is_dir() and p.name != "__pycache__") == [
+    assert sorted(p.name for p in (ROOT / "cluster_train").iterdir() if p.is_dir() and p.name != "__pycache__") == [
         "host", "image", "shared"]
     assert crossings("host") == [] and crossings("shared") == [] and crossings("image") == []
 
 
 def test_a_lazy_import_across_the_layers_is_found(tmp_path):
-    module = tmp_path / "train" / "shared" / "lazy.py"
+    module = tmp_path / "cluster_train" / "shared" / "lazy.py"
     module.parent.mkdir(parents=True)
-    module.write_text("def f():\n    import torch\n    from train.image import fit\n")
-    assert crossings("shared", tmp_path) == ["train/shared/lazy.py imports torch",
-                                             "train/shared/lazy.py imports train.image"]
+    module.write_text("def f():\n    import torch\n    from cluster_train.image import fit\n")
+    assert crossings("shared", tmp_path) == ["cluster_train/shared/lazy.py imports cluster_train.image",
+                                             "cluster_train/shared/lazy.py imports torch"]
 
 
 def test_the_circle_finder_finds_one():
@@ -141,9 +141,9 @@ def test_the_circle_finder_finds_one():
 
 
 def test_no_top_level_folder_shares_a_name_with_a_module_of_train():
-    """bench/ beside train/image/bench.py read as one thing in two places (issue 40): the benchmarks live in
+    """bench/ beside cluster_train/image/bench.py read as one thing in two places (issue 40): the benchmarks live in
     benchmarks/, and `make bench` and its siblings still find their scripts there."""
-    modules_of_train = {path.stem for path in (ROOT / "train").iterdir() if path.suffix == ".py" or path.is_dir()}
+    modules_of_train = {path.stem for path in (ROOT / "cluster_train").iterdir() if path.suffix == ".py" or path.is_dir()}
     tracked = subprocess.run(["git", "ls-tree", "-d", "--name-only", "HEAD"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout.split()
     assert set(tracked) & modules_of_train == set()
@@ -159,7 +159,7 @@ APPTAINER_CALL = re.compile(r"""\[\s*["']apptainer["']\s*,|which\(\s*["']apptain
 
 def test_every_apptainer_call_goes_through_the_adapter():
     """Apptainer was called from 8 modules, each with its own 'not on PATH' line (issue 40): only
-    train/host/apptainer.py may start it, so a missing or too-old binary is said once, the same way."""
+    cluster_train/host/apptainer.py may start it, so a missing or too-old binary is said once, the same way."""
     adapter = HOST / "apptainer.py"
     callers = [f"{path.relative_to(ROOT)}:{number}" for path in sorted(HOST.rglob("*.py")) if path != adapter
                for number, text in enumerate(path.read_text().splitlines(), 1) if APPTAINER_CALL.search(text)]

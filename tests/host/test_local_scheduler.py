@@ -2,7 +2,7 @@
 directory (a resume) is waited for, not taken as ended by the first one's exit code."""
 import time
 
-from train.host.schedulers import State, adapter
+from cluster_train.host.schedulers import State, adapter
 
 
 def _wait_for(local, job_id, run_dir, state, timeout_s=10.0):

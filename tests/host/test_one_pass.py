@@ -12,8 +12,8 @@ from host.test_golden_scripts import every_profile
 @pytest.fixture
 def loads(monkeypatch):
     """How often a command reads a cluster file and the user's settings, and resolves a run config."""
-    from train.shared import config as cfg
-    from train.host import clusters, settings
+    from cluster_train.shared import config as cfg
+    from cluster_train.host import clusters, settings
 
     calls = {"cluster file": 0, "settings": 0, "resolve": 0}
 
@@ -35,7 +35,7 @@ def loads(monkeypatch):
 
 
 def test_a_packed_dry_run_resolves_each_config_once(store, loads, tmp_path):
-    from train.host.jobs.build import Request, Site, build
+    from cluster_train.host.jobs.build import Request, Site, build
 
     (tmp_path / "experts").mkdir()
     for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
@@ -53,8 +53,8 @@ def test_every_command_that_builds_jobs_reads_the_site_once_and_resolves_each_co
                                                                                            capsys):
     """submit, dry run, --rerun, resume, a sweep and check-cluster, through the command line; the scheduler's
     submit is the one stand-in (it records an immediate failure, so the run can be resumed)."""
-    from train.host.cli import main
-    from train.host.schedulers import SCHEDULERS
+    from cluster_train.host.cli import main
+    from cluster_train.host.schedulers import SCHEDULERS
 
     def failed_at_once(script, run_dir):
         (run_dir / "logs" / "exit_code").write_text("1\n")
@@ -87,7 +87,7 @@ class Block:
             raise ImportError('the host side must not import ' + name)
 sys.meta_path.insert(0, Block())
 sys.path.insert(0, sys.argv[1])
-from train.host.cli import main
+from cluster_train.host.cli import main
 import os
 failed = []
 for cluster, profile, experiment in [a.split('/') for a in sys.argv[2:]]:
@@ -118,10 +118,10 @@ def test_the_host_side_never_imports_torch(store, tmp_path):
 
 
 def test_only_the_scheduler_adapters_name_a_scheduler():
-    """Facts about Slurm, LSF and the local runner live in their adapters (train/host/schedulers/), not in if/else
-    elsewhere in train/host/."""
+    """Facts about Slurm, LSF and the local runner live in their adapters (cluster_train/host/schedulers/), not in if/else
+    elsewhere in cluster_train/host/."""
     pattern = re.compile(r"""(==|!=|\bin\b)\s*\(?\s*["'](slurm|lsf|local)["']|["'](slurm|lsf|local)["']\s*(==|!=)""")
-    host = ROOT / "train" / "host"
+    host = ROOT / "cluster_train" / "host"
     offenders = [f"{path.relative_to(host)}:{n}: {line.strip()}" for path in sorted(host.rglob("*.py"))
                  if "schedulers" not in path.relative_to(host).parts
                  for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
@@ -129,23 +129,23 @@ def test_only_the_scheduler_adapters_name_a_scheduler():
 
 
 def test_the_image_content_key_leaves_out_the_host_side(tmp_path):
-    from train.host.images import content_key
+    from cluster_train.host.images import content_key
 
     files = content_key.input_files("containers/cpu.def", "containers/cpu.lock", ROOT)
-    assert "train/shared/config.py" in files and "train/image/fit.py" in files
-    assert not [f for f in files if f.startswith("train/host/")]  # the job templates too (host/schedulers/templates)
+    assert "cluster_train/shared/config.py" in files and "cluster_train/image/fit.py" in files
+    assert not [f for f in files if f.startswith("cluster_train/host/")]  # the job templates too (host/schedulers/templates)
 
 
 def test_flavors_are_the_definition_files():
-    from train.host.clusters.flavors import image_flavors
+    from cluster_train.host.clusters.flavors import image_flavors
 
     assert sorted(image_flavors()) == sorted(p.stem for p in (ROOT / "containers").glob("*.def"))
 
 
 @pytest.mark.parametrize("template", ["slurm.sh.j2", "lsf.sh.j2"])
 def test_master_port_has_one_formula(template):
-    text = (ROOT / "train" / "host" / "schedulers" / "templates" / template).read_text()
+    text = (ROOT / "cluster_train" / "host" / "schedulers" / "templates" / template).read_text()
     assert "20000" not in text and "master_port(" in text
-    from train.shared.ports import master_port, master_port_shell
+    from cluster_train.shared.ports import master_port, master_port_shell
 
     assert master_port(12345) == 32345 and master_port_shell("X") == "$((20000 + X % 20000))"

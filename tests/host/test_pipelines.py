@@ -9,12 +9,12 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from train.shared.errors import UserError
-from train.host.jobs.build import Request, Site
-from train.host.runs import ending, pipeline
-from train.host.jobs.run_refs import Waited
-from train.host.runs.after import build_after
-from train.host.schedulers import Lsf, Slurm, State
+from cluster_train.shared.errors import UserError
+from cluster_train.host.jobs.build import Request, Site
+from cluster_train.host.runs import ending, pipeline
+from cluster_train.host.jobs.run_refs import Waited
+from cluster_train.host.runs.after import build_after
+from cluster_train.host.schedulers import Lsf, Slurm, State
 
 FUSION = ["task_params.experts_dir=${run:stage1}/checkpoints/resnet_cifar"]
 
@@ -124,7 +124,7 @@ def test_a_run_cancelled_by_its_scheduler_names_the_run_it_waited_on(store):
 
 def test_the_api_checks_and_dry_runs_a_pipeline_as_the_command_line_does(store):
     from conftest import run_cluster
-    from train.host.api.pipeline import Pipeline
+    from cluster_train.host.api.pipeline import Pipeline
 
     assert Pipeline("ci-slurm", "seed001", overrides={"trainer.max_epochs": "x"}).check() == [
         "stage experts: config key 'trainer.max_epochs' = 'x' must be int",

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from PIL import Image
 
-from train.shared.errors import UserError
-from train.host import cli
-from train.host.reports.report import choose_metric, group_members, sort_by, write_report
+from cluster_train.shared.errors import UserError
+from cluster_train.host import cli
+from cluster_train.host.reports.report import choose_metric, group_members, sort_by, write_report
 
 DIGEST = "ab12" * 16
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -141,7 +141,7 @@ def test_run_report_has_curves_results_config_digest_code_segments_and_throughpu
 def test_the_runs_own_throughput_measure_is_shown_where_it_has_one(tmp_path):
     run_dir = fake_run(tmp_path / "runs", "one", lr=0.02)
     results = json.loads((run_dir / "results.json").read_text())
-    results["throughput"] = {"samples_per_s": 987.5, "epochs_measured": 2, "world_size": 1}  # train/image/speed.py's
+    results["throughput"] = {"samples_per_s": 987.5, "epochs_measured": 2, "world_size": 1}  # cluster_train/image/speed.py's
     (run_dir / "results.json").write_text(json.dumps(results))
     page = write_report(run_dir).read_text()
     assert "<td>987.5</td>" in page and "throughput, best first" not in page  # one run's figures, not per model

@@ -152,8 +152,8 @@ def test_a_missing_input_path_is_one_line_and_submits_nothing(store, tmp_path):
 
 def test_rerun_applies_and_records_extra_set_values(store, tmp_path, monkeypatch):
     """--rerun keeps the run's cluster, profile, config and image; a --set on top is applied and recorded."""
-    from train.host import cli, submit
-    from train.host.images import store as image_store
+    from cluster_train.host import cli, submit
+    from cluster_train.host.images import store as image_store
     record = image_store.current("cpu", store / "images")
     old = tmp_path / "old"
     old.mkdir()
@@ -175,8 +175,8 @@ def test_runs_go_to_the_run_root_of_the_settings_or_cluster_file_and_are_found_b
                                                                                       capsys):
     """`runs:` (the user's settings over the cluster file, ${scratch} filled in) is where a run directory goes;
     status, logs and --rerun then find the run by its id alone. The checkout's runs/ with a scratch set is warned."""
-    from train.host import cli
-    from train.host.schedulers import SCHEDULERS
+    from cluster_train.host import cli
+    from cluster_train.host.schedulers import SCHEDULERS
 
     monkeypatch.delenv("CT_RUNS_DIR")
     monkeypatch.setattr(SCHEDULERS["local"], "submit", lambda script, run_dir: "4242")
@@ -199,7 +199,7 @@ def test_runs_go_to_the_run_root_of_the_settings_or_cluster_file_and_are_found_b
 
 
 def test_a_profile_made_for_one_experiment_runs_it_by_default_and_names_it_beside_another(store, tmp_path, capsys):
-    from train.host import cli
+    from cluster_train.host import cli
 
     for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
         (tmp_path / "experts" / arch).mkdir(parents=True)

@@ -4,10 +4,10 @@ import sys
 
 import pytest
 
-from train.host import cli, schedulers
+from cluster_train.host import cli, schedulers
 
 ADAPTER = '''"""A made-up scheduler: PBS-like directives, no arrays, no requeue (the base class's defaults say so)."""
-from train.host.schedulers.base import Scheduler
+from cluster_train.host.schedulers.base import Scheduler
 
 
 class Madeup(Scheduler):
@@ -21,7 +21,7 @@ class Madeup(Scheduler):
         return "job.out"
 '''
 
-# the shared partials come from train/host/schedulers/templates/, the adapter's own file from beside its module
+# the shared partials come from cluster_train/host/schedulers/templates/, the adapter's own file from beside its module
 TEMPLATE = '''#!/bin/bash
 #MADEUP -N {{ job.run_id | q }} -q {{ job.placement.partition | q }} -l walltime={{ job.placement.time | q }}
 set -euo pipefail
@@ -34,7 +34,7 @@ ct_finish "$rc"
 '''
 
 CLUSTER = """name: madeup-site
-description: a cluster under a scheduler no module of train/host knows
+description: a cluster under a scheduler no module of cluster_train/host knows
 scheduler: madeup
 apptainer: {nv: false}
 partitions:

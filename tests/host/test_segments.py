@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import run_cluster
 
-from train.shared.exit_codes import REQUEUE
+from cluster_train.shared.exit_codes import REQUEUE
 # srun: drop its options, run the task; scontrol: the node list, and record a requeue; apptainer: a "training" that
-from train.host.runs import causes, segments
+from cluster_train.host.runs import causes, segments
 
 # saves and exits REQUEUE on SIGUSR1 or SIGTERM, or completes after $CT_FAKE_SECONDS
 FAKES = {

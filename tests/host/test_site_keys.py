@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, run_cluster
-from train.host import clusters
-from train.host.check_cluster import check_cluster
+from cluster_train.host import clusters
+from cluster_train.host.check_cluster import check_cluster
 
 SITE = """name: site
 scheduler: slurm
@@ -213,7 +213,7 @@ profiles:
                                            ("1-12", 129600), ("1-12:30", 131400), ("36:00:00", 129600),
                                            ("90", 5400), ("30:00", 1800), ("2", 120)])
 def test_every_slurm_time_form_is_read_and_rendered_as_written(store, tmp_path, time, seconds):
-    from train.host.schedulers import adapter
+    from cluster_train.host.schedulers import adapter
 
     assert adapter("slurm").time_seconds(time) == seconds
     path = site(tmp_path, profile=f', time: "{time}", grace_s: 60')
@@ -222,7 +222,7 @@ def test_every_slurm_time_form_is_read_and_rendered_as_written(store, tmp_path, 
 
 
 def test_lsf_time_forms_and_their_bounds():
-    from train.host.schedulers import adapter
+    from cluster_train.host.schedulers import adapter
 
     lsf, slurm = adapter("lsf"), adapter("slurm")
     assert [lsf.time_seconds(t) for t in ("4:00", "36:00", "210", "3:30/hostA", "0")] == [14400, 129600, 12600,

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from train.host import cli, schedulers
+from cluster_train.host import cli, schedulers
 
 ROOT = Path(__file__).resolve().parents[2]
 
-ADAPTER = '''from train.host.schedulers.base import Scheduler
+ADAPTER = '''from cluster_train.host.schedulers.base import Scheduler
 
 
 class Pbs(Scheduler):
@@ -142,7 +142,7 @@ def test_built_in_schedulers_never_scan_installed_packages(store, monkeypatch):
     """A dry run answers in a fraction of a second: reading every distribution's metadata is for other names."""
     import importlib.metadata
 
-    from train.host import clusters
+    from cluster_train.host import clusters
 
     def scan(*args, **kwargs):
         raise AssertionError("entry points scanned for a built-in scheduler")

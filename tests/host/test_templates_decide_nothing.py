@@ -1,5 +1,5 @@
 """The job-script templates write a finished request and decide nothing: every choice between scheduler spellings,
-every number computed, is the adapter's (train/host/schedulers/*.py), where a unit test reaches it. A template's
+every number computed, is the adapter's (cluster_train/host/schedulers/*.py), where a unit test reaches it. A template's
 `{% if %}` only tests that one finished value is there."""
 from pathlib import Path
 from typing import List
@@ -7,8 +7,8 @@ from typing import List
 import jinja2.lexer
 import pytest
 
-from train.host.jobs.render import environment
-from train.host.schedulers import SHARED_TEMPLATES
+from cluster_train.host.jobs.render import environment
+from cluster_train.host.schedulers import SHARED_TEMPLATES
 
 TEMPLATES = sorted(Path(SHARED_TEMPLATES).glob("*.j2"))
 # Jinja's lexer names: comparisons, arithmetic, concatenation, subscripts and slices

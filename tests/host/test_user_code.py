@@ -16,8 +16,8 @@ import pytest
 from conftest import ROOT
 from host.test_preflight import refused, run_cluster
 
-from train.host.jobs import code_snapshot
-from train.image.launch_env import local_rank_env, task_env
+from cluster_train.host.jobs import code_snapshot
+from cluster_train.image.launch_env import local_rank_env, task_env
 
 LIGHTNING = ROOT / "examples" / "lightning_smart"
 
@@ -230,7 +230,7 @@ def test_a_script_missing_from_the_snapshot_is_refused_and_arguments_are_shown_q
 def test_dev_runs_the_task_from_a_snapshot_of_this_checkout(store):
     done = run_cluster("local", "cpu_1proc", "demo", "--dev", "--dry-run")
     assert done.returncode == 0, done.stderr
-    assert f"code: {ROOT}/train/" in done.stdout and "dev: the tasks run from this snapshot" in done.stdout
+    assert f"code: {ROOT}/cluster_train/" in done.stdout and "dev: the tasks run from this snapshot" in done.stdout
     assert "export PYTHONPATH=" in done.stdout and "python -m train fit --config" in done.stdout
     refused(run_cluster("local", "cpu_1proc", "demo", "--dev", "--dry-run", "--", "python", "x.py"), "drop --dev")
 

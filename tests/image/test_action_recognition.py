@@ -9,9 +9,9 @@ from conftest import ROOT  # noqa: E402
 
 @pytest.mark.parametrize("model", ["cnn_lstm", "ensemble"])
 def test_action_recognition_experiment_trains_a_model_chosen_by_name(tmp_path, model):
-    from train.shared import config as cfg
-    from train.image.data.ufc10 import generate_ufc10
-    from train.image.fit import fit
+    from cluster_train.shared import config as cfg
+    from cluster_train.image.data.ufc10 import generate_ufc10
+    from cluster_train.image.fit import fit
 
     data = generate_ufc10(tmp_path / "data", train_per_class=1, val_per_class=1, test_per_class=1, size=16)
     run = cfg.load(ROOT / "experiments" / "action_recognition.yaml", [

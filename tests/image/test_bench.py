@@ -1,11 +1,11 @@
-"""`make bench` (train/image/bench.py) on the CPU at the smallest size: each kind of row is measured in its own processes and
+"""`make bench` (cluster_train/image/bench.py) on the CPU at the smallest size: each kind of row is measured in its own processes and
 the comparisons are computed. The GPU figures come from the same code on a GPU (benchmarks/README.md)."""
 import json
 
 import pytest
 
-import train.image.bench
-from train.image.bench import CPU_MODELS, VARIANTS, bench, cases, gpu_models
+import cluster_train.image.bench
+from cluster_train.image.bench import CPU_MODELS, VARIANTS, bench, cases, gpu_models
 
 
 @pytest.mark.slow  # real processes per case
@@ -40,8 +40,8 @@ def test_repeats_alternate_the_loop_and_the_plain_case_and_compare_their_medians
                 "ranks": 1, "samples_per_s": speed, "step_ms": round(8000 / speed, 2), "host_peak_mb_per_rank": 1.0,
                 "device_peak_mb_per_rank": None, "wall_s": 1.0}
 
-    monkeypatch.setattr(train.image.bench, "_measured", measured)
-    monkeypatch.setattr(train.image.bench.torch.cuda, "is_available", lambda: False)  # the CPU's cases on any machine
+    monkeypatch.setattr(cluster_train.image.bench, "_measured", measured)
+    monkeypatch.setattr(cluster_train.image.bench.torch.cuda, "is_available", lambda: False)  # the CPU's cases on any machine
     out = bench(models="resnet_cifar_d8_w4", strategies="no_such", variants="fp32", batch=8, steps=2, warmup=1,
                 out_dir=str(tmp_path))
     assert order == [("strategy", "no_such")] + [("variant", "single"), ("plain", "none")] * 5
@@ -58,11 +58,11 @@ def test_repeats_alternate_the_loop_and_the_plain_case_and_compare_their_medians
 
 def test_only_the_comparison_is_repeated():
     planned = list(cases(CPU_MODELS, ["single"], ["fp32"], ranks=2, batch=None, steps=1, warmup=1, cuda=False))
-    groups = train.image.bench.schedule(planned, 5)
+    groups = cluster_train.image.bench.schedule(planned, 5)
     assert [([c["kind"] for c in group], times) for group, times in groups] == [
         (["strategy"], 1), (["variant", "plain"], 5)]
     lone = [c for c in planned if c["kind"] != "variant"]  # --variants without the plain case's own: plain alone
-    assert [([c["kind"] for c in group], times) for group, times in train.image.bench.schedule(lone, 5)] == [
+    assert [([c["kind"] for c in group], times) for group, times in cluster_train.image.bench.schedule(lone, 5)] == [
         (["strategy"], 1), (["plain"], 5)]
 
 

@@ -3,12 +3,12 @@ import pickle
 import numpy as np
 import pytest
 
-from train.image.data import cifar100_format as fmt
-from train.shared.errors import UserError
+from cluster_train.image.data import cifar100_format as fmt
+from cluster_train.shared.errors import UserError
 
 pytest.importorskip("torch")
-from train.image.data.cifar100 import generate_cifar100, Cifar100DataModule  # noqa: E402
-from train.shared.config import DataConfig  # noqa: E402
+from cluster_train.image.data.cifar100 import generate_cifar100, Cifar100DataModule  # noqa: E402
+from cluster_train.shared.config import DataConfig  # noqa: E402
 
 
 def test_generator_writes_the_python_format(tmp_path):

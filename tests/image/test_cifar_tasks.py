@@ -7,11 +7,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from train.shared import config as cfg  # noqa: E402
-from train.image.fit import fit  # noqa: E402
-from train.image import trackers  # noqa: E402
-from train.image.models.fusion import FUSION_HEADS, FusionNet  # noqa: E402
-from train.shared.models import MODELS  # noqa: E402
+from cluster_train.shared import config as cfg  # noqa: E402
+from cluster_train.image.fit import fit  # noqa: E402
+from cluster_train.image import trackers  # noqa: E402
+from cluster_train.image.models.fusion import FUSION_HEADS, FusionNet  # noqa: E402
+from cluster_train.shared.models import MODELS  # noqa: E402
 
 TINY = {"resnet_cifar": {"depth": 8, "width": 4}}
 COMMON = {"optim": {"name": "adamw", "lr": 3e-3, "weight_decay": 0.0},
@@ -57,7 +57,7 @@ def test_fusion_trains_every_head_and_saves_components(experts_run, demo_data, t
     # experts_lr is optim.lr / 10; fusion_lr is optim.lr scaled by sqrt(256 / (4 experts x 16 features))
     assert record["experts_lr"] == pytest.approx(3e-4) and record["fusion_lr"] == pytest.approx(3e-3 * 2)
 
-    from train.image.tasks.cifar_fusion import load_fusion_model
+    from cluster_train.image.tasks.cifar_fusion import load_fusion_model
 
     rebuilt = load_fusion_model(folder).eval()
     whole = torch.load(folder / "global" / "fusion_model.pth")
@@ -78,7 +78,7 @@ def test_fusion_net_shapes_and_experts_are_not_frozen(fusion):
 
 
 def test_fusion_without_experts_dir_is_a_one_line_error(tmp_path):
-    from train.shared.errors import UserError
+    from cluster_train.shared.errors import UserError
 
     with pytest.raises(UserError, match="task_params.experts_dir is not set"):
         fit(cfg.resolve({"task": "cifar_fusion", "output_dir": str(tmp_path)}))
@@ -101,7 +101,7 @@ def test_fusion_logs_to_weights_and_biases_only_when_configured(experts_run, dem
                          data={"root": str(demo_data), "batch_size": 32, "num_workers": 0})))
     runs = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
     assert len(runs) == (1 if mode else 0), sorted(p.name for p in tmp_path.iterdir())
-    if mode:  # the model's tracked run, kept for the next segment (train/image/trackers.py)
+    if mode:  # the model's tracked run, kept for the next segment (cluster_train/image/trackers.py)
         (key,) = json.loads((tmp_path / "trackers.json").read_text())
         assert key == "wandb/resnet_cifar_concatenation"
         assert runs[0].name == f"run-{trackers.wandb_id(tmp_path, 'resnet_cifar_concatenation')}.wandb"

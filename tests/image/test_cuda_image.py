@@ -17,7 +17,7 @@ import pytest
 import suite_report
 from conftest import ROOT
 
-from train.host.images import content_key, store
+from cluster_train.host.images import content_key, store
 
 FLAVOR = "cuda12.8"
 LOG = ROOT / "images" / f"{FLAVOR}.build.log"

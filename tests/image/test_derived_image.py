@@ -18,9 +18,9 @@ import conftest
 import pytest
 from conftest import ROOT
 
-from train.shared.errors import UserError
-from train.host.images import derive, store
-from train.host.images.locations import run_image
+from cluster_train.shared.errors import UserError
+from cluster_train.host.images import derive, store
+from cluster_train.host.images.locations import run_image
 
 PROBE = "ctprobe"  # the tiny package the derived image adds
 
@@ -207,7 +207,7 @@ def test_a_run_on_a_derived_image_takes_its_bases_checks_and_records_both_digest
                        env={"CT_RUNS_DIR": str(tmp_path / "runs")})
     assert done.returncode == 0, done.stderr
     assert f"image: {entry.path} (cpu+myproject) sha256 {entry.sha256}" in done.stdout
-    from train.host.jobs.build import Request, Site, build  # the manifest's image entry, as queue() writes it
+    from cluster_train.host.jobs.build import Request, Site, build  # the manifest's image entry, as queue() writes it
 
     monkeypatch.setenv("CT_RUNS_DIR", str(tmp_path / "runs"))
     job = build(Site.load("local"), Request("cpu_1proc", "demo", flavor="cpu+myproject", dry_run=True)).job

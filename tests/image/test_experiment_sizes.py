@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import ROOT  # noqa: E402
-from train.shared import config as cfg  # noqa: E402
-from train.shared.models import MODELS  # noqa: E402
+from cluster_train.shared import config as cfg  # noqa: E402
+from cluster_train.shared.models import MODELS  # noqa: E402
 
 M = 1_000_000
 # seed 001's four CIFAR-100 experts at their published sizes (parameters at 100 classes)
@@ -65,7 +65,7 @@ def test_epochs_and_batch_size_are_the_seeds(name):
 @pytest.mark.parametrize("arch", sorted(CIFAR_EXPERTS))
 def test_cifar100_experts_train_each_architecture_at_its_published_size(arch):
     """--set model.name=ARCH alone gives the published size (task_params.model_sizes)."""
-    from train.image.tasks.cifar_experts import model_params
+    from cluster_train.image.tasks.cifar_experts import model_params
 
     run = load("cifar100_experts", [f"model.name={arch}"])
     assert sorted(run.task_params["model_sizes"]) == sorted(CIFAR_EXPERTS)
@@ -75,7 +75,7 @@ def test_cifar100_experts_train_each_architecture_at_its_published_size(arch):
 
 
 def test_cifar100_experts_default_is_resnet18_and_params_override_its_row_key_by_key():
-    from train.image.tasks.cifar_experts import model_params
+    from cluster_train.image.tasks.cifar_experts import model_params
 
     run = load("cifar100_experts")
     assert run.model.name == "resnet_cifar" and run.optim.name == "sgd"
@@ -139,7 +139,7 @@ def test_planner_and_motion_experiments_are_the_seeds_sizes(name):
 
 
 def test_generated_seed_data_defaults_match_the_experiments_vocabularies():
-    from train.shared.data import GENERATORS
+    from cluster_train.shared.data import GENERATORS
 
     assert GENERATORS.params("planner_scenes")["vocab_size"] == SEED_MODELS["navsim_planner"][0]
     assert GENERATORS.params("motion_tokens")["bins"] ** 2 == SEED_MODELS["smart_motion"][0]

@@ -49,7 +49,7 @@ def repo(tmp_path):
     (copy / "images").mkdir()
     (copy / "images" / "cpu.sif").write_bytes(b"a fake image\n")
     recorded = subprocess.run(  # what `make image` does after a build: the store copy, the index, the stamp
-        [sys.executable, "-m", "train.host.images.content_key", "record", "--flavor", "cpu",
+        [sys.executable, "-m", "cluster_train.host.images.content_key", "record", "--flavor", "cpu",
          "--sif", "images/cpu.sif", "--def", "containers/cpu.def", "--lock", "containers/cpu.lock", "--root", "images",
          "--stamp", "images/cpu.inputs"], cwd=copy, capture_output=True)
     assert recorded.returncode == 0, recorded.stderr
@@ -68,7 +68,7 @@ def is_fresh(repo, flavor="cpu") -> bool:
 def test_unchanged_inputs_build_nothing_and_changed_ones_rebuild(repo):
     assert is_fresh(repo)
     for rel in ["containers/cpu.lock", "containers/cpu.def", "containers/install.sh", "pyproject.toml",
-                "train/image/cli.py"]:
+                "cluster_train/image/cli.py"]:
         path = repo / rel
         before = path.read_bytes()
         os.utime(path)  # touched, same content: still nothing to do
@@ -79,8 +79,8 @@ def test_unchanged_inputs_build_nothing_and_changed_ones_rebuild(repo):
         assert "containers/cpu.def" in dry and "MIRROR=" in dry and "GIT_COMMIT=" in dry
         path.write_bytes(before)
         assert is_fresh(repo), f"{rel} restored, still rebuilding"
-    (repo / "train" / "brand_new.py").write_text("")
-    assert not is_fresh(repo), "a new file in the train package did not rebuild"
+    (repo / "cluster_train" / "brand_new.py").write_text("")
+    assert not is_fresh(repo), "a new file in the cluster_train package did not rebuild"
 
 
 def test_an_image_gone_from_the_store_is_rebuilt(repo):
@@ -131,7 +131,7 @@ def test_successful_build_is_renamed_into_place_recorded_and_then_fresh(repo, tm
 
 def test_a_cuda_build_that_passed_keeps_its_key_for_ci_and_a_cpu_build_does_not(repo, tmp_path):
     """containers/FLAVOR.tested: what CI compares to build the CUDA image only when its inputs changed."""
-    from train.host.images.content_key import untested_inputs
+    from cluster_train.host.images.content_key import untested_inputs
 
     fake = tmp_path / "apptainer"  # a build that passes (apptainer build fails with a failing %test)
     fake.write_text('#!/bin/sh\neval out=\\${$(($# - 1))}\necho "a new image" > "$out"\n')
@@ -144,9 +144,9 @@ def test_a_cuda_build_that_passed_keeps_its_key_for_ci_and_a_cpu_build_does_not(
     assert done.returncode == 0, done.stdout + done.stderr
     assert (repo / "containers" / "cuda12.8.tested").read_text() == (repo / "images" / "cuda12.8.inputs").read_text()
     assert untested() == []
-    image_cli = repo / "train" / "image" / "cli.py"
+    image_cli = repo / "cluster_train" / "image" / "cli.py"
     image_cli.write_text(image_cli.read_text() + "\n# changed\n")
-    assert untested() == ["train/image/cli.py"]
+    assert untested() == ["cluster_train/image/cli.py"]
     (repo / "containers" / "cpu.lock").write_bytes((repo / "containers" / "cpu.lock").read_bytes() + b"# new\n")
     assert make("image", f"APPTAINER={fake}", cwd=repo).returncode == 0
     assert not (repo / "containers" / "cpu.tested").exists()

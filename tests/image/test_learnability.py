@@ -9,8 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from train.shared.config import DataConfig  # noqa: E402
-from train.shared.models import MODELS  # noqa: E402
+from cluster_train.shared.config import DataConfig  # noqa: E402
+from cluster_train.shared.models import MODELS  # noqa: E402
 
 
 def accuracy_after_training(name, data, epochs, lr, **params):
@@ -30,7 +30,7 @@ def accuracy_after_training(name, data, epochs, lr, **params):
 
 
 def test_cifar_model_learns_the_generated_cifar100_set(tmp_path):
-    from train.image.data.cifar100 import Cifar100DataModule, generate_cifar100
+    from cluster_train.image.data.cifar100 import Cifar100DataModule, generate_cifar100
 
     generate_cifar100(tmp_path, train_per_class=8, test_per_class=2)
     data = Cifar100DataModule(DataConfig(root=str(tmp_path), batch_size=50, num_workers=0, augment=False))
@@ -42,7 +42,7 @@ def test_cifar_model_learns_the_generated_cifar100_set(tmp_path):
 
 def test_action_recognition_model_learns_the_generated_video_set(tmp_path):
     pytest.importorskip("PIL")
-    from train.image.data.ufc10 import VideoDataModule, generate_ufc10
+    from cluster_train.image.data.ufc10 import VideoDataModule, generate_ufc10
 
     generate_ufc10(tmp_path, train_per_class=10, val_per_class=6, test_per_class=1, size=16)
     data = VideoDataModule(DataConfig(root=str(tmp_path), batch_size=16, num_workers=0, augment=False))

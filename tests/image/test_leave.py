@@ -1,4 +1,4 @@
-"""train/image/leave.py: a rank's clean ending, shared by `fit` and the function runner (`call`). Two real gloo
+"""cluster_train/image/leave.py: a rank's clean ending, shared by `fit` and the function runner (`call`). Two real gloo
 processes: a rank that succeeds waits for its peer at the barrier and exits 0 with its exit handlers run; a rank
 leaving with another status (75: saved for a requeue) leaves at once."""
 import os
@@ -7,12 +7,12 @@ import sys
 import time
 
 from conftest import ROOT
-from train.image.localrun import free_port
+from cluster_train.image.localrun import free_port
 
 RANK = """
 import atexit, os, sys, time
 import torch.distributed as dist
-from train.image.leave import leave
+from cluster_train.image.leave import leave
 dist.init_process_group("gloo")
 atexit.register(lambda: print("exit handlers ran", flush=True))
 time.sleep(float(sys.argv[1]))

@@ -1,13 +1,13 @@
-"""train/image/lit.py's Classifier: what its training steps log, and on which steps (per-step cost: benchmarks/README.md)."""
+"""cluster_train/image/lit.py's Classifier: what its training steps log, and on which steps (per-step cost: benchmarks/README.md)."""
 import csv
 
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from train.shared import config as cfg
-from train.image.lit import Classifier
-from train.image.trainer import build_trainer
+from cluster_train.shared import config as cfg
+from cluster_train.image.lit import Classifier
+from cluster_train.image.trainer import build_trainer
 
 
 class Recording(Classifier):

@@ -4,8 +4,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from train.image.models.examples import example_batch, training_loss  # noqa: E402
-from train.shared.models import MODELS  # noqa: E402
+from cluster_train.image.models.examples import example_batch, training_loss  # noqa: E402
+from cluster_train.shared.models import MODELS  # noqa: E402
 
 # models whose defaults are the seeds' real sizes (experiments/*.yaml), shrunk here
 SMALL = {"resnet_cifar": {"depth": 8, "width": 4},
@@ -101,14 +101,14 @@ def test_parameter_count_is_recorded(model_name):
 
 
 def test_unknown_model_names_the_choices():
-    from train.shared.errors import UserError
+    from cluster_train.shared.errors import UserError
 
     with pytest.raises(UserError, match="unknown model 'resnet_cifr'.*did you mean 'resnet_cifar'"):
         MODELS.get("resnet_cifr")
 
 
 def test_finetuned_model_without_its_weights_file_is_a_one_line_error(tmp_path):
-    from train.shared.errors import UserError
+    from cluster_train.shared.errors import UserError
 
     with pytest.raises(UserError, match=r"pretrained weights file .*absent\.pth is missing; .*weights_path") as err:
         MODELS.build("mobilenet_finetuned", num_classes=10, weights_path=str(tmp_path / "absent.pth"))

@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from train.shared.catalog import REGISTRIES  # noqa: E402
-from train.shared.data import GENERATORS  # noqa: E402
-from train.shared.registry import NOT_LITERAL, REQUIRED  # noqa: E402
+from cluster_train.shared.catalog import REGISTRIES  # noqa: E402
+from cluster_train.shared.data import GENERATORS  # noqa: E402
+from cluster_train.shared.registry import NOT_LITERAL, REQUIRED  # noqa: E402
 
 ALL = dict(REGISTRIES, **{"data generators": GENERATORS})
 ENTRIES = [(title, name) for title, registry in ALL.items() for name in registry.names()
@@ -104,6 +104,6 @@ def test_params_holding_names_point_at_registries_and_default_to_known_names(tit
 
 
 def test_task_param_test_sees_aliases():
-    import train.image.tasks.cifar_fusion as module
+    import cluster_train.image.tasks.cifar_fusion as module
 
     assert {"experts_dir", "fusion", "fusion_dim"} <= task_params_read(module.__name__)

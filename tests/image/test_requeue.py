@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, assert_same_tensors
-from train.shared import exit_codes
-from train.image.localrun import free_port
+from cluster_train.shared import exit_codes
+from cluster_train.image.localrun import free_port
 
 pytestmark = pytest.mark.slow  # several real `fit` processes: `make test`, not `make test-fast`
 
@@ -51,7 +51,7 @@ def segments(run_dir):
 
 @pytest.fixture(scope="module")
 def cifar(tmp_path_factory):
-    from train.image.data.cifar100 import generate_cifar100
+    from cluster_train.image.data.cifar100 import generate_cifar100
 
     return generate_cifar100(tmp_path_factory.mktemp("cifar"), train_per_class=1, test_per_class=1)
 
@@ -102,8 +102,8 @@ def test_every_interruption_resumes_from_the_newest_checkpoint(tmp_path, cifar):
 
 
 def test_video_suite_interrupted_in_model_4_does_not_retrain_1_to_3(tmp_path):
-    from train.image.data.ufc10 import generate_ufc10
-    from train.image.tasks.video_suite import SIX_MODELS
+    from cluster_train.image.data.ufc10 import generate_ufc10
+    from cluster_train.image.tasks.video_suite import SIX_MODELS
 
     root = generate_ufc10(tmp_path / "data", train_per_class=2, val_per_class=1, test_per_class=1, frames=8, size=16)
     config = write_config(tmp_path, "run", task="video_suite", task_params={"model_params": {"width": 4, "hidden": 8}},

@@ -12,9 +12,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from train.shared import config as cfg, exit_codes  # noqa: E402
-from train.image import stop
-from train.image.checkpoint_io import AtomicCheckpointIO  # noqa: E402
+from cluster_train.shared import config as cfg, exit_codes  # noqa: E402
+from cluster_train.image import stop
+from cluster_train.image.checkpoint_io import AtomicCheckpointIO  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +42,7 @@ def test_checkpoint_save_is_atomic_and_loads(tmp_path):
 SAVE_THEN_HANG = """
 import os, sys, time
 import torch
-import train.image.checkpoint_io as ckio
+import cluster_train.image.checkpoint_io as ckio
 
 def hang(fd):  # the new bytes are written, not yet synced nor renamed: where a kill -9 hurts most
     print("writing", flush=True)
@@ -88,7 +88,7 @@ def test_full_disk_keeps_the_previous_checkpoint_and_says_so(tiny_disk, tmp_path
     path = (tiny_disk or tmp_path) / "last.ckpt"
     io.save_checkpoint(small, path)
     if tiny_disk is None:
-        import train.image.checkpoint_io as ckio
+        import cluster_train.image.checkpoint_io as ckio
 
         def no_space(fd):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -111,7 +111,7 @@ def test_slurm_in_container_requeue_is_off(tmp_path, monkeypatch):
     a SIGTERM one of its own; ours stay, and its SLURMEnvironment has auto_requeue off."""
     from pytorch_lightning.plugins.environments import SLURMEnvironment
 
-    from train.image.trainer import build_trainer
+    from cluster_train.image.trainer import build_trainer
 
     for key, value in dict(SLURM_NTASKS="1", SLURM_JOB_NAME="train", SLURM_JOB_ID="42", SLURM_PROCID="0",
                            SLURM_LOCALID="0", SLURM_NODEID="0", SLURM_NODELIST="localhost").items():
@@ -128,7 +128,7 @@ def test_slurm_in_container_requeue_is_off(tmp_path, monkeypatch):
 
 
 def test_metrics_csv_keeps_every_segments_rows(tmp_path):
-    from train.image.csv_append import AppendingCSVLogger
+    from cluster_train.image.csv_append import AppendingCSVLogger
 
     for segment, step in ((1, 0), (2, 1)):
         logger = AppendingCSVLogger(tmp_path, name="", version="")
@@ -149,8 +149,8 @@ def test_a_segment_resumed_after_a_crash_logs_each_step_once(tmp_path):
 
     from torch.utils.data import DataLoader, TensorDataset
 
-    from train.image.lit import Classifier
-    from train.image.trainer import build_trainer, resume_from
+    from cluster_train.image.lit import Classifier
+    from cluster_train.image.trainer import build_trainer, resume_from
 
     class Crashes(Classifier):
         def training_step(self, batch, batch_idx):
@@ -179,8 +179,8 @@ def test_a_segment_resumed_after_a_crash_logs_each_step_once(tmp_path):
 def test_nan_loss_ends_the_run_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
     from torch.utils.data import DataLoader, TensorDataset
 
-    from train.image.lit import Classifier
-    from train.image.trainer import build_trainer
+    from cluster_train.image.lit import Classifier
+    from cluster_train.image.trainer import build_trainer
 
     class Diverges(Classifier):
         def training_step(self, batch, batch_idx):

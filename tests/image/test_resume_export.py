@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from image.test_strategies import make_data, tiny_net
-from train.shared import config as cfg
-from train.image.localrun import spawn
+from cluster_train.shared import config as cfg
+from cluster_train.image.localrun import spawn
 
 # real multi-process training, which make test runs inside the image (test_in_image.py) and not here again
 pytestmark = [pytest.mark.slow, pytest.mark.image_copy]
@@ -15,8 +15,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.image_copy]
 def worker(rank, strategy, nprocs, out, epochs, ckpt_path, train_batches=None):
     from torch.utils.data import DataLoader
 
-    from train.image.trainer import build_trainer
-    from train.image.lit import Classifier
+    from cluster_train.image.trainer import build_trainer
+    from cluster_train.image.lit import Classifier
 
     class Module(Classifier):
         def training_step(self, batch, batch_idx):
@@ -73,7 +73,7 @@ def test_resumes_on_other_rank_counts_with_the_weights_it_stopped_with(strategy,
 
 @pytest.mark.parametrize("strategy", ["zero2", "fsdp"])
 def test_exported_weights_predict_like_the_checkpoint(strategy, stopped_after_epoch_1, tmp_path):
-    from train.image.cli import main
+    from cluster_train.image.cli import main
 
     ckpt, first = stopped_after_epoch_1(strategy)
     out = tmp_path / "models" / "tiny_best_weights.pth"

@@ -13,11 +13,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from train.shared import config as cfg  # noqa: E402
-from train.shared.config import DataConfig  # noqa: E402
-from train.image.data.motion_tokens_format import displacement, generate_motion_tokens, tokenize  # noqa: E402
-from train.image.data.planner_scenes_format import generate_planner_scenes  # noqa: E402
-from train.shared.models import MODELS  # noqa: E402
+from cluster_train.shared import config as cfg  # noqa: E402
+from cluster_train.shared.config import DataConfig  # noqa: E402
+from cluster_train.image.data.motion_tokens_format import displacement, generate_motion_tokens, tokenize  # noqa: E402
+from cluster_train.image.data.planner_scenes_format import generate_planner_scenes  # noqa: E402
+from cluster_train.shared.models import MODELS  # noqa: E402
 
 TINY_PLANNER = {"dim": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1}
 TINY_SMART = {"dim": 32, "heads": 2, "layers": 1}
@@ -54,7 +54,7 @@ def test_motion_model_predicts_a_token_per_agent_and_step_without_seeing_the_fut
 
 
 def test_planner_scenes_round_trip(planner_root):
-    from train.image.data.planner_scenes import PlannerScenesDataModule
+    from cluster_train.image.data.planner_scenes import PlannerScenesDataModule
 
     meta = json.loads((planner_root / "meta.json").read_text())
     assert meta["format"] == "planner_scenes/v1" and meta["vocab_size"] == 16
@@ -70,7 +70,7 @@ def test_planner_scenes_round_trip(planner_root):
 
 
 def test_motion_tokens_round_trip(motion_root):
-    from train.image.data.motion_tokens import MotionTokensDataModule
+    from cluster_train.image.data.motion_tokens import MotionTokensDataModule
 
     data = MotionTokensDataModule(DataConfig(root=str(motion_root), batch_size=8, num_workers=0))
     data.setup()
@@ -87,9 +87,9 @@ def test_a_token_decodes_to_its_displacement_within_a_bin():
 
 
 def test_make_data_writes_both_sets_and_a_wrong_root_is_one_line(tmp_path):
-    from train.image.cli import make_data
-    from train.image.data.planner_scenes import PlannerScenesDataModule
-    from train.shared.errors import UserError
+    from cluster_train.image.cli import make_data
+    from cluster_train.image.data.planner_scenes import PlannerScenesDataModule
+    from cluster_train.shared.errors import UserError
 
     make_data("planner_scenes", str(tmp_path / "p"), train_samples=4, val_samples=2, vocab_size=4)
     make_data("motion_tokens", str(tmp_path / "m"), train_scenes=4, val_scenes=2, agents=2, steps=3, bins=3)
@@ -99,7 +99,7 @@ def test_make_data_writes_both_sets_and_a_wrong_root_is_one_line(tmp_path):
 
 
 def fit_tiny(tmp_path, task, model, params, data, root):
-    from train.image.fit import fit
+    from cluster_train.image.fit import fit
 
     return fit(cfg.resolve({
         "task": task, "output_dir": str(tmp_path / "run"), "model": {"name": model, "params": params},
@@ -130,8 +130,8 @@ def test_motion_tokens_learns_the_next_token(tmp_path, motion_root):
 
 
 def test_the_tasks_refuse_other_data_sets(tmp_path):
-    from train.shared.errors import UserError
-    from train.image.fit import fit
+    from cluster_train.shared.errors import UserError
+    from cluster_train.image.fit import fit
 
     run = cfg.resolve({"task": "motion_tokens", "output_dir": str(tmp_path), "model": {"name": "smart"}})
     with pytest.raises(UserError, match="reads data.name: motion_tokens"):

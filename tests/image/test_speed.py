@@ -1,4 +1,4 @@
-"""GPU speed by default (train/image/speed.py): precision `auto`, channels-last convolution weights, torch.compile, and the
+"""GPU speed by default (cluster_train/image/speed.py): precision `auto`, channels-last convolution weights, torch.compile, and the
 measured input wait in results.json. The GPU side (bf16, Tensor Core layouts) runs in `make bench` on a GPU; here the
 same code paths run on the CPU."""
 import time
@@ -9,14 +9,14 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from train.shared import config as cfg
-from train.image.cli import make_data
-from train.shared.errors import UserError
-from train.image.fit import fit
-from train.image.lit import Classifier
-from train.image.localrun import spawn
-from train.shared.models import MODELS
-from train.image.speed import InputWait, batch_size, precision_for, resolved, to_channels_last
+from cluster_train.shared import config as cfg
+from cluster_train.image.cli import make_data
+from cluster_train.shared.errors import UserError
+from cluster_train.image.fit import fit
+from cluster_train.image.lit import Classifier
+from cluster_train.image.localrun import spawn
+from cluster_train.shared.models import MODELS
+from cluster_train.image.speed import InputWait, batch_size, precision_for, resolved, to_channels_last
 
 TINY = {"depth": 8, "width": 4}
 
@@ -156,8 +156,8 @@ def test_compile_trains_under_ddp_and_keeps_checkpoint_keys(tiny_cifar, tmp_path
 def zero_channels_last_rank(rank):
     """One step of ZeRO-2 with channels-last on: DeepSpeed broadcasts each weight as bytes at its start, which a
     channels-last weight cannot be viewed as (every ZeRO run on the H200 failed there, 2026-11-26)."""
-    from train.image.speed import FastLayout
-    from train.shared.strategies import STRATEGIES
+    from cluster_train.image.speed import FastLayout
+    from cluster_train.shared.strategies import STRATEGIES
 
     t = cfg.TrainerConfig(accelerator="cpu", devices=1, strategy="zero2")
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(144, 4))

@@ -6,9 +6,9 @@ import os
 import pytest
 import torch
 
-from train.shared import config as cfg
-from train.image.localrun import spawn
-from train.shared.strategies import STRATEGIES
+from cluster_train.shared import config as cfg
+from cluster_train.image.localrun import spawn
+from cluster_train.shared.strategies import STRATEGIES
 
 # real multi-process training, which make test runs inside the image (test_in_image.py) and not here again
 pytestmark = [pytest.mark.slow, pytest.mark.image_copy]
@@ -37,8 +37,8 @@ def train_worker(rank, strategy, nprocs, out, extra):
     import torch.nn.functional as F
     from torch.utils.data import DataLoader, DistributedSampler
 
-    from train.image.trainer import build_trainer
-    from train.image.lit import Classifier
+    from cluster_train.image.trainer import build_trainer
+    from cluster_train.image.lit import Classifier
 
     class Recording(Classifier):
         records = []
@@ -72,7 +72,7 @@ def train_worker(rank, strategy, nprocs, out, extra):
     sampler = DistributedSampler(data, num_replicas=nprocs, rank=rank, shuffle=False)
     loader = DataLoader(data, batch_size=micro, sampler=sampler)
     trainer.fit(module, loader, DataLoader(data, batch_size=micro))
-    from train.image.memory import state_bytes
+    from cluster_train.image.memory import state_bytes
 
     return {"records": module.records, "state": state_bytes(module, trainer.optimizers[0])}
 
@@ -119,7 +119,7 @@ def test_two_ranks_match_one_process(name, reference, two_ranks):
 
 
 def test_zero3_holds_less_state_per_rank_than_ddp(two_ranks):
-    """Measured from the live tensors each rank holds after training (train.image.memory), not from ZeRO's theory."""
+    """Measured from the live tensors each rank holds after training (cluster_train.image.memory), not from ZeRO's theory."""
     ddp = [r["state"] for r in two_ranks("ddp")]
     zero3 = [r["state"] for r in two_ranks("zero3")]
     print(f"per-rank state bytes: ddp {ddp}, zero3 {zero3}")

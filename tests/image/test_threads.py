@@ -1,10 +1,10 @@
-"""Each rank's thread count defaults to its share of the CPUs the scheduler gave (train/image/threads.py); the user's
+"""Each rank's thread count defaults to its share of the CPUs the scheduler gave (cluster_train/image/threads.py); the user's
 OMP_NUM_THREADS wins. The packed 4x1 job in tests/cluster/test_launch_shapes.py counts the threads from /proc."""
 import socket
 
 import pytest
 
-from train.image.threads import default_threads
+from cluster_train.image.threads import default_threads
 
 HOST = socket.gethostname()
 

@@ -1,4 +1,4 @@
-"""Experiment trackers (train/image/trackers.py): `tracker:` resolved once and checked on the host; a run resumed from its
+"""Experiment trackers (cluster_train/image/trackers.py): `tracker:` resolved once and checked on the host; a run resumed from its
 checkpoint continues the same MLflow run on a real tracking server (conftest.mlflow_server, SQLite) at the step it
 stopped, with its identity as tags and its config as parameters. The requeued training on the test Slurm cluster
 (tests/cluster/test_long_runs.py) proves the same through the job script, with W&B offline and a canary credential."""
@@ -10,8 +10,8 @@ import subprocess
 import pytest
 from conftest import ROOT
 
-from train.shared import config as cfg
-from train.shared.errors import UserError
+from cluster_train.shared import config as cfg
+from cluster_train.shared.errors import UserError
 
 COMMON = {"optim": {"name": "adamw", "lr": 3e-3, "weight_decay": 0.0},
           "model": {"name": "resnet_cifar", "params": {"depth": 8, "width": 4}},
@@ -49,8 +49,8 @@ def test_a_resumed_run_continues_the_same_mlflow_run_at_its_step(mlflow_server, 
     from conftest import mlflow_up
     from mlflow.tracking import MlflowClient
 
-    from train.image.fit import fit
-    from train.host.runs import tracker_sync as sync
+    from cluster_train.image.fit import fit
+    from cluster_train.host.runs import tracker_sync as sync
 
     mlflow_up(mlflow_server)
 
@@ -102,7 +102,7 @@ def no_credential_under(run_dir) -> None:
 def test_settings_then_experiment_then_profile_then_set_each_key_over_the_last(monkeypatch):
     from types import SimpleNamespace
 
-    from train.host.jobs.resolve import tracker_layers
+    from cluster_train.host.jobs.resolve import tracker_layers
 
     profile = SimpleNamespace(name="offline_nodes", tracker={"offline": True})
     raw = tracker_layers({"tracker": {"use": ["mlflow"], "experiment": "mine"}}, "wandb", profile)
@@ -129,7 +129,7 @@ def test_the_job_forwards_credentials_by_name_never_their_values(runs_dir, tmp_p
 
 
 def test_status_says_where_each_tracked_run_logs_and_whether_it_is_synced(tmp_path):
-    from train.host.runs import tracker_sync as sync
+    from cluster_train.host.runs import tracker_sync as sync
 
     (tmp_path / "config.yaml").write_text("tracker: {use: [mlflow, wandb], mlflow_uri: 'http://mlflow.example.org'}\n")
     (tmp_path / "trackers.json").write_text(json.dumps({
@@ -175,7 +175,7 @@ def test_each_model_of_a_multi_model_task_is_its_own_wandb_run(tmp_path, monkeyp
     pytest.importorskip("wandb")
     import wandb
 
-    from train.image import trackers
+    from cluster_train.image import trackers
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     run = cfg.resolve({"output_dir": str(tmp_path), "tracker": {"use": ["wandb"], "offline": True}})
@@ -198,7 +198,7 @@ def test_your_own_command_continues_one_tracked_run_through_the_trackers_variabl
 
     from host.test_user_code import runner
 
-    from train.shared import wandb_offline
+    from cluster_train.shared import wandb_offline
 
     tracker = {"use": ["mlflow", "wandb"], "offline": True}
     for segment in ("1", "2"):
@@ -242,8 +242,8 @@ def test_every_image_carries_both_clients_and_one_that_does_not_is_refused_befor
     flavor whose lock lacks one (a site's own) is refused in one line naming the fix, before anything is queued."""
     from types import SimpleNamespace
 
-    from train.host import project
-    from train.host.jobs import preflight
+    from cluster_train.host import project
+    from cluster_train.host.jobs import preflight
 
     run = cfg.resolve({"tracker": ["mlflow", "wandb"]})
     def job(flavor):
@@ -261,7 +261,7 @@ def test_every_image_carries_both_clients_and_one_that_does_not_is_refused_befor
 
 def test_your_own_command_with_an_unreachable_mlflow_server_ends_in_one_line(tmp_path, monkeypatch):
     pytest.importorskip("mlflow")
-    from train.image.command_trackers import for_rank
+    from cluster_train.image.command_trackers import for_rank
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the client's own retries, minutes by default
     run = cfg.resolve({"tracker": {"use": ["mlflow"], "mlflow_uri": "http://127.0.0.1:9"}})

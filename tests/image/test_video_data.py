@@ -7,11 +7,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("PIL")
 import numpy as np  # noqa: E402
 
-from train.shared.config import DataConfig  # noqa: E402
-from train.image.data import ufc10_format as fmt  # noqa: E402
-from train.image.data.avi import read_avi_frames  # noqa: E402
-from train.image.data.ufc10 import VideoDataModule, generate_ufc10  # noqa: E402
-from train.shared.errors import UserError  # noqa: E402
+from cluster_train.shared.config import DataConfig  # noqa: E402
+from cluster_train.image.data import ufc10_format as fmt  # noqa: E402
+from cluster_train.image.data.avi import read_avi_frames  # noqa: E402
+from cluster_train.image.data.ufc10 import VideoDataModule, generate_ufc10  # noqa: E402
+from cluster_train.shared.errors import UserError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def test_generated_set_follows_the_layout_and_loads_as_clips(ufc):
 def test_reads_a_hand_made_folder_in_the_seeds_layout(tmp_path):
     from PIL import Image
 
-    from train.image.data.avi import write_avi
+    from cluster_train.image.data.avi import write_avi
 
     rows = []
     for label, action in enumerate(["Basketball", "Diving"]):

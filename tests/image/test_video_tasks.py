@@ -6,11 +6,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("PIL")
 
-from train.shared import config as cfg  # noqa: E402
-from train.shared.config import DataConfig  # noqa: E402
-from train.image.data.ufc10 import VideoDataModule, generate_ufc10  # noqa: E402
-from train.shared.models import MODELS  # noqa: E402
-from train.image.tasks.video_suite import SIX_MODELS  # noqa: E402
+from cluster_train.shared import config as cfg  # noqa: E402
+from cluster_train.shared.config import DataConfig  # noqa: E402
+from cluster_train.image.data.ufc10 import VideoDataModule, generate_ufc10  # noqa: E402
+from cluster_train.shared.models import MODELS  # noqa: E402
+from cluster_train.image.tasks.video_suite import SIX_MODELS  # noqa: E402
 
 # Documented floor for a temporal model on the generated set (chance is 10 %); measured about 0.9.
 TEMPORAL_FLOOR = 0.6
@@ -54,7 +54,7 @@ def test_video_suite_writes_the_seeds_files(tmp_path, capsys):
         "optim": {"name": "adamw", "lr": 1e-3},
         "trainer": {"max_epochs": 2, "strategy": "single", "accelerator": "cpu"},
     })
-    from train.image.fit import fit
+    from cluster_train.image.fit import fit
 
     record = fit(run)
     out = tmp_path / "run"
@@ -75,8 +75,8 @@ def test_video_suite_writes_the_seeds_files(tmp_path, capsys):
 
 
 def test_unknown_task_names_the_choices(tmp_path):
-    from train.shared.errors import UserError
-    from train.image.fit import fit
+    from cluster_train.shared.errors import UserError
+    from cluster_train.image.fit import fit
 
     with pytest.raises(UserError, match="unknown task 'video_suit'.*did you mean 'video_suite'"):
         fit(cfg.resolve({"task": "video_suit", "output_dir": str(tmp_path)}))

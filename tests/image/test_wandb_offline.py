@@ -1,4 +1,4 @@
-"""W&B offline across segments (train/shared/wandb_offline.py): each process start of the real client writes its own
+"""W&B offline across segments (cluster_train/shared/wandb_offline.py): each process start of the real client writes its own
 offline directory; the run keeps one, and W&B's own reader (`wandb leet inspect`, wandb-core's) reads it as one run
 with every step once. The requeued Slurm run (tests/cluster/test_long_runs.py) proves the same through the job
 script."""
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import wandb_records
 
-from train.shared import config as cfg
-from train.shared import wandb_offline
+from cluster_train.shared import config as cfg
+from cluster_train.shared import wandb_offline
 
 pytest.importorskip("wandb")
 WANDB = str(Path(sys.executable).parent / "wandb")
@@ -22,7 +22,7 @@ def segment(run, out: Path, steps: range, exit_code: int = 75, killed: bool = Fa
     """One segment as the job runs it: the logger made (folding what an earlier one left), steps logged, closed."""
     import wandb
 
-    from train.image import trackers
+    from cluster_train.image import trackers
 
     (logger,) = trackers.loggers(run, out)
     trackers.write_state(out, "wandb", {"id": logger.experiment.id, "offline": True})  # as TrackedRun keeps it
@@ -38,7 +38,7 @@ def segment(run, out: Path, steps: range, exit_code: int = 75, killed: bool = Fa
 
 
 def test_a_run_of_three_segments_leaves_one_offline_directory_wandb_reads_as_one_run(tmp_path, monkeypatch):
-    from train.host.runs import tracker_sync as sync
+    from cluster_train.host.runs import tracker_sync as sync
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     run = cfg.resolve({"output_dir": str(tmp_path), "tracker": {"use": ["wandb"], "offline": True}})

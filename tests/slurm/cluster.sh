@@ -164,7 +164,7 @@ write_config() {
     echo "SelectType=select/cons_tres"              # GPUs as TRES (--gpus-per-node) need cons_tres
     echo "SelectTypeParameters=CR_Core"
     # Finished jobs leave `scontrol show job` (sacct keeps them) MinJobAge s after they end, at slurmctld's next purge;
-    # the launcher then reads the run's own record (train/host/runs/segments.py, tested with a scheduler that forgot)
+    # the launcher then reads the run's own record (cluster_train/host/runs/segments.py, tested with a scheduler that forgot)
     echo "MinJobAge=${CT_SLURM_MIN_JOB_AGE:-300}"
     echo "JobRequeue=1"                             # batch jobs may be requeued (scontrol requeue, preemption)
     echo "PreemptType=preempt/partition_prio"       # a higher PriorityTier partition preempts a lower one

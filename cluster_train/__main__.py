@@ -1,0 +1,3 @@
+from cluster_train.image.cli import main
+
+main()

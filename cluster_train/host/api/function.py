@@ -1,0 +1,131 @@
+"""A Python function run inside the pinned image, as submitit's `executor.submit(fn, *args)` runs it on a cluster:
+
+    from cluster_train.host.api.function import Executor
+    run = Executor("ci-slurm", "n1_gpu1").submit(train_one, seed=3)
+    value = run.result(timeout=600)  # its return value, or FunctionError with the remote traceback
+
+The function is imported in the image from the run's code snapshot (the working directory's project), by module and
+qualified name; `by_value=True` sends it with cloudpickle instead (a lambda, a notebook cell), which needs the
+image's Python version where you submit (bytecode of another version crashes it: refused). Its arguments and
+result travel as call/args.pkl and call/result.pkl in the run directory. On a profile of several ranks every rank
+calls it and rank 0's return value (or exception) is kept. A callable object with a `checkpoint(*args, **kwargs)`
+method is asked, on the job's time-limit warning, for the Call to make once the job is requeued (None: the same call
+again), as submitit's Checkpointable is.
+"""
+import pickle
+import re
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+from cluster_train.shared import calls
+from cluster_train.shared.calls import Call
+from cluster_train.shared.errors import UserError
+from cluster_train.host.api.job import after_dirs, override_lines
+from cluster_train.host.api.run import Run
+from cluster_train.host.api.values import After, Overrides
+from cluster_train.host.jobs import code_snapshot, function_call
+from cluster_train.host.jobs.build import Request, Site, Submission
+from cluster_train.host.runs.after import build_after
+from cluster_train.host.runs.queue import queue
+
+__all__ = ["Executor", "FunctionRun", "FunctionError", "Call"]
+
+
+class FunctionError(RuntimeError):
+    """The function raised in the image (or its run ended without a result). The message holds the remote
+    traceback, also in `.remote_traceback`; the remote exception, where it unpickles here, is its __cause__."""
+
+    def __init__(self, message: str, remote_traceback: str = "") -> None:
+        super().__init__(message)
+        self.remote_traceback = remote_traceback
+
+
+class FunctionRun(Run):
+    """A run that makes one function call; `warnings`: what the submission warned about (the CLI prints these)."""
+
+    warnings: List[str] = []
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        """Wait for the run (at most `timeout` seconds: TimeoutError), then its function's return value; raises
+        FunctionError with the remote traceback where it raised."""
+        status = self.wait(timeout)
+        return result_of(self.path, f"{status.shown}{f' ({status.cause})' if status.cause else ''}")
+
+
+def result_of(run_dir: Path, ended: str) -> Any:
+    """The value call/result.pkl of an ended run holds, or FunctionError with the remote traceback; `ended`: how the
+    run ended, for a run that wrote no result."""
+    path = run_dir / calls.RESULT
+    if not path.is_file():
+        raise FunctionError(f"run {run_dir.name} ended {ended} without a result ({path} was not written); its log: "
+                            f"{run_dir / 'logs'}")
+    outcome = pickle.loads(path.read_bytes())
+    if "error" not in outcome:
+        return outcome["value"]
+    raise FunctionError(f"the function of run {run_dir.name} raised {outcome['type']}: {outcome['message']}\n"
+                        f"remote traceback:\n{outcome['traceback']}", outcome["traceback"]) from remote(outcome)
+
+
+def remote(outcome: dict) -> Optional[BaseException]:
+    """The remote exception itself, where its class is importable here too."""
+    try:
+        return pickle.loads(outcome["error"]) if outcome["error"] else None
+    except Exception:
+        return None
+
+
+class Executor:
+    """Where functions run: a cluster (a name in clusters/ or a cluster file) and one of its profiles, with run
+    config overrides ({"key": value} or ["key=value"]); `after`: runs (Run, id or directory) each call starts
+    after, as Job.submit(after=...) takes them."""
+
+    def __init__(self, cluster: str, profile: str, *, overrides: Overrides = (), by_value: bool = False,
+                 after: After = ()) -> None:
+        self.cluster, self.profile, self.by_value = cluster, profile, by_value
+        self.overrides = override_lines(overrides)
+        self.after = after_dirs(after)
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FunctionRun:
+        """Check and queue fn(*args, **kwargs); raises UserError (one line, nothing queued) where the image could
+        not import fn or an argument does not pickle."""
+        call = Call(fn, *args, **kwargs)
+        root = Path.cwd().resolve()
+        source = None if self.by_value else function_call.module_path(fn, root)
+        spec = function_call.pickled(call, self.by_value)
+        site = Site.load(self.cluster)
+        if site.user.get("ssh"):
+            raise UserError(f"a function is sent from {self.cluster}'s login node, not over ssh yet; submit it there")
+        name = re.sub(r"[^A-Za-z0-9_.+-]", "_", function_call.defined_by(fn).__qualname__)[:60]
+        sub = build_after(site, Request(self.profile, None, overrides=[f"name={name}", *self.overrides],
+                                        command=list(calls.COMMAND), after=self.after))
+        try:
+            if source is not None:
+                in_snapshot(sub, source, fn)
+            if self.by_value:
+                function_call.same_python(sub.job.image.flavor)
+            no_shadow(sub)
+            queue(sub, lambda run_dir: calls.write(run_dir / calls.ARGS, spec, dumps=bytes),
+                  call={"function": function_call.name_of(fn), "by_value": self.by_value})
+        except BaseException:
+            sub.discard()
+            raise
+        run = FunctionRun(sub.job.work.run_dir)
+        run.warnings = list(sub.warnings)
+        return run
+
+
+def in_snapshot(sub: Submission, source: str, fn: Callable[..., Any]) -> None:
+    """The module file the image imports fn from is one the snapshot holds (not git-ignored, not left out)."""
+    snapshot = sub.code.snapshot
+    if not code_snapshot.holds(snapshot, source):
+        raise UserError(f"{source} (the module of {function_call.name_of(fn)}) is not in the code snapshot of "
+                        f"{snapshot.source} (git ignores it?); add it to the project, or pass by_value=True")
+
+
+def no_shadow(sub: Submission) -> None:
+    """`python -m PACKAGE call` runs in the snapshot, first on sys.path: a package of that name there would run."""
+    package = function_call.PACKAGE
+    for name in (f"{package}/__init__.py", f"{package}/__main__.py", f"{package}.py"):
+        if code_snapshot.holds(sub.code.snapshot, name):
+            raise UserError(f"{sub.code.snapshot.source}/{name} would run instead of the image's {package} package; "
+                            f"rename your {package}")

@@ -1,0 +1,115 @@
+"""The facts of a run directory that `run-cluster compare` (compare.py) and `run-cluster report` (report.py) both
+read: its manifest and results.json (`Run`, `load_run`), its metrics, its config flattened to dotted keys and the keys
+that differ between runs, its image digest and code version in short, and how a value is shown."""
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+from cluster_train.shared.errors import UserError
+from cluster_train.host import runs
+
+# results.json keys that hold a metric (the rest are facts: hosts, paths, versions, speed)
+METRIC_PREFIXES = ("initial_", "final_", "best_", "test_", "val_")
+
+
+@dataclass
+class Run:
+    path: Path
+    manifest: Dict[str, Any]
+    results: Dict[str, Any] = field(default_factory=dict)  # {} while running, or when training failed
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest["run_id"]
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        return self.manifest.get("config") or {}
+
+    def metrics(self) -> Dict[str, float]:
+        """results.json's metrics, nested ones dotted (seed 000's test_acc.<Model>, seed 001's best_val_acc.expert_0)."""
+        found = {}
+        for key, value in flat(self.results).items():
+            if key.startswith(METRIC_PREFIXES) and is_number(value):
+                found[key] = float(value)
+        if is_number(self.results.get("epochs")):
+            found["epochs"] = float(self.results["epochs"])
+        return found
+
+
+def load_run(path: Path) -> Run:
+    """A run directory's manifest (checked as status checks it) and results; one error line naming the fix."""
+    path = Path(path)
+    if not path.is_dir():
+        raise UserError(f"{path} is not a directory; pass a run directory made by run-cluster (runs/<id>)")
+    manifest = runs.read_manifest(path)
+    return Run(path, manifest, read_results(path))
+
+
+def read_results(path: Path) -> Dict[str, Any]:
+    try:
+        results = json.loads((path / "results.json").read_text())
+    except (OSError, ValueError):  # not written yet (running), or the job died before writing it
+        return {}
+    return results if isinstance(results, dict) else {}
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def flat(tree: Any, prefix: str = "") -> Dict[str, Any]:
+    """A nested dict as dotted keys -> leaf values (lists stay leaves)."""
+    if not isinstance(tree, dict):
+        return {prefix: tree} if prefix else {}
+    out: Dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            out.update(flat(value, name))
+        else:
+            out[name] = value
+    return out
+
+
+def differing(configs: Sequence[Dict[str, Any]]) -> List[str]:
+    """The dotted config keys whose values are not the same in every config (a key one of them lacks counts)."""
+    flats = [flat(c) for c in configs]
+    keys = sorted({k for f in flats for k in f})
+    missing = object()
+    # output_dir is each run's own directory: it always differs and says nothing about the training
+    return [k for k in keys if k != "output_dir"
+            and len({json.dumps(f.get(k, missing), sort_keys=True, default=str) for f in flats}) > 1]
+
+
+def short_digest(manifest: Dict[str, Any]) -> str:
+    image = manifest.get("image") or {}
+    digest = image.get("sha256") or ""
+    return f"{image.get('flavor') or '?'} {digest[:12]}" if digest else "-"
+
+
+def code_version(manifest: Dict[str, Any]) -> str:
+    """The git commit it was submitted from (+dirty: uncommitted changes) and the code snapshot's digest if any."""
+    git = manifest.get("git") or {}
+    commit = (git.get("commit") or "")[:10] or "no git"
+    text = commit + ("+dirty" if git.get("dirty") else "")
+    code = manifest.get("code")
+    if isinstance(code, dict) and code.get("sha256"):
+        text += f" code {code['sha256'][:12]}"
+    return text
+
+
+def lower_is_better(metric: str) -> bool:
+    return any(word in metric.lower() for word in ("loss", "err", "perplexity", "wait"))
+
+
+def show(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4g}"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, default=str)
+    return str(value)

@@ -1,0 +1,61 @@
+"""Why a run failed, read from its logs: one line each, with the fix (data, not code paths). Only evidence of a
+failure counts: a rank that saved and stopped as asked exits REQUEUE (a cancel, a time-limit or preemption save),
+and a run that was cancelled is named by its cancel (cluster_train/host/runs/ending.py), never by its log."""
+import re
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+from cluster_train.shared.exit_codes import REQUEUE
+
+# (pattern in a job log, what it means and what to do); the first match wins, so the specific ones come first
+CAUSES: List[Tuple[str, str]] = [
+    (r"\[cluster-train\] error: loss became (nan|inf)[^\n]*", "{0}; lower optim.lr or set trainer.gradient_clip_val"),
+    (r"\[cluster-train\] error: disk full[^\n]*", "{0}"),
+    (r"is not the image recorded for run", "image digest mismatch: the image file changed since submission; "
+                                           "rerun with the recorded image (bin/run-cluster --rerun)"),
+    (r"\[cluster-train\] error: ((\S+: )?the data image [^\n]*)", "{1}"),  # the job's check (_data.sh.j2)
+    (r"time limit reached and all \d+ requeue\(s\) used", "time limit reached with every requeue used; "
+                                                           "bin/run-cluster resume RUN_DIR, or raise max_requeues"),
+    (r"CUDA driver version is insufficient|driver.*too old", "the node's CUDA driver is older than the image's CUDA; "
+                                                             "use the cuda11.6 image or a partition with newer drivers"),
+    (r"\[cluster-train\] error: (\S+ does not exist on \S+: fix the partition's nccl_plugin[^\n]*)", "{1}"),
+    (r"Failed to initialize any NET plugin|network AWS Libfabric not found",
+     "NCCL could not start the network NCCL_NET names (on HPE Slingshot the aws-ofi-nccl plugin with libfabric's cxi "
+     "provider); logs/nccl-*.log names the library it could not load: check the partition's nccl_plugin, libfabric "
+     "and fabric_libs"),
+    (r"(NCCL|gloo)[^\n]*([Tt]imed? ?out|[Tt]imeout)", "a collective timed out (NCCL/gloo): a rank hung or died; "
+                                                      "check the other ranks' lines above"),
+    (r"oom[-_ ]kill|Out Of Memory|OUT_OF_MEMORY", "host RAM exhausted (OOM kill): lower data.num_workers "
+                                                             "or raise mem_gb (see data.worker_mem_gb)"),
+    (r"\[cluster-train\] error: rank (\d+) on host (\S+) exited with status (\d+)",
+     "rank {1} died on host {2} (exit status {3}); its log lines above say why"),
+    (rf"srun: error: (\S+): task (\d+): (Exited with exit code (?!{REQUEUE}\b)|Killed)[^\n]*",
+     "rank {2} died on host {1}; its log lines above say why"),
+    (r"No space left on device", "disk full: free space where the run writes, or move the run directory"),
+]
+
+
+def of_failed(run_dir: Path, state: str) -> str:
+    """What `runs` shows of a FAILED run: the cause its logs name, else nothing."""
+    return (diagnose(run_dir) or "") if state == "FAILED" else ""
+
+
+def diagnose(run_dir: Path) -> Optional[str]:
+    """The first known cause found in the run's logs (the scheduler's .out and .err files), or None."""
+    text = "\n".join(p.read_text(errors="replace") for p in sorted((Path(run_dir) / "logs").glob("*"))
+                     if p.is_file() and p.suffix in (".out", ".err"))
+    for pattern, message in CAUSES:
+        found = re.search(pattern, text, re.MULTILINE)
+        if found:
+            return message.format(found.group(0), *found.groups()) if "{" in message else message
+    return None
+
+
+def waited_on(after: List[Dict[str, str]], ended: Callable[[Dict[str, str]], Optional[str]]) -> str:
+    """Why a run that waited on others (its manifest's `after`) was cancelled: the first of them that ended other than
+    COMPLETED (`ended`: how the run of an entry ended, None while it has not); "" where none did."""
+    for entry in after:
+        how = ended(entry)
+        if how and how != "COMPLETED":
+            return f"cancelled: waited on run {entry['run_id']}, which ended {how}"
+    return ""

@@ -1,0 +1,169 @@
+"""How a run's job ended, and whose word that is. Every way a job can end is recorded by someone:
+
+- the scheduler, while it still knows the job (scontrol, bjobs): queued, running, or how it ended;
+- the run itself: the batch shell's segment lines (logs/segments.jsonl: COMPLETED, FAILED, TIMEOUT when the shell
+  saw its steps end), and `cancel`'s logs/cancelled.json, written before the scheduler is asked;
+- the scheduler's accounting (sacct, bhist), which outlives the scheduler's memory and says who ended the job;
+- a run it waited on (--after, a pipeline's earlier stage; its manifest's `after`): the scheduler cancels a job whose
+  awaited run ended other than COMPLETED, and the cause names that run.
+
+`status`, `logs --follow`, `--wait`, `cancel` and `resume` all read `run_state`, so they agree. A job the scheduler
+no longer knows, whose end nobody recorded, has ended all the same (a scheduler never forgets a queued or running
+job): waits give the accounting GONE_WAIT_S to catch up and then stop, saying so.
+"""
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from cluster_train.shared.errors import UserError
+from cluster_train.host import runs
+from cluster_train.host.runs import causes, segments
+from cluster_train.host.schedulers import FINISHED, State, adapter
+
+# what the batch shell records when it saw its steps end (TERMINATED: a signal ended the shell, from whoever)
+RECORDED_ENDS = {"COMPLETED": State.COMPLETED, "FAILED": State.FAILED, "TIMEOUT": State.TIMEOUT}
+GONE_WAIT_S = 30  # slurmdbd hears of a job's end after the controller; a wait gives it this long
+
+
+def run_state(scheduler, job_id: str, run_dir: Path) -> Dict:
+    """{'state': State, 'source': whose word it is, 'ended_by': the event that ended the job where its log cannot
+    tell (a cancel, the scheduler's own words), 'gone': the scheduler has no such job, and the scheduler's fields}."""
+    live = scheduler.state(job_id, run_dir)
+    if live["state"] not in FINISHED and live["state"] != State.UNKNOWN:
+        return cancelling(live, run_dir, job_id)  # queued or running: only the scheduler knows
+    found = segments.read(run_dir)
+    recorded = RECORDED_ENDS.get(found[-1].how) if found else None
+    if State.COMPLETED in (live["state"], recorded):  # it did its work, whatever came after
+        return live if live["state"] == State.COMPLETED else from_record(found[-1])
+    cancel = segments.cancel_of(run_dir, job_id)
+    if cancel:
+        return {**live, "state": State.CANCELLED, "source": "run-cluster cancel", "gone": False,
+                "ended_by": f"cancelled by bin/run-cluster cancel at {cancel['time']}"}
+    said = scheduler.accounting(job_id)
+    if said and said["state"] not in FINISHED and live["state"] == State.UNKNOWN and not live.get("gone"):
+        return {**said, "source": scheduler.accounting_name}  # the scheduler did not answer; its accounting did
+    ended = said if said and said["state"] in FINISHED else live if live["state"] in FINISHED else None
+    if ended and not (ended["state"] == State.FAILED and recorded == State.TIMEOUT):  # ours: every requeue used
+        return with_cause(ended, said, scheduler, run_dir)
+    if recorded:
+        return from_record(found[-1])
+    return {**live, "ended_by": unrecorded(scheduler, job_id, found)} if live.get("gone") else live
+
+
+def cancelling(live: Dict, run_dir: Path, job_id: str) -> Dict:
+    """A job the scheduler still holds whose cancel it took is being cancelled: its steps are ending (Slurm says
+    COMPLETING, or RUNNING until the controller acts), so `status` says so, not RUNNING."""
+    cancel = segments.cancel_of(run_dir, job_id)
+    return {**live, "cancelling": f"bin/run-cluster cancel at {cancel['time']}"} if cancel else live
+
+
+def from_record(last: segments.Segment) -> Dict:
+    return {"state": RECORDED_ENDS[last.how], "exit_code": str(last.exit_code), "nodes": last.hosts,
+            "source": "the run's record"}
+
+
+def with_cause(ended: Dict, said: Optional[Dict], scheduler, run_dir: Path) -> Dict:
+    """The scheduler's end, with the event that ended the job where only the scheduler knows it (a cancel, a run it
+    waited on that failed, a node failure, its own time limit); a FAILED job's cause is in its log (causes.py)."""
+    words = said["said"] if ended is said else f"{scheduler.name}: {ended['state'].value}"
+    state = {**{k: v for k, v in ended.items() if k != "said"},
+             "source": scheduler.accounting_name if ended is said else ""}
+    if ended["state"] == State.CANCELLED:
+        return {**state, "ended_by": waited_cause(run_dir) or f"cancelled outside run-cluster ({words})"}
+    return {**state, "ended_by": "" if ended["state"] == State.FAILED else f"ended by the scheduler ({words})"}
+
+
+def waited_cause(run_dir: Path) -> str:
+    """A cancelled run that waited on others (--after): the one that ended other than COMPLETED, which is why the
+    scheduler ended it; "" where it waited on none or none of them failed."""
+    try:
+        after = runs.read_manifest(run_dir).get("after") or []
+    except UserError:
+        return ""
+    return causes.waited_on(after, waited_end)
+
+
+def waited_end(entry: Dict[str, str]) -> Optional[str]:
+    """How the run of a manifest's `after` entry ended (its state's word); None while it has not, or unreadable."""
+    run_dir = Path(entry["run_dir"])
+    try:
+        scheduler = adapter(runs.read_manifest(run_dir)["scheduler"]["name"])
+    except UserError:
+        return None
+    state = run_state(scheduler, entry["job_id"], run_dir)
+    return state["state"].value if has_ended(state) else None
+
+
+def unrecorded(scheduler, job_id: str, found) -> str:
+    """Why the state is UNKNOWN although the job has ended: no one recorded how."""
+    last = found[-1] if found else None
+    record = ("no segment (the job never started)" if last is None
+              else f"segment {last.number} unended (its batch shell was killed)" if not last.how
+              else f"segment {last.number} {last.how}" + (" (a signal ended its batch shell: a cancel or a time limit)"
+                                                          if last.how == "TERMINATED" else ""))
+    accounting = (f"{scheduler.accounting_name} has no record of it" if scheduler.accounting_name
+                  else f"{scheduler.name} keeps no accounting")
+    return f"{scheduler.name} no longer knows job {job_id}, {accounting}, and the run's record ends with {record}"
+
+
+class EndWatch:
+    """A job's state, polled until it ends. A job the scheduler no longer knows and whose end nobody recorded has
+    ended too: it is given GONE_WAIT_S for the accounting to catch up, then taken as ended (UNKNOWN)."""
+
+    def __init__(self, scheduler, job_id: str, run_dir: Path):
+        self.scheduler, self.job_id, self.run_dir = scheduler, job_id, Path(run_dir)
+        self.gone_since: Optional[float] = None
+        self.last: Dict = {}  # the state the last poll found
+
+    def poll(self) -> Optional[Dict]:
+        """The job's end state once it has ended, else None."""
+        state = self.last = run_state(self.scheduler, self.job_id, self.run_dir)
+        if state["state"] in FINISHED:
+            return state
+        if not state.get("gone"):
+            self.gone_since = None
+            return None
+        self.gone_since = self.gone_since or time.time()
+        if time.time() - self.gone_since < GONE_WAIT_S:
+            return None
+        return {**state, "ended_by": f"{state['ended_by']}; stopped waiting after {GONE_WAIT_S} s"}
+
+
+def describe(state: Dict) -> str:
+    """'CANCELLED (cancelled by bin/run-cluster cancel at ...)': the state, and the event that ended it if known."""
+    return state["state"].value + (f" ({state['ended_by']})" if state.get("ended_by") else "")
+
+
+def shown(state: Dict) -> str:
+    """The state's word for a person: 'cancelling' for a job being cancelled, else the state."""
+    return "cancelling" if state.get("cancelling") else state["state"].value
+
+
+def has_ended(state: Dict) -> bool:
+    """Ended by anyone's word; or no longer known to its scheduler, which never forgets a queued or running job."""
+    return state["state"] in FINISHED or bool(state.get("gone"))
+
+
+def cancel(jobs: List[Tuple[Path, str]], ask: Callable[[], None]) -> None:
+    """Record the cancel of each (run directory, job id) in its run, then ask the scheduler (`ask`): the record is
+    there however the job ends. Each record is marked refused if the scheduler refuses or the asking is interrupted."""
+    for run_dir, job_id in jobs:
+        segments.record_cancel(run_dir, job_id)
+    try:
+        ask()
+    except BaseException as err:
+        for run_dir, job_id in jobs:
+            segments.cancel_refused(run_dir, job_id, str(err) or type(err).__name__)
+        raise
+
+
+def cancel_run(manifest: Dict[str, Any], run_dir: Path) -> str:
+    """Cancel one run's job unless it has ended, recording the cancel first (`cancel` above); what was done, in a
+    line."""
+    scheduler, job_id = adapter(manifest["scheduler"]["name"]), manifest["scheduler"]["job_id"]
+    state = run_state(scheduler, job_id, run_dir)
+    if has_ended(state):
+        return (f"{scheduler.name} job {job_id} ({manifest['run_id']}) has ended: {describe(state)}; "
+                f"nothing to cancel")
+    cancel([(run_dir, job_id)], lambda: scheduler.cancel(job_id, run_dir))
+    return f"cancelled {scheduler.name} job {job_id} ({manifest['run_id']})"

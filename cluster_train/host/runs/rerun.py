@@ -1,0 +1,31 @@
+"""A rerun: a new run of a recorded one, on its own cluster and profile, with its config, image digest, code and
+data image; extra overrides apply on top and are recorded. `run-cluster --rerun`, `rerun()` and `Run.rerun()` of
+the API build it here."""
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from cluster_train.shared.errors import UserError
+from cluster_train.host import runs
+from cluster_train.host.images.locations import run_image
+from cluster_train.host.jobs.build import Request, Site, Submission
+from cluster_train.host.runs.after import build_after
+
+
+def rerun_submission(run_dir: Path, overrides: List[str], run_id: Optional[str] = None, dry_run: bool = False,
+                     stale_image_ok: bool = False, *, extra: Sequence[str] = (),
+                     after: Sequence[Path] = ()) -> Submission:
+    """The checked submission of a rerun of `run_dir` (nothing queued yet); `extra`: options given that a rerun
+    does not take (refused); `after`: runs it starts after."""
+    if extra:
+        raise UserError(f"--rerun takes the run's own cluster, profile and image; drop {', '.join(extra)} "
+                        f"(or submit anew without --rerun)")
+    found = runs.find(str(run_dir))
+    manifest = runs.read_manifest(found)
+    site = Site.load(manifest["cluster_file"])
+    record = run_image(manifest, f"the image of {found}", site.image_store)
+    # The run's config.yaml already holds every override it was submitted with; new ones go on top.
+    return build_after(site, Request(manifest["profile"], str(Path(found) / "config.yaml"), list(overrides),
+                                     run_id=run_id, flavor=record.flavor, image=record, rerun_of=manifest["run_id"],
+                                     dry_run=dry_run, stale_image_ok=stale_image_ok,
+                                     recorded_code=manifest.get("code"), code_from=Path(found),
+                                     data_sha256=runs.data_digest(manifest), after=list(after)))

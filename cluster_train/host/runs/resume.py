@@ -1,0 +1,99 @@
+"""`run-cluster resume runs/<id> [--profile P] [--set k=v ...]`: the same run continued by hand after it ended
+(TIMEOUT with every requeue used, FAILED, CANCELLED, NODE_FAIL, PREEMPTED): same run directory, same config but for
+the given keys (recorded), same image digest, verified; training starts from the run's own checkpoints/last.ckpt."""
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from cluster_train.shared import config as cfg
+from cluster_train.shared.errors import UserError
+from cluster_train.host import runs
+from cluster_train.host.images.locations import run_image
+from cluster_train.host.jobs.build import Request, Site, Submission, build
+from cluster_train.host.runs import segments
+from cluster_train.host.runs.ending import describe, has_ended, run_state
+from cluster_train.host.schedulers import State, adapter
+
+# Strategies whose checkpoint loads on any number of ranks (fsdp saves full state dicts, re-sharded at load).
+# DeepSpeed's ZeRO files partition the optimizer state per rank (on another rank count it would restart): for those
+# a new shape is refused.
+RESHARDABLE = ("single", "ddp", "fsdp")
+
+
+def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], dry_run: bool,
+                   site: Optional[Site] = None) -> Submission:
+    """The run continued: its config with `overrides`, its image and code, on its profile or `profile`; `site`: the
+    cluster file and settings a sweep's resume read once for all its elements."""
+    manifest = runs.read_manifest(run_dir)
+    scheduler = adapter(manifest["scheduler"]["name"])
+    state = run_state(scheduler, manifest["scheduler"]["job_id"], run_dir)
+    if not has_ended(state):
+        raise UserError(f"{run_dir} is {state['state'].value}, not ended; wait for it or cancel it "
+                        f"(bin/run-cluster cancel {run_dir}) before resuming")
+    if state["state"] == State.COMPLETED:
+        more_epochs(run_dir, recorded_trainer(manifest, run_dir)["max_epochs"],
+                    cfg.load(run_dir / "config.yaml", overrides).trainer.max_epochs)
+    site = site or Site.load(manifest["cluster_file"])
+    record = run_image(manifest, f"the image of {run_dir}", site.image_store)
+    sub = build(site, Request(profile or manifest["profile"], str(run_dir / "config.yaml"), overrides,
+                              run_dir=run_dir, flavor=record.flavor, image=record, dry_run=dry_run,
+                              recorded_code=manifest.get("code"), code_from=run_dir,
+                              data_sha256=runs.data_digest(manifest)))
+    reshardable(recorded_ranks(manifest, run_dir), sub)
+    if state["state"] == State.UNKNOWN:  # ended, but no one recorded how: say so rather than guess
+        sub.warnings.append(f"warning: {run_dir.name} ended {describe(state)}; resuming it")
+    return sub
+
+
+def recorded_trainer(manifest: dict, run_dir: Path) -> dict:
+    """The run's trainer settings, as its manifest recorded its config (config.yaml, for a manifest without)."""
+    return (manifest.get("config") or {}).get("trainer") or cfg.to_dict(cfg.load(run_dir / "config.yaml"))["trainer"]
+
+
+def recorded_ranks(manifest: dict, run_dir: Path) -> int:
+    """How many ranks the run trained on."""
+    trainer = recorded_trainer(manifest, run_dir)
+    return trainer["devices"] * trainer["num_nodes"]
+
+
+def more_epochs(run_dir: Path, trained: int, asked: int) -> None:
+    """Refuse to resume a COMPLETED run that would train nothing new: its next segment would only validate again and
+    log its last row twice."""
+    if asked <= trained:
+        raise UserError(f"{run_dir.name} is COMPLETED: it trained all {trained} epoch(s) and resuming it with "
+                        f"trainer.max_epochs={asked} would train nothing; to train longer, raise the epochs: "
+                        f"bin/run-cluster resume {run_dir} --set trainer.max_epochs={trained * 2}")
+
+
+def reshardable(old_ranks: int, sub: Submission) -> None:
+    """Refuse a new rank count for a strategy whose saved state cannot be re-sharded to it."""
+    new_ranks = sub.job.total_ranks
+    if new_ranks != old_ranks and sub.run.trainer.strategy not in RESHARDABLE:
+        raise UserError(f"strategy {sub.run.trainer.strategy} saved its state over {old_ranks} rank(s) and cannot "
+                        f"re-shard it to {new_ranks}; resume on a {old_ranks}-rank profile, or use one of "
+                        f"{', '.join(RESHARDABLE)}")
+
+
+def queue_resume(sub: Submission, run_dir: Path) -> str:
+    """Write the (changed) config and script into the same run directory, submit, record the resume."""
+    manifest = runs.read_manifest(run_dir)
+    number = len(manifest.get("resumes", [])) + 1
+    ended = run_state(adapter(manifest["scheduler"]["name"]), manifest["scheduler"]["job_id"], run_dir)
+    segments.record_unended_end(run_dir, ended["state"].value, describe(ended))  # before the next segment starts
+    old_script = run_dir / "job.sh"
+    if old_script.is_file():
+        old_script.rename(run_dir / f"job.{number - 1}.sh")  # every script that ran stays
+    cfg.dump(sub.run, sub.job.work.config_path)
+    (run_dir / "job.sh").write_text(sub.script)
+    job_id = adapter(sub.job.scheduler).submit(run_dir / "job.sh", run_dir)
+    resume = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "job_id": job_id, "profile": sub.job.profile,
+              "overrides": sub.overrides, "previous_job_id": manifest["scheduler"]["job_id"]}
+    runs.update_manifest(run_dir, resumes=manifest.get("resumes", []) + [resume], profile=sub.job.profile,
+                         scheduler={**manifest["scheduler"], "job_id": job_id}, job=sub.job.as_dict(),
+                         config=cfg.to_dict(sub.run))
+    return job_id
+
+
+def resumed_line(sub: Submission, run_dir: Path, job_id: str) -> str:
+    """What the command line says of a resume it queued."""
+    return f"resumed {run_dir.name} as {sub.job.scheduler} job {job_id}"

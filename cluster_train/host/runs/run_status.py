@@ -1,0 +1,117 @@
+"""One run's status as data: what `run-cluster status` shows and `Run.status()` returns (cluster_train/host/api/run.py),
+made once here from the scheduler's word, the run's record and its logs (cluster_train/host/runs/ending.py weighs them).
+Reading the status also records what it found in the manifest (the segments; a completed run's GPU and speed)."""
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+from cluster_train.host import fabric, runs
+from cluster_train.host.runs import causes, ending, segments, tracker_sync
+from cluster_train.host.runs.segments import Segment
+from cluster_train.host.schedulers import State
+
+NOT_SHOWN = ("state", "ended_by", "gone", "cancelling")  # the state's fields that status words itself, or not at all
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """A run's state and what ended it, in the words `run-cluster status` prints.
+
+    `state` is the one vocabulary over every scheduler; `ended` is True once anyone's word says the job has ended
+    (a requeued job has not); `cause` names what ended a run that did not complete (a cancel, the scheduler, a
+    failure its logs name), "" otherwise; `results` is a completed run's results.json ({} otherwise)."""
+
+    state: State
+    cause: str
+    job_id: str
+    run_id: str
+    scheduler: str
+    ended: bool
+    cancelling: str = ""  # who asked the scheduler to end the job that is still ending, and when
+    details: Dict[str, Any] = field(default_factory=dict)  # the scheduler's other fields (nodes, exit_code, source)
+    segments: Tuple[Segment, ...] = ()  # every allocation the run had: first start, each requeue
+    data: str = ""  # the data image it read (name and digest), "" for none
+    trackers: Tuple[str, ...] = ()  # where its trackers log, and whether an offline one is uploaded
+    warnings: Tuple[str, ...] = ()  # e.g. NCCL fell back to TCP on a partition with a fast fabric
+    results: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shown(self) -> str:
+        """The state's word for a person: 'cancelling' for a job being cancelled, else the state's name."""
+        return "cancelling" if self.cancelling else self.state.value
+
+    def as_dict(self) -> Dict[str, Any]:
+        """JSON-ready (`status --json`: how a laptop asks a cluster over SSH)."""
+        return {**dataclasses.asdict(self), "state": self.state.value}
+
+    @classmethod
+    def from_dict(cls, said: Dict[str, Any]) -> "RunStatus":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kept = {k: v for k, v in said.items() if k in fields}
+        return cls(**{**kept, "state": State.of(said["state"]), "trackers": tuple(said.get("trackers", ())),
+                      "warnings": tuple(said.get("warnings", ())),
+                      "segments": tuple(Segment(**s) for s in said.get("segments", ()))})
+
+
+def status_of(manifest: Dict[str, Any], scheduler, run_dir: Path) -> RunStatus:
+    """The run's status, asked of `scheduler` (an adapter, or anything with its state and accounting)."""
+    job_id = manifest["scheduler"]["job_id"]
+    state = ending.run_state(scheduler, job_id, run_dir)
+    found = segments.read(run_dir)
+    runs.update_manifest(run_dir, segments=segments.as_records(run_dir))
+    job = manifest.get("job") or {}
+    slow_network = fabric.verdict(run_dir, job.get("fabric", "")) if job.get("check_fabric") else None
+    results = completed_results(state, run_dir)
+    cause = "" if results or not ending.has_ended(state) else state.get("ended_by") or causes.diagnose(run_dir) or ""
+    return RunStatus(state["state"], cause, job_id, manifest["run_id"], scheduler.name, ending.has_ended(state),
+                     state.get("cancelling") or "", {k: v for k, v in state.items() if k not in NOT_SHOWN and v},
+                     tuple(found), runs.data_version(manifest, 64) if manifest.get("data") else "",
+                     tuple(tracker_sync.status_lines(run_dir)), (slow_network,) if slow_network else (), results)
+
+
+def completed_results(state: Dict[str, Any], run_dir: Path) -> Dict[str, Any]:
+    """A completed run's results.json, its GPU and speed copied into its manifest; {} for any other run."""
+    path = Path(run_dir) / "results.json"
+    if state["state"] != State.COMPLETED or not path.is_file():
+        return {}
+    results = json.loads(path.read_text())
+    runs.update_manifest(run_dir, gpu={k: results.get(k) for k in ("gpu", "cuda", "driver")},
+                         speed={k: results.get(k) for k in ("precision", "compiled", "input", "throughput")})
+    return results
+
+
+def status_lines(status: RunStatus) -> List[str]:
+    """`run-cluster status`'s lines: the state (whose word it is), every segment, and what ended the run."""
+    lines = [f"{status.run_id}: {status.scheduler} job {status.job_id} {status.shown}"
+             + "".join(f" {k}={v}" for k, v in status.details.items())]
+    lines += [f"  data: image {status.data}"] if status.data else []
+    lines += [f"  {segment.line()}" for segment in status.segments]
+    lines += [f"  {line}" for line in status.trackers]
+    lines += [f"  WARNING: {warning}" for warning in status.warnings]
+    if status.results:
+        lines += result_lines(status.results)
+    elif status.cause:
+        lines.append(f"  cause: {status.cause}")
+    return lines
+
+
+def result_lines(results: Dict[str, Any]) -> List[str]:
+    """A completed run's final and best metrics, and how fast it trained."""
+    lines = ["  result: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                      for k, v in results.items() if k.startswith(("final_", "best_", "epochs")))]
+    return lines + ([f"  speed: {input_wait_line(results)}"] if results.get("input") else [])
+
+
+def input_wait_line(results: Dict[str, Any]) -> str:
+    """How the run trained and whether it waited for data (cluster_train/image/speed.py's figures, rank 0)."""
+    wait = results["input"]
+    rate = results.get("throughput", {}).get("samples_per_s")
+    line = (f"precision {results.get('precision')},{f' {rate:.1f} samples/s,' if rate else ''} waited for data "
+            f"{wait['wait_fraction']:.0%} of {wait['data_wait_s'] + wait['compute_s']:.0f} s of training")
+    if wait.get("data_from") in ("image", "staged"):
+        line += f" (data read from the {'staged' if wait['data_from'] == 'staged' else 'shared'} data image)"
+    if wait["input_bound"]:
+        line += f": input-bound, raise data.num_workers ({wait['num_workers']} now)"
+    return line

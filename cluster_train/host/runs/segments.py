@@ -1,0 +1,114 @@
+"""A run's own record of its allocations (`logs/segments.jsonl`): the batch shell appends a `start` and an `end`
+line per segment (first start, each requeue), the training appends `train_start` (the epoch and step it resumed
+from); and `cancel`'s word that it asked the scheduler to end the run's job (`logs/cancelled.json`). The record
+outlives the scheduler's memory of the job (cluster_train/host/runs/ending.py weighs it against the scheduler's accounting), and
+the manifest keeps the run's history."""
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+FILE = Path("logs") / "segments.jsonl"
+CANCELLED = Path("logs") / "cancelled.json"  # written by `run-cluster cancel` before it asks the scheduler
+
+
+@dataclass
+class Segment:
+    number: int
+    job_id: str = ""
+    hosts: str = ""
+    start: str = ""
+    end: str = ""
+    how: str = ""  # COMPLETED | FAILED | TIMEOUT | REQUEUED | TERMINATED | PREEMPTED | NODE_FAIL; "" while it runs;
+    # or, recorded after the shell was killed, the word of the cancel or the scheduler (CANCELLED, ...)
+    exit_code: Optional[int] = None
+    resumed: List[Dict] = field(default_factory=list)  # per training process: output_dir, epoch, step
+
+    def resumed_from(self) -> List[Dict]:
+        """Where each training process went on from: its epoch counted from 1, as the job log counts it (the
+        training records Lightning's current_epoch, which counts from 0), and its step."""
+        return [{"output_dir": r.get("output_dir"), "epoch": r["resumed_epoch"] + 1, "step": r["resumed_step"]}
+                for r in self.resumed
+                if isinstance(r.get("resumed_epoch"), int) and isinstance(r.get("resumed_step"), int)]
+
+    def line(self) -> str:
+        resumed = resumed_text(self.resumed_from()[:1])  # a job that trains several models: the first one's
+        return (f"segment {self.number}: job {self.job_id or '-'} on {self.hosts or '-'}, {self.start or '?'} -> "
+                f"{self.end or 'running'} {self.how or 'RUNNING'}"
+                + (f" (exit {self.exit_code})" if self.exit_code not in (None, 0) else "")
+                + (f": a node failed ({self.hosts}), the scheduler requeued the job" if self.how == "NODE_FAIL" else "")
+                + (f", resumed from {resumed}" if resumed else ""))
+
+
+def resumed_text(resumed_from: List[Dict]) -> str:
+    """'epoch 3 step 133', one per training process, `; `-joined."""
+    return "; ".join(f"epoch {r['epoch']} step {r['step']}" for r in resumed_from)
+
+
+def read(run_dir: Path) -> List[Segment]:
+    """Every segment of the run, in order; a torn last line (a job killed mid-write) is skipped."""
+    path = Path(run_dir) / FILE
+    segments: Dict[int, Segment] = {}
+    if not path.is_file():
+        return []
+    for text in path.read_text(errors="replace").splitlines():
+        try:
+            event = json.loads(text)
+            number = int(event.get("segment") or 0)
+        except (ValueError, TypeError, AttributeError):
+            continue
+        seg = segments.setdefault(number, Segment(number))
+        kind = event.get("event")
+        if kind == "start":
+            seg.job_id, seg.hosts, seg.start = str(event.get("job_id", "")), event.get("hosts", ""), event.get("time", "")
+        elif kind == "end":
+            seg.end, seg.how, seg.exit_code = event.get("time", ""), event.get("how", ""), event.get("exit_code")
+        elif kind == "train_start":
+            seg.resumed.append(event)
+    return [segments[n] for n in sorted(segments)]
+
+
+def as_records(run_dir: Path) -> List[Dict]:
+    """The segments as the manifest keeps them."""
+    return [{"segment": s.number, "job_id": s.job_id, "hosts": s.hosts, "start": s.start, "end": s.end,
+             "how": s.how or "RUNNING", "exit_code": s.exit_code, "resumed_from": s.resumed_from()}
+            for s in read(run_dir)]
+
+
+def record_unended_end(run_dir: Path, how: str, ended_by: str) -> None:
+    """The last segment's end, where its batch shell could not record it (killed after the scheduler's grace time):
+    written by whoever next continues the run, from the word of the cancel or the scheduler (`ended_by`)."""
+    found = read(run_dir)
+    if not found or found[-1].how:
+        return
+    last = found[-1]
+    record = {"event": "end", "segment": last.number, "job_id": last.job_id,
+              "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "how": how, "exit_code": None, "recorded_by": ended_by}
+    with (Path(run_dir) / FILE).open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def record_cancel(run_dir: Path, job_id: str) -> None:
+    """The run's word that `cancel` asks the scheduler to end this job: written first, so that it is there however
+    the job ends (a batch shell killed after the scheduler's grace time records nothing)."""
+    record = {"job_id": job_id, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    (Path(run_dir) / CANCELLED).write_text(json.dumps(record) + "\n")
+
+
+def cancel_refused(run_dir: Path, job_id: str, why: str) -> None:
+    """The scheduler did not take the cancel (or it was interrupted before asking): the record says so, and no
+    longer counts as the job's end."""
+    record = cancel_of(run_dir, job_id)
+    if record is not None:
+        (Path(run_dir) / CANCELLED).write_text(json.dumps({**record, "refused": why}) + "\n")
+
+
+def cancel_of(run_dir: Path, job_id: str) -> Optional[Dict]:
+    """`cancel`'s record for this job of the run (a resumed run's later job is not the cancelled one), if the
+    scheduler took it."""
+    try:
+        record = json.loads((Path(run_dir) / CANCELLED).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("job_id") == job_id and "refused" not in record else None

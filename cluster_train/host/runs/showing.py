@@ -1,0 +1,23 @@
+"""The command line's one "show, then queue unless --dry-run, then follow" path for every command that queues (a run,
+a rerun, a resume, a sweep, a race of two profiles): the library makes the Plan (cluster_train/host/runs/queue.py), this prints
+it."""
+import sys
+from typing import Optional
+
+from cluster_train.host.runs.queue import Plan
+
+
+def show_and_queue(plan: Plan, dry_run: bool, wait: Optional[bool], timeout_s: float) -> int:
+    print(plan.summary)
+    for warning in dict.fromkeys(plan.warnings):
+        print(f"run-cluster: {warning}", file=sys.stderr)
+    if dry_run:
+        plan.discard()
+        print(plan.dry_run_text, end="")
+        return 0
+    queued = plan.queue()
+    for line in plan.said(queued):
+        print(line)
+    if plan.follow and (wait if wait is not None else plan.follow_by_default):
+        return plan.follow(queued, timeout_s)
+    return 0

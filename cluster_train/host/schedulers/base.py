@@ -1,0 +1,300 @@
+"""What every scheduler adapter (cluster_train/host/schedulers/<name>.py) states and does: one vocabulary of job states, and
+`Scheduler`, the contract each adapter fills in with its scheduler's facts, commands and job-script template."""
+import enum
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+
+from cluster_train.shared.errors import UserError
+
+if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
+    from cluster_train.host.jobs.job import Job
+
+
+@dataclass(frozen=True)
+class LivePartition:
+    """One partition (LSF queue) as the live scheduler describes it: what a cluster file's entry would state."""
+
+    name: str
+    nodes: int
+    cores_per_node: int
+    threads_per_core: int
+    mem_per_node_gb: int
+    gpus_per_node: int
+    gpu_name: str  # the scheduler's word for the GPU ("" none, or mixed types)
+    max_time: str  # in the scheduler's format; "" unlimited
+    features: Tuple[str, ...]  # every node has them
+    some_features: Tuple[str, ...]  # some nodes have them (a constraint picks those)
+    default: bool
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What the live scheduler says: its partitions, and the accounts and QOS this user may use."""
+
+    partitions: List[LivePartition]
+    accounts: Tuple[str, ...]
+    qos: Tuple[str, ...]
+    scheduler: str = "slurm"  # the adapter that asked (init-cluster's draft names it and uses its time format)
+    charged_to: str = ""  # where it has no accounts to list: how it charges a job, for the draft's reader
+
+
+class State(str, enum.Enum):
+    """One state vocabulary over every scheduler (Slurm's names; LSF's and the local runner's map onto them)."""
+
+    PENDING = "PENDING"
+    CONFIGURING = "CONFIGURING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    PREEMPTED = "PREEMPTED"
+    UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def of(cls, name: str, aliases: Optional[Dict[str, str]] = None) -> "State":
+        name = (aliases or {}).get(name, name)
+        return cls.__members__.get(name, cls.UNKNOWN)
+
+
+FINISHED = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.NODE_FAIL,
+                      State.OUT_OF_MEMORY, State.BOOT_FAIL, State.DEADLINE, State.PREEMPTED})
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # what may appear unquoted in a scheduler directive
+MODULE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/@-]*$")  # `module load NAME` (e.g. cuda/12.8)
+# The adapters this package ships, by name; here rather than read off SCHEDULERS so that settings, which the site
+# scheduler loader reads, can refuse these names without importing the package (an import circle).
+BUILT_IN = ("slurm", "lsf", "local")
+NOT_STARTED = frozenset({State.PENDING, State.CONFIGURING, State.UNKNOWN})
+SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")  # [D-]N[:N[:N]], read by time_seconds
+
+
+def run_or_refuse(cmd, what: str) -> str:
+    """The command's output; its last line of complaint, as a UserError, when it fails."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise UserError(f"{cmd[0]} is not on PATH: run this on the cluster's login node") from None
+    if done.returncode != 0:
+        message = (done.stderr or done.stdout).strip().splitlines()
+        raise UserError(f"{what} failed: {message[-1] if message else 'exit status ' + str(done.returncode)}")
+    return done.stdout
+
+
+class Scheduler:
+    """The contract of a scheduler adapter: the facts every adapter states, the commands each implements.
+
+    A new scheduler: a module with a subclass of this class, its template in `templates/` beside it, its instance in
+    `SCHEDULERS` (__init__.py; or site.py finds it). Nothing else in cluster_train/host/ names a scheduler: it asks the adapter.
+
+    Must fill in:
+      name             the cluster file's `scheduler:` word.
+      template         its job script's Jinja file in `template_dir()` (the `templates/` folder beside the module);
+                       it renders `job` (jobs/job.py: job.work, job.placement...) and `scheduler` (this adapter),
+                       may include the shared partials (_preamble.sh.j2, _container.sh.j2, _segments.sh.j2) of
+                       cluster_train/host/schedulers/templates/, and decides nothing (its `{% if %}` tests one finished value).
+      default_launch, launches
+                       the names of the launch shapes it can start (cluster_train/host/schedulers/launches.py: how
+                       each starts its ranks; preflight refuses a profile asking for another).
+      submit()         queue the rendered script (after=: held until those jobs COMPLETED); returns the job id.
+      state()          what the scheduler says of a job it still knows ({'state': State, ...}; 'gone' once forgotten).
+      cancel()         end the job.
+      log_name()       the job's log file name in the run's logs/ (the scheduler's own % patterns).
+    May fill in (the defaults describe a scheduler without arrays, accounting, requeue or directives):
+      accounting(), accounting_name
+                       the record of ended jobs that outlives state() (sacct, bhist); None: no accounting.
+      array_directives(), element_id(), array_index, array_log, array_replaces, array_cap(), cancel_array()
+                       job arrays for sweeps; without them `--sweep` is refused.
+      wait_options()   submit options holding a job until others COMPLETED (--after); None: --after is refused.
+      array_limit(), after_directive()   most elements per array; how an array waits for the one before.
+      array_states(), array_accounting()
+                       a whole array's states in one question (a 1000-element sweep's status); else per element.
+      requeue_command  how the batch shell puts its own job back in the queue ("": a time-limited run just ends).
+      requeued_under_us
+                       a shell test: the scheduler itself has requeued the job while this batch shell runs (a node
+                       failure), so its steps were ended, whatever their exit status ("": it never does).
+      unsupported      the profile/partition keys (Placement fields) it cannot express, each with the fix.
+      directives(), directive_prefix   its header's options, decided in Python (the template writes them).
+      short_options, option_groups, repeatable, option_keys
+                       how it reads those options, for preflight's check of the profile's raw directives.
+      time_seconds(), time_example, default_time, max_warning_s, warning_seconds()
+                       its time limits: read into seconds, bounds on the time-limit warning.
+      cpu_bind_problem()   whether a profile's cpu_bind is a binding it understands.
+      each_node        how the batch shell runs a command once on every node of its job (staging a data image).
+      inventory()      what the live scheduler says it has (partitions, your accounts and QOS): init-cluster's draft
+                       and check-cluster's drift; None where it cannot say.
+      commands, version_command, ping_command, associations()
+                       what `run-cluster doctor` looks for and asks on a login node: the commands a user of
+                       this scheduler needs there, the one that prints its version, the one that asks its
+                       controller to answer, the accounts and QOS this user may use.
+      title, partition_word, job_id_var, hosts_var, constraint_join, follow_by_default, test_script():
+                       the remaining facts, each documented where it is declared below.
+    """
+
+    name: str
+    title = ""  # its name in prose (Slurm, LSF)
+    template: str  # the job script's Jinja file in template_dir()
+    partition_word = "partition"  # what the cluster file's `partitions:` are called in this scheduler's manuals
+    default_launch: str
+    launches: Tuple[str, ...]  # launch shapes this scheduler can start
+    time_example = "04:00:00 or 1-12:00:00"  # a time limit as time_seconds() reads it, for messages
+    default_time = "01:00:00"  # one hour, a profile's time limit where it gives none
+    max_warning_s: Optional[int] = None  # the longest time-limit warning (grace_s) it can give; None: no bound
+    follow_by_default = False  # --wait unless --no-wait
+    requeue_command = ""  # how the batch shell puts its own job back in the queue ("": it cannot)
+    requeued_under_us = ""  # shell test: the scheduler requeued this job while its batch shell ran ("": never)
+    job_id_var = "$$"  # the job's id, as the batch shell reads it
+    hosts_var = "$(hostname)"  # the job's hosts, as the batch shell reads them
+    each_node = '"$@"'  # the body of ct_each_node COMMAND...: here, the batch shell's host is the job's only one
+    directive_prefix = ""  # how a script line hands an option to the scheduler ("": no directives)
+    constraint_join = "&"  # how two node-feature expressions are both required
+    commands: Tuple[str, ...] = ()  # what a user of it needs on a login node; `doctor` looks for each on PATH
+    version_command: Tuple[str, ...] = ()  # prints the scheduler's version (`doctor`); (): nothing to ask
+    ping_command: Tuple[str, ...] = ()  # exits 0 only when the controller answers (`doctor`); (): nothing to ask
+    controller = ""  # the daemon ping_command asks, in messages (slurmctld)
+    # Profile and partition settings this scheduler has no way to express: key -> the fix.
+    unsupported: Dict[Tuple[str, str], str] = {}
+    short_options: Dict[str, str] = {}  # -p -> partition
+    # Options that set the same thing in different words (--mem vs --mem-per-gpu): one of a group per script.
+    option_groups: Tuple[frozenset, ...] = ()
+    repeatable: Tuple[str, ...] = ()  # options a script may give more than once
+    option_keys: Dict[str, str] = {}  # a rendered option -> the cluster-file key that sets it
+
+    def directives(self, job: "Job") -> List[str]:
+        """The header's options (`directive_prefix OPTION` lines), the profile's raw ones last; default: only those."""
+        return list(job.placement.directives)
+
+    def template_dir(self) -> Path:
+        """The folder of this adapter's template: `templates/` beside the module that defines its class."""
+        return Path(sys.modules[type(self).__module__].__file__).resolve().parent / "templates"
+
+    def time_seconds(self, text: str) -> Optional[int]:
+        """A time limit in this scheduler's own format as seconds; 0 for "no limit"; None where it is malformed.
+        The default reads sbatch --time, every form Slurm takes: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, and 0, -1,
+        INFINITE, UNLIMITED. The first field has any size (90 minutes is "90"; 36 hours "36:00:00"); the ones after
+        it are clock fields (minutes and seconds to 59, hours after a day to 23): Slurm would also add up 99:99:99,
+        which is a typo, not a time anyone means."""
+        if text.upper() in ("-1", "INFINITE", "UNLIMITED"):
+            return 0
+        found = SLURM_TIME.match(text)
+        if not found:
+            return None
+        days, first, *rest = found.groups()
+        numbers = [int(first)] + [int(n) for n in rest if n is not None]
+        if days is not None:  # D-H, D-H:M, D-H:M:S
+            hours, minutes, seconds = (numbers + [0, 0])[:3]
+            if hours > 23 or minutes > 59 or seconds > 59:
+                return None
+            return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+        if any(number > 59 for number in numbers[1:]):
+            return None
+        if len(numbers) == 3:  # H:M:S
+            return (numbers[0] * 60 + numbers[1]) * 60 + numbers[2]
+        return numbers[0] * 60 + (numbers[1] if len(numbers) == 2 else 0)  # M or M:S
+
+    def warning_seconds(self, grace_s: int) -> int:
+        """How long before the limit the warning comes, as the script renders grace_s (LSF: whole minutes)."""
+        return grace_s
+
+    def cpu_bind_problem(self, value: str) -> str:
+        """What is wrong with a profile's cpu_bind for this scheduler ("": nothing); one that cannot bind CPUs at
+        all lists cpu_bind in `unsupported` instead, with the fix."""
+        return f"cpu_bind {value!r} is not a binding {self.name} understands"
+
+    def option(self, directive: str) -> str:
+        """The option a directive sets, in one spelling: '-p gpu', '--partition=gpu' -> 'partition'."""
+        word = directive.split()[0].split("=")[0] if directive.split() else ""
+        if word.startswith("--"):
+            name = word[2:]
+        else:
+            name = self.short_options.get(word[:2], word.lstrip("-"))
+        for group in self.option_groups:
+            if name in group:
+                return "/".join(sorted(group))
+        return name
+
+    # Job arrays (sweeps): the array's options, the element's 0-based index and its log, as the batch shell sees them
+    array_replaces: Tuple[str, ...] = ()  # options of an element's script the array script sets itself
+    array_index = ""  # shell arithmetic: the element's 0-based index
+    array_log = ""  # the element's log file name in its run dir (shell words)
+
+    def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
+        raise UserError(f"the {self.name} scheduler has no job arrays")
+
+    def element_id(self, array_id: str, index: int) -> str:
+        """The id of the array's element `index` (0-based), as the scheduler's commands take it."""
+        raise NotImplementedError
+
+    def after_directive(self, job_id: str) -> Optional[str]:
+        """The script line that holds a job until `job_id` has ended, however it ended (a split sweep's next
+        array); None: this scheduler cannot chain jobs here, so a sweep over the array limit is refused."""
+        return None
+
+    def array_limit(self) -> Optional[int]:
+        """The most elements one array may hold here (None: no limit): the scheduler's own default, or what its
+        controller says where it answers."""
+        return None
+
+    def array_cap(self, cpus_per_run: int) -> int:
+        """How many elements of a sweep run at once unless --max-parallel says: a cluster's queue takes a few."""
+        return 4
+
+    def array_states(self, array_id: str) -> Optional[Dict[str, Dict[str, str]]]:
+        """Every element's state() from one question to the scheduler (element id -> state; {}: it has forgotten the
+        array); None: ask per element (a sweep's status then costs one command per element)."""
+        return None
+
+    def array_accounting(self, array_id: str) -> Optional[Dict[str, Dict[str, str]]]:
+        """Every element's accounting() from one question; None: ask per element."""
+        return None
+
+    def cancel_array(self, array_id: str, sweep_dir: Path, run_dirs) -> None:
+        self.cancel(array_id, sweep_dir)  # the scheduler ends every element
+
+    def log_name(self, job_name: str) -> str:
+        raise NotImplementedError
+
+    def inventory(self) -> Optional["Inventory"]:
+        """The live cluster's partitions and this user's accounts and QOS (init-cluster, check-cluster's drift);
+        None where this scheduler cannot say or its commands are not on this machine."""
+        return None
+
+    def test_script(self, script: Path) -> Optional[Tuple[bool, str]]:
+        """The scheduler's own verdict on a script's directives without queuing it; None where it has no such
+        check or its commands are not on this machine."""
+        return None
+
+    def wait_options(self, job_ids: Sequence[str]) -> Optional[List[str]]:
+        """Submit options (the script stays the run's own) holding the job until all `job_ids` COMPLETED; None: never."""
+        return None
+
+    def submit(self, script: Path, run_dir: Path, after: Sequence[str] = ()) -> str:
+        raise NotImplementedError
+
+    def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict[str, str]:
+        """What the scheduler says of the job while it still knows it: {'state': State, ...}; UNKNOWN with
+        'gone' when it answers that it has no such job (it forgets ended jobs, never queued or running ones)."""
+        raise NotImplementedError
+
+    accounting_name = ""  # the command that remembers ended jobs ("": this scheduler keeps no accounting)
+
+    def accounting(self, job_id: str) -> Optional[Dict[str, str]]:
+        """The accounting's record of the job, which outlives the scheduler's memory: {'state': State,
+        'exit_code', 'nodes', 'said' (its own words, with who ended the job where it says)}; None if it has none."""
+        return None
+
+    def associations(self) -> Optional[Dict[str, Tuple[str, ...]]]:
+        """The accounts this user may charge, each with the QOS it may use there (`doctor`); None where the
+        scheduler keeps no such record or cannot be asked from this machine."""
+        return None
+
+    def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
+        raise NotImplementedError

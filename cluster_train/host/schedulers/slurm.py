@@ -1,0 +1,268 @@
+"""Slurm's adapter: sbatch, scontrol, sacct and scancel, its state words on `State`, job arrays, requeue; its job
+script is templates/slurm.sh.j2 (the contract it fills in is documented on cluster_train/host/schedulers/base.py's Scheduler)."""
+import pwd
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+
+from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
+from cluster_train.host.schedulers.slurm_inventory import inventory as live_inventory, qos_by_account
+
+if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
+    from cluster_train.host.jobs.job import Job, Placement
+
+# sbatch's words when it is installed but no controller answers (this machine is no cluster's login node)
+SLURM_UNREACHABLE = ("Could not establish a configuration source", "Unable to contact slurm controller")
+# srun --cpu-bind=[{quiet|verbose},]<type> (srun(1)); the lists take an item*count repeat, masks are hexadecimal
+_IDS, _MASKS = r"\d+(\*\d+)?(,\d+(\*\d+)?)*", r"(0x)?[0-9a-fA-F]+(\*\d+)?(,(0x)?[0-9a-fA-F]+(\*\d+)?)*"
+_LDOMS = r"(0x[0-9a-fA-F]+|\d+)(,(0x[0-9a-fA-F]+|\d+))*"
+_BIND = (rf"(no|none|rank|rank_ldom|sockets|cores|threads|ldoms|map_cpu:{_IDS}|mask_cpu:{_MASKS}|map_ldom:{_LDOMS}"
+         rf"|mask_ldom:{_MASKS})")
+CPU_BIND = re.compile(rf"^(q|quiet|v|verbose)$|^((q|quiet|v|verbose),)?{_BIND}$")
+CPU_BIND_WORDS = ("none, cores, threads, sockets, ldoms, rank, rank_ldom, map_cpu:IDS, mask_cpu:MASKS, map_ldom:IDS, "
+                  "mask_ldom:MASKS, each optionally after verbose, (e.g. cores, verbose,cores, map_cpu:0,16,32,48)")
+
+
+class Slurm(Scheduler):
+    name = "slurm"
+    title = "Slurm"  # its name in prose
+    template = "slurm.sh.j2"
+    default_launch = "srun"
+    launches = ("srun", "lightning", "independent")
+    requeue_command = 'scontrol requeue "$SLURM_JOB_ID"'
+    # a node failure: Slurm cancels the job "DUE TO NODE FAILURE" and requeues it (Restarts goes up at once), srun
+    # may still exit 0, and the batch shell runs on until it is signalled
+    requeued_under_us = ('[ "$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | '
+                         'sed -n "s/.* Restarts=\\([0-9]*\\).*/\\1/p")" -gt "${SLURM_RESTART_COUNT:-0}" ] 2>/dev/null')
+    max_warning_s = 65535  # sbatch --signal=B:USR1@sig_time: "an integer between 0 and 65535"
+    job_id_var = "$SLURM_JOB_ID"
+    hosts_var = "$SLURM_JOB_NODELIST"
+    each_node = ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
+                 '--kill-on-bad-exit=1 "$@"')
+    directive_prefix = "#SBATCH"
+    short_options = {"-A": "account", "-b": "begin", "-c": "cpus-per-task", "-C": "constraint", "-d": "dependency",
+                     "-D": "chdir", "-e": "error", "-G": "gpus", "-J": "job-name", "-N": "nodes", "-n": "ntasks",
+                     "-o": "output", "-p": "partition", "-q": "qos", "-t": "time", "-w": "nodelist", "-x": "exclude"}
+    option_groups = (frozenset({"mem", "mem-per-cpu", "mem-per-gpu"}), frozenset({"gpus-per-node", "gpus", "gres"}),
+                     frozenset({"ntasks", "ntasks-per-node"}), frozenset({"requeue", "no-requeue"}))
+    option_keys = {"partition": "partition", "account": "account (your settings file)", "qos": "qos",
+                   "constraint": "constraint", "reservation": "reservation", "nodes": "nodes", "exclusive": "exclusive",
+                   "gpus/gpus-per-node/gres": "gpus_per_node, and the partition's gpu_type and gpu_request",
+                   "cpus-per-task": "cpus_per_task", "hint": "hint", "time": "time", "signal": "grace_s",
+                   "mem/mem-per-cpu/mem-per-gpu": "mem_gb, mem_per_gpu_gb, mem_per_cpu_gb or whole_node",
+                   "mail-type": "notify", "mail-user": "email (your settings file)"}
+
+    # scontrol and sacct show a job's flags in place of its base state (slurm's job_state_string)
+    STATES = {"COMPLETING": "RUNNING", "SIGNALING": "RUNNING", "STAGE_OUT": "RUNNING", "RESIZING": "RUNNING",
+              "REQUEUED": "PENDING", "REQUEUE_HOLD": "PENDING", "REQUEUE_FED": "PENDING", "SPECIAL_EXIT": "PENDING",
+              "RESV_DEL_HOLD": "PENDING", "STOPPED": "SUSPENDED", "REVOKED": "CANCELLED"}
+    FORGOTTEN = ("Invalid job id specified", "not found")  # scontrol on a job past MinJobAge, an array's element
+    accounting_name = "sacct"
+    commands = ("sbatch", "squeue", "sinfo", "scontrol", "sacct", "scancel")
+    version_command = ("sinfo", "--version")
+    ping_command = ("scontrol", "ping")  # exit 1 and "is DOWN" when slurmctld does not answer
+    controller = "slurmctld"
+
+    array_replaces = ("output", "job-name")
+    array_index = "SLURM_ARRAY_TASK_ID"
+    array_log = 'job-"$SLURM_ARRAY_JOB_ID"_"$SLURM_ARRAY_TASK_ID".out'
+
+    def directives(self, job: "Job") -> List[str]:
+        place = job.placement
+        options = [f"--job-name={job.job_name}",
+                   *present(partition=place.queue, account=place.account, qos=place.qos,
+                            constraint=place.constraint.replace(" ", ""), reservation=place.reservation),
+                   f"--nodes={place.nodes}", *(["--exclusive"] if place.exclusive else []),
+                   f"--ntasks-per-node={place.tasks_per_node}", *gpu_options(place),
+                   f"--cpus-per-task={place.cpus_per_task}", *present(hint=place.hint), *memory_options(place),
+                   f"--time={place.time}", f"--output={job.work.log_path}", "--open-mode=append",
+                   f"--signal=B:USR1@{place.grace_s}", "--requeue"]
+        if job.notify.wanted:
+            options += ["--mail-type=BEGIN,END,FAIL", *present(**{"mail-user": job.notify.email})]
+        return options + list(place.directives)
+
+    def task_step(self, job: "Job") -> List[str]:
+        """srun's options for one packed task: one GPU, its share of the job's memory (the template's comment says
+        why), its CPUs."""
+        mem_gb = job.placement.mem_gb
+        memory = [] if mem_gb is None else [f"--mem={mem_gb * 1024 // len(job.work.tasks)}M"]
+        return ["--exact", "--ntasks=1", "--nodes=1", "--gpus-per-node=1", *memory,
+                f"--cpus-per-task={job.placement.cpus_per_task}", *self.rank_step(job)]
+
+    def rank_step(self, job: "Job") -> List[str]:
+        """srun's options of every step that runs training ranks: the job ends when one of them fails."""
+        bind = job.placement.cpu_bind
+        return ["--kill-on-bad-exit=1", *([f"--cpu-bind={shlex.quote(bind)}"] if bind else [])]
+
+    def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
+        # %cap: Slurm's ArrayTaskThrottle, at most cap elements at once
+        return (f"#SBATCH --job-name={name}", f"#SBATCH --array=0-{count - 1}%{cap}",
+                f"#SBATCH --output={logs}/array-%A_%a.out")
+
+    def after_directive(self, job_id: str) -> Optional[str]:
+        return f"#SBATCH --dependency=afterany:{job_id}"  # afterany: a failed or cancelled element still ends it
+
+    def array_limit(self) -> Optional[int]:
+        """MaxArraySize (indices 0 to MaxArraySize - 1) as the controller says it, else Slurm's default, 1001."""
+        try:
+            done = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return 1001
+        found = re.search(r"^MaxArraySize\s*=\s*(\d+)", done.stdout, re.M)
+        return int(found.group(1)) if done.returncode == 0 and found else 1001
+
+    def element_id(self, array_id: str, index: int) -> str:
+        return f"{array_id}_{index}"
+
+    def log_name(self, job_name: str) -> str:
+        return "job-%j.out"
+
+    def cpu_bind_problem(self, value: str) -> str:
+        if CPU_BIND.match(value):
+            return ""
+        return f"cpu_bind {value!r} is not one of srun's --cpu-bind values; use one of: {CPU_BIND_WORDS}"
+
+    def inventory(self) -> Optional[Inventory]:
+        return live_inventory()
+
+    def test_script(self, script: Path) -> Optional[Tuple[bool, str]]:
+        if not shutil.which("sbatch"):
+            return None
+        done = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True)
+        said = (done.stderr + done.stdout).strip().splitlines()
+        if any(reason in line for line in said for reason in SLURM_UNREACHABLE):
+            return None  # sbatch is here but no cluster answers: nothing to learn about the script
+        return done.returncode == 0, said[-1] if said else f"exit status {done.returncode}"
+
+    def wait_options(self, job_ids: Sequence[str]) -> Optional[List[str]]:
+        # afterok: start once each has COMPLETED; --kill-on-invalid-dep: cancel it (CANCELLED, Reason
+        # DependencyNeverSatisfied) once one ended otherwise, rather than pend forever
+        return [f"--dependency=afterok:{':'.join(job_ids)}", "--kill-on-invalid-dep=yes"]
+
+    def submit(self, script: Path, run_dir: Path, after: Sequence[str] = ()) -> str:
+        waits = self.wait_options(after) if after else []
+        out = run_or_refuse(["sbatch", "--parsable", *waits, str(script)], "sbatch")
+        return out.strip().split(";")[0]
+
+    def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict[str, str]:
+        """{'state': State.RUNNING, 'exit_code': '0:0', 'nodes': 'n[1-2]'}; scontrol, since sacct needs accounting."""
+        done = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True)
+        if done.returncode != 0:
+            return {"state": State.UNKNOWN, "gone": any(word in done.stderr + done.stdout for word in self.FORGOTTEN)}
+        return self.live(dict(re.findall(r"(\w+)=(\S*)", done.stdout)))
+
+    def live(self, fields: Dict[str, str]) -> Dict[str, str]:
+        """One job's line of `scontrol show job -o`, as state() answers."""
+        state = State.of(fields.get("JobState", ""), self.STATES)
+        return {"state": state, "exit_code": fields.get("ExitCode", ""), "nodes": fields.get("NodeList", ""),
+                "reason": fields.get("Reason", "") if state == State.PENDING else "",
+                "restarts": fields.get("Restarts", "0") if fields.get("Restarts", "0") != "0" else ""}
+
+    def array_states(self, array_id: str) -> Optional[Dict[str, Dict[str, str]]]:
+        """Every element the controller still knows, from one scontrol call (the elements not started yet are one
+        line, ArrayTaskId=5-999%4); {} when it has forgotten the whole array, None when it did not answer."""
+        done = subprocess.run(["scontrol", "show", "job", "-o", array_id], capture_output=True, text=True)
+        if done.returncode != 0:
+            return {} if any(word in done.stderr + done.stdout for word in self.FORGOTTEN) else None
+        found = {}
+        for line in done.stdout.splitlines():
+            fields = dict(re.findall(r"(\w+)=(\S*)", line))
+            for index in array_indices(fields.get("ArrayTaskId", "")):
+                found[f"{array_id}_{index}"] = self.live(fields)
+        return found
+
+    def array_accounting(self, array_id: str) -> Optional[Dict[str, Dict[str, str]]]:
+        """sacct's record of every element, from one call; None without accounting."""
+        lines = self.sacct_lines(array_id)
+        if lines is None:
+            return None
+        found = {}
+        for listed, said, exit_code, nodes in lines:
+            record = self.accounting_record(said, exit_code, nodes)
+            _, _, tasks = listed.partition("_")
+            for index in array_indices(tasks.strip("[]")):
+                found[f"{array_id}_{index}"] = record
+        return found
+
+    def accounting(self, job_id: str) -> Optional[Dict[str, str]]:
+        """sacct's line for the job; an array element that never started is only in its array's line (2_[1-3%2])."""
+        array, _, index = job_id.partition("_")
+        for listed, said, exit_code, nodes in self.sacct_lines(array) or []:
+            if listed == job_id or (index and index_in(listed, array, int(index))):
+                return self.accounting_record(said, exit_code, nodes)
+        return None
+
+    def sacct_lines(self, job: str) -> Optional[List[Tuple[str, str, str, str]]]:
+        """(JobID, State, ExitCode, NodeList) of the job (an array: each element's line); None without sacct."""
+        try:
+            done = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "JobID,State,ExitCode,NodeList"],
+                                  capture_output=True, text=True)
+        except FileNotFoundError:
+            return None
+        if done.returncode != 0:
+            return []
+        return [tuple((line.split("|") + ["", "", ""])[:4]) for line in done.stdout.splitlines()]
+
+    def accounting_record(self, said: str, exit_code: str, nodes: str) -> Dict[str, str]:
+        word, _, uid = said.partition(" by ")  # CANCELLED by 1234
+        return {"state": State.of(word, self.STATES), "exit_code": exit_code, "nodes": nodes,
+                "said": f"sacct: {word}" + (f" by {user_of(uid)}" if uid else "")}
+
+    def associations(self) -> Optional[Dict[str, Tuple[str, ...]]]:
+        return qos_by_account()
+
+    def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
+        run_or_refuse(["scancel", job_id], "scancel")
+
+
+def present(**values: Optional[str]) -> List[str]:
+    """--name=value for each value given ("" and None: the option is left out, the site's default holds)."""
+    return [f"--{name}={value}" for name, value in values.items() if value]
+
+
+def gpu_options(place: "Placement") -> List[str]:
+    """The partition's way to ask for GPUs (gpu_request): by count or by type, as --gpus-per-node or --gres."""
+    if not place.gpus_per_node:
+        return []
+    typed = place.gpu_request.startswith("typed")
+    gpus = f"{place.gpu_type}:{place.gpus_per_node}" if typed else str(place.gpus_per_node)
+    return [f"--gres=gpu:{gpus}" if place.gpu_request.endswith("gres") else f"--gpus-per-node={gpus}"]
+
+
+def memory_options(place: "Placement") -> List[str]:
+    """Memory as the profile gives it: all of each node's (--mem=0), per GPU, per CPU, or per node; none: the
+    partition's default."""
+    if place.whole_node:
+        return ["--mem=0"]
+    for option, gb in (("mem-per-gpu", place.mem_per_gpu_gb), ("mem-per-cpu", place.mem_per_cpu_gb)):
+        if gb:
+            return [f"--{option}={gb}G"]
+    return [] if place.mem_gb is None else [f"--mem={place.mem_gb}G"]
+
+
+def array_indices(tasks: str) -> List[int]:
+    """Slurm's ArrayTaskId (`3`, `5-999%4`, `1,3-7:2`) as the indices it holds."""
+    found = []
+    for part in tasks.split("%")[0].split(",") if tasks else []:
+        first, _, rest = part.partition("-")
+        last, _, step = rest.partition(":")
+        if first.isdigit() and (last or first).isdigit():
+            found.extend(range(int(first), int(last or first) + 1, int(step or 1)))
+    return found
+
+
+def index_in(listed: str, array: str, index: int) -> bool:
+    """Whether sacct's `ARRAY_[1-3,5%2]` (the elements not started yet, as one line) holds `index`."""
+    found = re.fullmatch(re.escape(array) + r"_\[([\d,:-]+)(%\d+)?\]", listed)
+    return bool(found) and index in array_indices(found.group(1))
+
+
+def user_of(uid: str) -> str:
+    """sacct's `by 1234` as `uid 1234 (alice)`."""
+    try:
+        return f"uid {uid} ({pwd.getpwuid(int(uid)).pw_name})"
+    except (KeyError, ValueError):
+        return f"uid {uid}"

@@ -1,0 +1,1 @@
+"""The data themselves (torch); their names and parameters: cluster_train/shared/data.py."""

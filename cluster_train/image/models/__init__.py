@@ -1,0 +1,1 @@
+"""The models themselves (torch); their names and parameters: cluster_train/shared/models.py."""

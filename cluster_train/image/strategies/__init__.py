@@ -1,0 +1,1 @@
+"""The strategies themselves (torch); their names and parameters: cluster_train/shared/strategies.py."""

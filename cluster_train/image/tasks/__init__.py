@@ -1,0 +1,1 @@
+"""The tasks themselves (torch); their names and parameters: cluster_train/shared/tasks.py."""

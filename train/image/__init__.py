@@ -1,1 +1,0 @@
-"""Runs inside the Apptainer image (torch, Lightning): `python -m train ...`; never imported by train/host/."""

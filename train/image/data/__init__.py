@@ -1,1 +1,0 @@
-"""The data themselves (torch); their names and parameters: train/shared/data.py."""

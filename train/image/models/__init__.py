@@ -1,1 +1,0 @@
-"""The models themselves (torch); their names and parameters: train/shared/models.py."""

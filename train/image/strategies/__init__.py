@@ -1,1 +1,0 @@
-"""The strategies themselves (torch); their names and parameters: train/shared/strategies.py."""

@@ -1,1 +1,0 @@
-"""The tasks themselves (torch); their names and parameters: train/shared/tasks.py."""
