@@ -35,6 +35,8 @@ def running(run_dir: Path) -> Path:
 def test_a_finished_runs_status_results_and_metrics_come_from_its_records(tmp_path, capsys):
     run = Run(ended(fake_run(tmp_path, "lr-0.05", 0.05), "0"))
     assert (run.id, run.cluster, run.profile) == ("lr-0.05", "local", "cpu_1proc")
+    assert run.config == json.loads((run.path / "manifest.json").read_text())["config"]
+    assert run.config["optim"]["lr"] == 0.05
     status = run.status()
     assert (status.state, status.ended, status.cause, status.job_id) == (State.COMPLETED, True, "", "4242")
     assert [s.how for s in status.segments] == ["COMPLETED"]

@@ -75,6 +75,12 @@ class Run:
         return self._manifest
 
     @property
+    def config(self) -> Dict[str, Any]:
+        """The run config it was submitted with, every override applied (manifest.json's "config"), e.g.
+        run.config["seed"]; a sweep's: its first element's."""
+        return (self.runs[0] if self.is_sweep else self).manifest["config"]
+
+    @property
     def cluster(self) -> str:
         if self._remote is not None:
             return self._remote["cluster"]
