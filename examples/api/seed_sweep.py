@@ -13,7 +13,7 @@ def main() -> None:
     args = arguments()
     job = ct.Job(args.cluster, args.profile, args.experiment, overrides=args.set)
     sweep = job.sweep({"seed": args.seeds}, max_parallel=args.max_parallel)  # checked in full, then queued
-    print(f"sweep {sweep.path}: {len(sweep.runs)} runs")
+    print(f"sweep {sweep.path}: {len(sweep.runs)} runs", flush=True)
     completed = [run for run in sweep.runs if run.wait(timeout=args.timeout).state == ct.State.COMPLETED]
     if not completed:
         raise SystemExit(f"no run of sweep {sweep.path} completed: bin/run-cluster status {sweep.path}")
