@@ -124,9 +124,14 @@ def stage_dirs(out: str) -> dict:
     return {name: Path(path) for name, path in stages.items()}
 
 
-def printed_results(out: str, run_dir: Path) -> None:
-    """The example ends with fusion's results, as results.json holds them."""
-    assert json.loads(out[out.index("\n{") + 1:]) == json.loads((run_dir / "results.json").read_text())
+def results_json(where: Path) -> dict:
+    return json.loads((where / "results.json").read_text())
+
+
+def printed_results(out: str, run_dir: Path, tasks: tuple = ()) -> None:
+    """The example ends with fusion's results, as results.json holds them (a packed run's: each task's, by name)."""
+    expected = {task: results_json(run_dir / task) for task in tasks} if tasks else results_json(run_dir)
+    assert json.loads(out[out.index("\n{") + 1:]) == expected
 
 
 def test_the_seed001_pipeline_example_on_lsf_trains_fusion_once_the_experts_have_completed(
@@ -172,7 +177,7 @@ def test_the_seed001_pipeline_example_on_slurm_packs_four_architecture_fusion_pa
                            text=True).stdout.split()
     times = [line.split("|")[1:] for line in steps if re.fullmatch(rf"{job}\.[0-3]", line.split("|")[0])]
     assert len(times) == 4 and max(start for start, _ in times) < min(end for _, end in times), steps
-    printed_results(out, stages["fusion"])
+    printed_results(out, stages["fusion"], tuple(names))
 
 
 def test_the_function_example_on_slurm_returns_a_value_and_a_requeued_call_goes_on_from_its_checkpoint(

@@ -88,6 +88,20 @@ def test_rerun_and_resume_refuse_in_the_clis_words_and_queue_nothing(runs_dir, c
     assert [p.name for p in runs_dir.iterdir()] == ["done"]
 
 
+def test_a_packed_runs_results_are_each_tasks_by_name(tmp_path):
+    run_dir = ended(fake_run(tmp_path, "packed", 0.1, results=False), "0")
+    record = json.loads((run_dir / "manifest.json").read_text())
+    record["job"]["tasks"] = [{"name": "task-0-a"}, {"name": "task-1-b"}]  # what a packed profile's job records
+    (run_dir / "manifest.json").write_text(json.dumps(record))
+    for name, acc in (("task-0-a", 0.5), ("task-1-b", 0.25)):
+        (run_dir / name).mkdir()
+        (run_dir / name / "results.json").write_text(json.dumps({"final_val_acc": acc}))
+    assert Run(run_dir).results() == {"task-0-a": {"final_val_acc": 0.5}, "task-1-b": {"final_val_acc": 0.25}}
+    (run_dir / "task-1-b" / "results.json").unlink()
+    with pytest.raises(UserError, match="^run packed has no task-1-b/results.json yet"):
+        Run(run_dir).results()
+
+
 def test_wait_times_out_on_a_running_job_and_logs_follow_yields_lines_until_it_ends(tmp_path):
     run = Run(running(fake_run(tmp_path, "live", 0.1, results=False)))
     with pytest.raises(TimeoutError, match=r"did not finish within 0 s \(state RUNNING\); it goes on"):
