@@ -1,23 +1,20 @@
-"""Seeds 000, 001 and 002's experiments end to end inside the image, at small scale, each writing every file its users
-read: seed 000 through the test Slurm cluster, 002 through `bin/run-cluster local` (a job runs the task the same way
-in the image on either; test_end_to_end.py covers both paths); and seed 001 as its users pack it, in one command
-(ci-slurm's seed001 pipeline): stage 1's experts, four architectures side by side, then, once they have COMPLETED,
-four (architecture, fusion) pairs, one per (fake) GPU, each with its own log prefix and outputs. Seed 002's model family is trained one step each by the model tests in the image
-(test_in_image.py); here one of them trains through the experiment, from a pretrained weights file of the user's."""
+"""Seeds 000 and 002's experiments end to end inside the image, at small scale, each writing every file its users read:
+seed 000 through the test Slurm cluster, 002 through `bin/run-cluster local` (a job runs the task the same way in the
+image on either; test_end_to_end.py covers both paths). Seed 001, as its users pack it in one call (ci-slurm's seed001
+pipeline), is examples/api/seed001_pipeline.py's run (test_api_examples.py). Seed 002's model family is trained one
+step each by the model tests in the image (test_in_image.py); here one of them trains through the experiment, from a
+pretrained weights file of the user's."""
 import json
-import re
 import subprocess
 
 import pytest
 
 from conftest import job_logs, manifest, run_cluster, wait_for_slurm_job
-from cluster_train.host.runs import segments
 
 pytestmark = pytest.mark.image
 WHERE = {"local": ("local", "cpu_1proc"), "slurm": ("ci-slurm", "n1_gpu1")}
 # the experiments carry the seeds' real sizes (tests/image/test_experiment_sizes.py): every run here shrinks them
 QUICK = ["--set", "trainer.max_epochs=2", "--set", "data.num_workers=0", "--set", "data.batch_size=8"]
-FEW_BATCHES = ["--set", "trainer.limit_train_batches=10", "--set", "trainer.limit_val_batches=5"]  # files, not accuracy
 SIX_MODELS = ["PerFrameAggregation2D", "LateFusion2D", "EarlyFusion2D", "PerFrameAggregation3D", "LateFusion3D",
               "EarlyFusion3D"]
 
@@ -84,15 +81,6 @@ def test_seed_000_trains_the_six_video_models_in_sequence(where, video_data, run
     assert all(model in table for model in SIX_MODELS) and f"Best performing model: {best}" in table, log[-3000:]
 
 
-def assert_fusion_outputs(run_dir, arch, fusion):
-    parts = run_dir / f"{arch}_fusions" / fusion
-    for name in ("experts/expert_0.pth", "experts/expert_3.pth", "fusion/fusion_head.pth", "global/fusion_model.pth"):
-        assert (parts / name).is_file(), f"{run_dir.name}: {name}"
-    csv_log = run_dir / "csv_logs" / f"{arch}_fusions" / f"{arch}_{fusion}_training_log.csv"
-    header = csv_log.read_text().splitlines()[0].split(",")
-    assert {"loss", "accuracy", "experts_lr", "fusion_lr"} <= set(header), header
-
-
 @LOCAL
 def test_seed_002_trains_an_action_recognition_model_from_its_pretrained_weights(where, video_data, mobilenet_weights,
                                                                                  runs_dir):
@@ -103,35 +91,3 @@ def test_seed_002_trains_an_action_recognition_model_from_its_pretrained_weights
     finish(run_dir)
     assert json.loads((run_dir / "results.json").read_text())["model"] == "mobilenet_finetuned"
     assert (run_dir / "models" / "mobilenet_finetuned_best_weights.pth").is_file()
-
-
-@pytest.mark.slurm
-def test_seed_001_packing_runs_four_architecture_fusion_pairs_side_by_side(slurm_cluster, demo_data, runs_dir):
-    data = ["--set", f"data.root={demo_data}", "--set", "trainer.max_epochs=1", "--set", "data.batch_size=16"]
-    done = run_cluster("ci-slurm", "--pipeline", "seed001", *data, *FEW_BATCHES, "--run-id", "seed001")
-    assert done.returncode == 0, done.stderr  # one command: stage 1's experts, then fusion once they have COMPLETED
-    finish(runs_dir / "seed001-experts")
-    for i, task in enumerate(("densenet", "resnet", "improved_wide_resnet", "resnext")):  # what stage 2 reads
-        stage1 = runs_dir / "seed001-experts" / f"task-{i}-{task}"
-        assert (stage1 / "splits" / "fusion_holdout_indices.npy").is_file(), stage1
-        assert len(list(stage1.glob("checkpoints/*/expert_*_best.pth"))) == 4, stage1
-    log = finish(runs_dir / "seed001-fusion")
-    stage1, stage2 = (segments.read(runs_dir / f"seed001-{stage}") for stage in ("experts", "fusion"))
-    assert stage1[-1].how == "COMPLETED" and stage1[-1].end <= stage2[0].start, (stage1, stage2)
-    pairs = [("densenet_cifar", "multiplicative"), ("resnet_cifar", "multiplicativeAddition"),
-             ("improved_wide_resnet", "TransformerBase"), ("resnext_cifar", "concatenation")]
-    names = ["task-0-densenet-multiplicative", "task-1-resnet-multiplicativeAddition",
-             "task-2-improved_wide_resnet-TransformerBase", "task-3-resnext-concatenation"]
-    gpus = []
-    for name, (arch, fusion) in zip(names, pairs):
-        started = rf"^\[{name}\] \[cluster-train\] rank 0/1 on host n\d "  # whichever node was free once it could start
-        gpus += re.findall(started + r".*CUDA_VISIBLE_DEVICES=(\S+)", log, re.M)
-        assert_fusion_outputs(runs_dir / "seed001-fusion" / name, arch, fusion)  # its own run directory
-    assert len(gpus) == 4 and len(set(gpus)) == 4, f"one (fake) GPU per task, got {gpus}"
-    # side by side: Slurm started all four steps before any of them ended (its accounting, so a container that is
-    # slow to start on a loaded machine does not count against it)
-    job = manifest(runs_dir / "seed001-fusion")["scheduler"]["job_id"]
-    steps = subprocess.run(["sacct", "-j", job, "-n", "-P", "-o", "JobID,Start,End"], capture_output=True,
-                           text=True).stdout.split()
-    times = [line.split("|")[1:] for line in steps if re.fullmatch(rf"{job}\.[0-3]", line.split("|")[0])]
-    assert len(times) == 4 and max(start for start, _ in times) < min(end for _, end in times), steps

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, manifest, run_cluster, wait_for_slurm_job
+from conftest import ROOT, manifest, run_cluster
 
 from cluster_train.host import cli
 from cluster_train.host.runs import sweep
@@ -15,7 +15,6 @@ from cluster_train.host.schedulers import SCHEDULERS, State
 
 SWEEP = ["--sweep", "model.params.width=4,6,8", "--sweep", "optim.lr=0.05,0.1"]
 TINY = ["--set", "trainer.max_epochs=1", "--set", "data.num_workers=0", "--set", "trainer.limit_train_batches=4"]
-REAL = ["--sweep", "model.params.width=4,6,8"]  # the real arrays: one more element than runs at once
 
 
 def test_the_product_of_the_values_last_key_fastest():
@@ -109,7 +108,6 @@ def test_queued_sweep_records_every_element_and_status_is_one_table(store, capsy
     assert table[7].split() == ["e5", "8", "0.1", "PENDING", "0", "-"]
 
 
-
 def test_resume_of_a_sweep_resumes_the_elements_that_did_not_complete(store, capsys, monkeypatch):
     slurm = SCHEDULERS["slurm"]
     ended = {"77_0": State.COMPLETED, "77_1": State.FAILED, "77_2": State.TIMEOUT}
@@ -166,46 +164,6 @@ def completed_elements(sweep_dir: Path):
         results = json.loads((run_dir / "results.json").read_text())
         assert results["model"], log[-2000:]
     return record
-
-
-@pytest.mark.image
-@pytest.mark.slurm
-def test_a_sweep_is_slurm_arrays_capped_at_two_and_split_at_the_array_limit(cpu_image, slurm_cluster, demo_data,
-                                                                           runs_dir, tmp_path):
-    """Three runs on a cluster whose arrays hold two: an array of two at most two at once, then one of one that
-    waits for it; status reads both arrays in one question each."""
-    small = tmp_path / "ci-slurm.yaml"
-    small.write_text((ROOT / "clusters" / "ci-slurm.yaml").read_text() + "max_array_size: 2\n")
-    done = run_cluster(str(small), "n1_gpu1", "demo", "--set", f"data.root={demo_data}", *TINY, *REAL,
-                       "--max-parallel", "2", "--run-id", "sw", "--no-wait")
-    assert done.returncode == 0, done.stderr
-    record = json.loads((runs_dir / "sw" / "sweep.json").read_text())
-    first, second = [array["job_id"] for array in record["arrays"]]
-    shown = subprocess.run(["scontrol", "show", "job", "-o", first], capture_output=True, text=True).stdout
-    assert "ArrayTaskThrottle=2" in shown, shown
-    assert f"#SBATCH --dependency=afterany:{first}\n" in (runs_dir / "sw" / "sweep.1.sh").read_text()
-    assert [e["job_id"] for e in record["elements"]] == [f"{first}_0", f"{first}_1", f"{second}_0"]
-    states = [wait_for_slurm_job(e["job_id"]) for e in record["elements"]]
-    assert states == ["COMPLETED"] * 3, states
-    completed_elements(runs_dir / "sw")
-    table = run_cluster("status", runs_dir / "sw").stdout
-    assert table.startswith(f"sw: slurm arrays {first}, {second}, 3 runs"), table
-    assert len(re.findall(r"^e\d .* COMPLETED +1 +best_", table, re.M)) == 3, table
-
-
-
-@pytest.mark.image
-@pytest.mark.slurm
-def test_a_sweep_is_one_lsf_array_through_the_standin(cpu_image, slurm_cluster, demo_data, runs_dir, lsf_path):
-    done = run_cluster("ci-lsf", "one_gpu", "demo", "--set", f"data.root={demo_data}", *TINY, *REAL,
-                       "--max-parallel", "2", "--run-id", "sw", "--wait", "--timeout", "600")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
-    record = completed_elements(runs_dir / "sw")
-    assert len(re.findall(r"^e\d .* COMPLETED +1 +best_", done.stdout, re.M)) == 3, done.stdout
-    shown = subprocess.run(["bjobs", "-a", "-noheader", "-o", "jobid jobindex stat", record["array_job_id"]],
-                           capture_output=True, text=True).stdout
-    assert [line.split() for line in shown.splitlines()] == [[record["array_job_id"], str(i), "DONE"]
-                                                            for i in range(1, 4)], shown
 
 
 @pytest.mark.image

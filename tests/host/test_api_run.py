@@ -35,6 +35,8 @@ def running(run_dir: Path) -> Path:
 def test_a_finished_runs_status_results_and_metrics_come_from_its_records(tmp_path, capsys):
     run = Run(ended(fake_run(tmp_path, "lr-0.05", 0.05), "0"))
     assert (run.id, run.cluster, run.profile) == ("lr-0.05", "local", "cpu_1proc")
+    assert run.config == json.loads((run.path / "manifest.json").read_text())["config"]
+    assert run.config["optim"]["lr"] == 0.05
     status = run.status()
     assert (status.state, status.ended, status.cause, status.job_id) == (State.COMPLETED, True, "", "4242")
     assert [s.how for s in status.segments] == ["COMPLETED"]
@@ -84,6 +86,20 @@ def test_rerun_and_resume_refuse_in_the_clis_words_and_queue_nothing(runs_dir, c
     assert capsys.readouterr().err == f"run-cluster: error: {refused.value}\n"
     assert "image store" in str(refused.value) if how == "rerun" else "would train nothing" in str(refused.value)
     assert [p.name for p in runs_dir.iterdir()] == ["done"]
+
+
+def test_a_packed_runs_results_are_each_tasks_by_name(tmp_path):
+    run_dir = ended(fake_run(tmp_path, "packed", 0.1, results=False), "0")
+    record = json.loads((run_dir / "manifest.json").read_text())
+    record["job"]["tasks"] = [{"name": "task-0-a"}, {"name": "task-1-b"}]  # what a packed profile's job records
+    (run_dir / "manifest.json").write_text(json.dumps(record))
+    for name, acc in (("task-0-a", 0.5), ("task-1-b", 0.25)):
+        (run_dir / name).mkdir()
+        (run_dir / name / "results.json").write_text(json.dumps({"final_val_acc": acc}))
+    assert Run(run_dir).results() == {"task-0-a": {"final_val_acc": 0.5}, "task-1-b": {"final_val_acc": 0.25}}
+    (run_dir / "task-1-b" / "results.json").unlink()
+    with pytest.raises(UserError, match="^run packed has no task-1-b/results.json yet"):
+        Run(run_dir).results()
 
 
 def test_wait_times_out_on_a_running_job_and_logs_follow_yields_lines_until_it_ends(tmp_path):

@@ -75,6 +75,12 @@ class Run:
         return self._manifest
 
     @property
+    def config(self) -> Dict[str, Any]:
+        """The run config it was submitted with, every override applied (manifest.json's "config"), e.g.
+        run.config["seed"]; a sweep's: its first element's."""
+        return (self.runs[0] if self.is_sweep else self).manifest["config"]
+
+    @property
     def cluster(self) -> str:
         if self._remote is not None:
             return self._remote["cluster"]
@@ -154,11 +160,18 @@ class Run:
     # ---- what it made ----------------------------------------------------------------------------------------------
 
     def results(self) -> Dict[str, Any]:
-        """results.json, which a run writes when its training has finished."""
+        """results.json, which a run writes when its training has finished; a packed run's (several independent
+        tasks in one job, each in its own directory): {task name: its results.json}."""
         self._fetch()
-        path = self.path / RESULTS
+        tasks = [task["name"] for task in self.manifest.get("job", {}).get("tasks") or []]
+        if tasks:
+            return {name: self._results_in(Path(name) / RESULTS) for name in tasks}
+        return self._results_in(Path(RESULTS))
+
+    def _results_in(self, name: Path) -> Dict[str, Any]:
+        path = self.path / name
         if not path.is_file():
-            raise ClusterTrainError(f"run {self.id} has no {RESULTS} yet (it is {self.status().shown}); wait for it "
+            raise ClusterTrainError(f"run {self.id} has no {name} yet (it is {self.status().shown}); wait for it "
                                     f"to complete: Run({str(self.path)!r}).wait()")
         return json.loads(path.read_text())
 
