@@ -2,8 +2,9 @@
 read: seed 000 through the test Slurm cluster, 002 through `bin/run-cluster local` (a job runs the task the same way
 in the image on either; test_end_to_end.py covers both paths); and seed 001 as its users pack it, in one command
 (ci-slurm's seed001 pipeline): stage 1's experts, four architectures side by side, then, once they have COMPLETED,
-four (architecture, fusion) pairs, one per (fake) GPU, each with its own log prefix and outputs. Seed 002's model family is trained one step each by the model tests in the image
-(test_in_image.py); here one of them trains through the experiment, from a pretrained weights file of the user's."""
+four (architecture, fusion) pairs, one per (fake) GPU, each with its own log prefix and outputs. Seed 002's model family
+is trained one step each by the model tests in the image (test_in_image.py); here one of them trains through the
+experiment, from a pretrained weights file of the user's."""
 import json
 import re
 import subprocess
