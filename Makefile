@@ -57,7 +57,8 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml tests/requirements.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q uv
-	$(VENV)/bin/uv pip install -q --python $(PY) $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS)) -r tests/requirements.txt
+	$(VENV)/bin/uv pip install -q --python $(PY) $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS)) \
+	  -r tests/requirements.txt
 	touch $@
 
 # the generated sets the experiments read by default (experiments/*.yaml): CIFAR-100, UFC-10, seeds 003 and 004
@@ -67,7 +68,8 @@ STAND_INS := $(shell find data -type f -empty 2>/dev/null)
 $(STAND_INS): FORCE
 .PHONY: FORCE
 FORCE:
-data: $(DEMO_DATA)/cifar-100-python/meta $(VIDEO_DATA)/metadata/test.csv $(PLANNER_DATA)/meta.json $(MOTION_DATA)/meta.json
+data: $(DEMO_DATA)/cifar-100-python/meta $(VIDEO_DATA)/metadata/test.csv $(PLANNER_DATA)/meta.json \
+  $(MOTION_DATA)/meta.json
 $(DEMO_DATA)/cifar-100-python/meta: | image
 	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" $(IMAGES_DIR)/cpu.sif \
 		python -m train make_data cifar100 $(DEMO_DATA)

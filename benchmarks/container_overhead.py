@@ -154,9 +154,11 @@ def main() -> None:
                          args.steps, args.threads)
         together = ranks_at_once(args.image, root, args.ranks, args.runs)
     summary = {
-        "host": socket.gethostname(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(), "threads": args.threads, "image": args.image, "runs": args.runs,
-        "sides": result, "against_outside": compared(result), "ranks_at_once": together, "total_s": round(time.time() - started, 1),
+        "sides": result, "against_outside": compared(result), "ranks_at_once": together,
+        "total_s": round(time.time() - started, 1),
         "load_average_at_start": round(load, 2),
         "note": "outside = chroot into the SIF's own files: the same Python, torch and bytecode on both sides",
     }

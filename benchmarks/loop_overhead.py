@@ -1,20 +1,21 @@
 """What the registered training loop costs per step beyond a plain PyTorch loop, piece by piece, and what each of issue
 29's removals bought: `make bench-loop` -> benchmarks/results/<host>-<date>-loop.json.
 
-One process, one thread, the same batches (cluster_train.image.bench.ReusedBatches), model and optimizer on every side; each
-variant trains `steps` timed steps after 20, the variants alternate for `rounds` rounds (every other round in reverse
-order) and each one's median is kept. A small model (one Linear layer) makes the framework's cost per step stand out
-of the noise of this 2-core VM: it is the same per step whatever the model.
+One process, one thread, the same batches (cluster_train.image.bench.ReusedBatches), model and optimizer on every side;
+each variant trains `steps` timed steps after 20, the variants alternate for `rounds` rounds (every other round in
+reverse order) and each one's median is kept. A small model (one Linear layer) makes the framework's cost per step stand
+out of the noise of this 2-core VM: it is the same per step whatever the model.
 
 - plain: the hand-written loop (as cluster_train.image.bench.plain_rank);
 - lightning: a bare Lightning Trainer (no logger, checkpoint, summary, progress bar; one clock callback) and a
   training_step that logs nothing: Lightning's own loop;
-- fit_trainer: the Trainer `fit` builds (cluster_train.image.trainer.build_trainer: its callbacks, loggers, checkpoints, summary),
-  the same silent training_step;
+- fit_trainer: the Trainer `fit` builds (cluster_train.image.trainer.build_trainer: its callbacks, loggers, checkpoints,
+  summary), the same silent training_step;
 - fit: that Trainer and the Classifier as they are;
 - undo_1 .. undo_4: `fit` with one removal undone: (1) train/loss on a progress bar nobody draws, (2) both metrics
   logged (and the accuracy computed) at every step instead of the loggers' steps, (3) Lightning's default profiler
-  instead of cluster_train.image.trainer.NoProfiler, (4) nn.Module's __setattr__ for the hook name Lightning sets around each hook;
+  instead of cluster_train.image.trainer.NoProfiler, (4) nn.Module's
+  __setattr__ for the hook name Lightning sets around each hook;
 - before: all four undone (cluster_train/image/lit.py and cluster_train/image/trainer.py before issue 29).
 """
 import argparse

@@ -1,5 +1,6 @@
 """The demo's epoch time with four 1-CPU ranks side by side against one rank alone, before and after each rank's
-threads followed its share of the job's CPUs (cluster_train/image/threads.py) -> benchmarks/results/<host>-<date>-threads.json.
+threads followed its share of the job's CPUs (cluster_train/image/threads.py) ->
+benchmarks/results/<host>-<date>-threads.json.
 
 "before": no scheduler variable, so PyTorch sizes each rank's pool by the machine's cores (what every rank did
 before); "after": each rank is a 1-CPU Slurm task (SLURM_CPUS_PER_TASK=1), so it computes on one thread. The ranks

@@ -1,8 +1,8 @@
 """cluster-train: one training code base, any GPU cluster.
 
-`import cluster_train as ct` gives the Python API (`ct.Job`, `ct.Run`, `ct.ClusterTrainError`, ...: cluster_train/host/api), loaded
-on first use (PEP 562), so `python -m train` inside the image imports nothing of the login-node side.
-`cluster_train.host` (torch-free) resolves, checks, renders and submits jobs on a login node;
+`import cluster_train as ct` gives the Python API (`ct.Job`, `ct.Run`, `ct.ClusterTrainError`, ...:
+cluster_train/host/api), loaded on first use (PEP 562), so `python -m train` inside the image imports nothing of the
+login-node side. `cluster_train.host` (torch-free) resolves, checks, renders and submits jobs on a login node;
 the rest runs inside the image (`python -m train ...`).
 """
 from typing import TYPE_CHECKING, Any, List

@@ -6,8 +6,9 @@
 #
 # Builds are content-addressed. The key of a build is the sha256 of every input that goes into the image: the
 # definition file, the lock file, containers/install.sh, pyproject.toml and every file of the cluster_train package that
-# runs in the image (`git ls-files` plus untracked, not ignored files; not cluster_train/host/ or train/templates/). After a build, images/$(FLAVOR).inputs holds that key (one
-# `sha256  path` line per input, taken just before the build started), rewritten only when its content changes.
+# runs in the image (`git ls-files` plus untracked, not ignored files; not cluster_train/host/ or train/templates/).
+# After a build, images/$(FLAVOR).inputs holds that key (one `sha256  path` line per input, taken just before the build
+# started), rewritten only when its content changes.
 # `make image` rebuilds exactly when the current key differs from the stamp (or there is no image): a second
 # `make image` with nothing changed runs nothing and `make -q image` answers 0; touching a file without changing
 # it rebuilds nothing; `make -n image` shows whether apptainer would run.
@@ -65,7 +66,8 @@ $(IMAGE_SIF): $(if $(filter fresh,$(IMAGE_STATUS)),,_image_rebuild)
 	if [ "$$commit" != unknown ] && [ -n "$$(git status --porcelain -- $(IMAGE_DEF) $(IMAGE_LOCK) \
 	    containers/install.sh pyproject.toml cluster_train train 2>/dev/null)" ]; then commit="$$commit-dirty"; fi; \
 	set -- --build-arg "GIT_COMMIT=$$commit"; \
-	if grep -q '{{ *MIRROR *}}' $(IMAGE_DEF); then set -- "$$@" --build-arg "MIRROR=$$(bash containers/apt-mirror.sh)"; fi; \
+	if grep -q '{{ *MIRROR *}}' $(IMAGE_DEF); then \
+	  set -- "$$@" --build-arg "MIRROR=$$(bash containers/apt-mirror.sh)"; fi; \
 	if [ "$$(id -u)" = 0 ]; then export APPTAINER_DROP_CAPS=CAP_SYS_RESOURCE; fi; \
 	echo "make image: building $@ from $(IMAGE_DEF) (git $$commit)"; \
 	start=$$(date +%s); \
@@ -125,9 +127,13 @@ DERIVED_LOCK ?= $(basename $(REQS)).lock
 .PHONY: lock-derived
 lock-derived:
 	@test -n "$(REQS)" && test -f "$(REQS)" || \
-	  { echo "make lock-derived: REQS='$(REQS)' is not a file; give REQS=path/requirements.in (one package a line)" >&2; exit 2; }
-	@test -f containers/$(FLAVOR).lock || { echo "make lock-derived: no containers/$(FLAVOR).lock (FLAVOR=cpu|cuda12.8|cuda11.6)" >&2; exit 2; }
+	  { echo "make lock-derived: REQS='$(REQS)' is not a file; give REQS=path/requirements.in (one package a line)" >&2; \
+	    exit 2; }
+	@test -f containers/$(FLAVOR).lock || \
+	  { echo "make lock-derived: no containers/$(FLAVOR).lock (FLAVOR=cpu|cuda12.8|cuda11.6)" >&2; exit 2; }
 	$(UV) pip compile --quiet --generate-hashes --default-index $(LOCK_INDEX) $(LOCK_OPTS_$(FLAVOR)) \
-	  -c containers/$(FLAVOR).lock $$(awk -F'==' '/^[A-Za-z0-9]/ { print "--no-emit-package", $$1 }' containers/$(FLAVOR).lock) \
+	  -c containers/$(FLAVOR).lock \
+	  $$(awk -F'==' '/^[A-Za-z0-9]/ { print "--no-emit-package", $$1 }' containers/$(FLAVOR).lock) \
 	  "$(REQS)" -o "$(DERIVED_LOCK)"
-	@echo "make lock-derived: $(DERIVED_LOCK): $$(grep -c '^[A-Za-z0-9]' "$(DERIVED_LOCK)") packages on top of the $(FLAVOR) image"
+	@echo "make lock-derived: $(DERIVED_LOCK): $$(grep -c '^[A-Za-z0-9]' "$(DERIVED_LOCK)") packages" \
+	  "on top of the $(FLAVOR) image"

@@ -95,7 +95,8 @@ class Driver:
         return done.stdout
 
     def submit(self, run_id: str, profile: str, *more: str) -> None:
-        # --stale-image-ok: the job is a shell script; what the image's own cluster_train package holds is not tested here
+        # --stale-image-ok: the job is a shell script; what the
+        # image's own cluster_train package holds is not tested here
         self.run_cluster("ci-slurm", profile, "--run-id", run_id, "--no-wait", "--stale-image-ok", *more,
                          "--", "bash", "stop.sh", *(["slow"] if run_id == "sweep" else []))
 

@@ -17,7 +17,8 @@ CLUSTER_SH = ROOT / "tests" / "slurm" / "cluster.sh"
 def pytest_configure(config):
     config.pluginmanager.register(suite_report, "suite_report")  # skips that fail the run; where the time went
     # here, not in pyproject.toml: that file is an input of every image, and a marker is no reason to rebuild them
-    config.addinivalue_line("markers", "registry: needs Debian's docker-registry (make registry); not in make test-fast")
+    config.addinivalue_line("markers",
+                            "registry: needs Debian's docker-registry (make registry); not in make test-fast")
     config.addinivalue_line("markers", "cuda_image: builds the CUDA 12.8 image beside the other tests (minutes)")
     config.addinivalue_line("markers", "image_copy: test_in_image.py runs this module again inside the image, where "
                                        "jobs run; make test runs only that copy, make test-fast neither")
@@ -41,14 +42,15 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def sha256(path) -> str:
-    """What `sha256sum` prints: computed here independently of cluster_train.host.images.store, which the tests check."""
+    """What `sha256sum` prints: computed here independently of
+    cluster_train.host.images.store, which the tests check."""
     out = subprocess.run(["sha256sum", str(path)], capture_output=True, text=True, check=True).stdout
     return out.split()[0]
 
 
 # Input directories the experiment files name by default, by the data set each holds: preflight refuses a run whose
-# inputs do not exist or lack the data set's files (cluster_train/host/jobs/data_files.py), so the tests that submit without
-# a data.root of their own need them. `make data` fills them with real sets; where it has not, each gets empty
+# inputs do not exist or lack the data set's files (cluster_train/host/jobs/data_files.py), so the tests that submit
+# without a data.root of their own need them. `make data` fills them with real sets; where it has not, each gets empty
 # stand-ins of the files its data set needs (nothing trains on these), removed again after the session.
 DEFAULT_INPUTS = {ROOT / "data" / name: data_set for name, data_set in (
     ("cifar100-synthetic", "cifar100"), ("ufc10-synthetic", "ufc10"), ("cifar100", "cifar100"),

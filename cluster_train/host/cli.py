@@ -1,6 +1,7 @@
-"""`bin/run-cluster`: a new run (cluster_train/host/submit.py), or one of the commands of cluster_train/host/commands.py; `run-cluster
---help` lists them all, `run-cluster COMMAND --help` tells each. Only what the command asked for is imported: a dry
-run does not load the reports' or the image store's modules, `status` not the job builder's."""
+"""`bin/run-cluster`: a new run (cluster_train/host/submit.py), or one of the commands of
+cluster_train/host/commands.py; `run-cluster --help` lists them all, `run-cluster COMMAND --help` tells each. Only what
+the command asked for is imported: a dry run does not load the reports' or the image store's modules, `status` not the
+job builder's."""
 import os
 import sys
 from typing import List, Optional

@@ -4,7 +4,8 @@ import subprocess
 from pathlib import Path
 from typing import Optional
 
-SENT_FROM = ".ct-sent-from.json"  # at the root of a checkout's copy sent over ssh (cluster_train/host/remote): its commit
+# at the root of a checkout's copy sent over ssh (cluster_train/host/remote): its commit
+SENT_FROM = ".ct-sent-from.json"
 
 
 def git_state(source: Path):

@@ -109,7 +109,8 @@ def entry(part: LivePartition) -> Tuple[str, str, str]:
                f"nodes: {part.nodes}"]
     fields += [f"threads_per_core: {part.threads_per_core}"] if part.threads_per_core > 1 else []
     fields += [f"max_time: {json.dumps(part.max_time)}"] if part.max_time else []
-    some = f"nodes with features {', '.join(part.some_features)} only: add constraint: NAME" if part.some_features else ""
+    some = (f"nodes with features {', '.join(part.some_features)} only: add constraint: NAME"
+            if part.some_features else "")
     default = "the scheduler's default partition" if part.default else ""
     return "{" + ", ".join(fields) + "}", image, "; ".join(filter(None, [note, default, some]))
 

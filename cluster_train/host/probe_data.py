@@ -3,10 +3,10 @@ experiment's data loading, measured on this machine before its first submission,
 measured figure per dataloader worker instead of the stated data.worker_mem_gb (cluster_train/host/jobs/measured.py).
 
 A few batches go through the experiment's own data module, with its num_workers and batch_size, inside the current
-CPU image (torch is only there: `python -m train probe_data`, cluster_train/image/probe.py), the data bound read-only. No model is
-built: the workers' memory is the data's. The figures go to <runs root>/probes/<experiment>.json, keyed by the data
-(data.name and the data image's digest, else data.root), in the runs root of the cluster whose preflight reads them
-(--cluster, default local: $CT_RUNS_DIR or runs/). Run it where the data is: on a cluster, its login node."""
+CPU image (torch is only there: `python -m train probe_data`, cluster_train/image/probe.py), the data bound read-only.
+No model is built: the workers' memory is the data's. The figures go to <runs root>/probes/<experiment>.json, keyed by
+the data (data.name and the data image's digest, else data.root), in the runs root of the cluster whose preflight reads
+them (--cluster, default local: $CT_RUNS_DIR or runs/). Run it where the data is: on a cluster, its login node."""
 import json
 import sys
 import tempfile
@@ -93,7 +93,8 @@ def data_image(run: cfg.RunConfig, site: Site) -> Tuple[str, Optional[str]]:
 
 
 def in_image(run: cfg.RunConfig, image: store.ImageRecord, batches: int, data_bind: Optional[str]) -> dict:
-    """`python -m train probe_data` in the image, from a directory of its own (so the image's cluster_train package runs)."""
+    """`python -m train probe_data` in the image, from a directory
+    of its own (so the image's cluster_train package runs)."""
     with tempfile.TemporaryDirectory(prefix="ct-probe-") as tmp:
         cfg.dump(run, Path(tmp) / "config.yaml")
         binds = [tmp, *(f"{path}:{path}:ro" for path in cfg.input_paths(run).values()), *filter(None, [data_bind])]

@@ -44,10 +44,12 @@ def load(cluster: str) -> Dict[str, Any]:
         return {}
     where = f"settings file {file}"
     if not isinstance(raw, dict):
-        raise UserError(f"{where} must hold a mapping (email:, clusters: {{NAME: {{account: ...}}}}), not a list or value")
+        raise UserError(f"{where} must hold a mapping (email:, clusters: "
+                        f"{{NAME: {{account: ...}}}}), not a list or value")
     per_cluster = raw.pop("clusters", None) or {}
     if not isinstance(per_cluster, dict) or not all(isinstance(v, dict) or v is None for v in per_cluster.values()):
-        raise UserError(f"{where}: clusters must map each cluster name to its settings, e.g. clusters: {{gilbreth: {{account: lusu}}}}")
+        raise UserError(f"{where}: clusters must map each cluster name to its settings, e.g. clusters: "
+                        f"{{gilbreth: {{account: lusu}}}}")
     values = {**raw, **(per_cluster.get(cluster) or {})}
     for key, value in values.items():
         check(str(key), value, where)
@@ -109,7 +111,8 @@ def check(key: str, value: Any, where: str) -> None:
 def _modules(value: Any, where: str) -> None:
     for item in value if isinstance(value, list) else [value]:
         if not MODULE_NAME.match(_scalar(f"{where}: modules", item)):
-            raise UserError(f"{where}: modules item {str(item)[:60]!r} is not a module name like cuda/12.8; fix modules")
+            raise UserError(f"{where}: modules item {str(item)[:60]!r} is not a module name "
+                            "like cuda/12.8; fix modules")
 
 
 def _schedulers(value: Any, where: str) -> None:
@@ -128,7 +131,8 @@ def _schedulers(value: Any, where: str) -> None:
 
 
 def _tracker(value: Any, where: str) -> None:
-    """A name, a list or a mapping: checked where it goes, in the run config each job resolves (cluster_train/shared/tracker_config.py)."""
+    """A name, a list or a mapping: checked where it goes, in the run config each job resolves
+    (cluster_train/shared/tracker_config.py)."""
 
 
 NOT_SCALARS = {"modules": _modules, "require_signed": signing_policy.flag, "signers": signing_policy.fingerprints,
@@ -137,7 +141,8 @@ NOT_SCALARS = {"modules": _modules, "require_signed": signing_policy.flag, "sign
 
 def _scalar(where: str, value: Any) -> str:
     if isinstance(value, (dict, list)) or value is None:
-        raise UserError(f"{where} must be a single value, not {'a list' if isinstance(value, list) else 'a mapping' if value is not None else 'empty'}")
+        raise UserError(f"{where} must be a single value, not "
+                        f"{'a list' if isinstance(value, list) else 'a mapping' if value is not None else 'empty'}")
     text = str(value)
     if any(ord(c) < 32 or c == "\x7f" for c in text):
         raise UserError(f"{where} = {text!r} holds a newline or control character; remove it")

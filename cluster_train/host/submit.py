@@ -1,6 +1,6 @@
 """A new run from the command line: `run-cluster CLUSTER PROFILE [EXPERIMENT]`, a sweep, a race of two profiles
-(--first-to-start), a rerun; each made and checked in full by the API (cluster_train/host/api) before anything is queued,
-then shown here. The other commands: cluster_train/host/commands.py.
+(--first-to-start), a rerun; each made and checked in full by the API (cluster_train/host/api) before anything is
+queued, then shown here. The other commands: cluster_train/host/commands.py.
 argparse rather than fire: `--set` repeats, and fire cannot take a repeated flag."""
 import argparse
 import sys
@@ -55,7 +55,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--flavor", help="image flavor to run (default: the one the partition needs)")
     p.add_argument("--run-id", help="name of the run directory (default: time, cluster, profile, random suffix)")
     p.add_argument("--dev", action="store_true",
-                   help="run the task from this checkout's cluster_train package over the image's copy (no image rebuild)")
+                   help="run the task from this checkout's cluster_train package over the "
+                        "image's copy (no image rebuild)")
     p.add_argument("--stale-image-ok", action="store_true",
                    help="submit with an image built from other code than this checkout's (it runs its own code)")
     p.add_argument("--wait", dest="wait", action="store_true", default=None, help="wait for the job, following its log")
@@ -65,8 +66,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
-    """A new run, a sweep, a race of two profiles, or a rerun: made and checked by the API (cluster_train/host/api/job.py),
-    shown and queued here."""
+    """A new run, a sweep, a race of two profiles, or a rerun: made and checked by the API
+    (cluster_train/host/api/job.py), shown and queued here."""
     args = parser().parse_intermixed_args(argv)
     refuse_mixed(bool(args.sweeps or args.sweep_file), args.max_parallel, rerun=bool(args.rerun),
                  first_to_start=bool(args.first_to_start), command=bool(command), after=bool(args.after))
@@ -89,7 +90,8 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
                         max_parallel=args.max_parallel, first_to_start=args.first_to_start, timeout_s=args.timeout,
                         after=args.after)
         return show_and_queue(plan, args.dry_run, args.wait, args.timeout)
-    return show_and_queue(one_run(job.submission(site, args.dry_run, args.after)), args.dry_run, args.wait, args.timeout)
+    return show_and_queue(one_run(job.submission(site, args.dry_run, args.after)), args.dry_run, args.wait,
+                          args.timeout)
 
 
 def over_ssh(job: Job, site: Site, args, argv: List[str]) -> int:

@@ -6,8 +6,8 @@ Three kinds of rows, each case in fresh processes:
 - strategy: every registered strategy trains the first model with the run defaults (on a GPU: bf16 + channels-last),
   on `ranks` ranks (1 for `single`);
 - variant: each model, one rank, through the registered training loop (the Classifier in the Trainer `fit` builds
-  for `task: classify`: its options, callbacks and loggers, cluster_train/image/speed.py included): fp32, bf16, bf16+channels_last,
-  bf16+channels_last+compile (GPU only but fp32);
+  for `task: classify`: its options, callbacks and loggers, cluster_train/image/speed.py included): fp32, bf16,
+  bf16+channels_last, bf16+channels_last+compile (GPU only but fp32);
 - plain: the same model, batch and data in a hand-written PyTorch loop (autocast, the same optimizer), at the
   settings of the fastest eager variant: `loop_vs_plain` in each row is the framework's cost as a ratio.
 
@@ -78,7 +78,8 @@ class ReusedBatches(torch.utils.data.Dataset):
 
     def __init__(self, batch: int, size: int, num_classes: int, steps: int):
         g = torch.Generator().manual_seed(0)
-        self.pool = [(torch.randn(batch, 3, size, size, generator=g), torch.randint(0, num_classes, (batch,), generator=g))
+        self.pool = [(torch.randn(batch, 3, size, size, generator=g),
+                      torch.randint(0, num_classes, (batch,), generator=g))
                      for _ in range(2)]
         if torch.cuda.is_available():
             self.pool = [(x.pin_memory(), y.pin_memory()) for x, y in self.pool]
@@ -116,9 +117,10 @@ def _sync(cuda: bool) -> float:
 
 
 def lightning_rank(rank, case):
-    """The registered training loop: the Classifier in `task: classify`'s own Trainer (cluster_train.image.trainer.build_trainer:
-    the run's options, speed callbacks, RunGuard, checkpoint callbacks, CSV and TensorBoard loggers, writing into a
-    temporary directory), with the run defaults but one epoch, no validation and the bench's batches."""
+    """The registered training loop: the Classifier in `task: classify`'s own Trainer
+    (cluster_train.image.trainer.build_trainer: the run's options, speed callbacks, RunGuard, checkpoint callbacks, CSV
+    and TensorBoard loggers, writing into a temporary directory), with the run defaults but one epoch, no validation and
+    the bench's batches."""
     import tempfile
 
     from pytorch_lightning.callbacks import Callback
@@ -287,7 +289,8 @@ def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=Non
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if cuda else "cpu")
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.expanduser("~/.cache/torch_extensions"))
     known = gpu_models() if cuda else CPU_MODELS
-    chosen = known if models is None else {k: v for k, v in {**gpu_models(), **CPU_MODELS}.items() if k in _names(models)}
+    chosen = known if models is None else {k: v for k, v in {**gpu_models(), **CPU_MODELS}.items()
+                                           if k in _names(models)}
     if cuda:
         ranks = min(ranks, torch.cuda.device_count())
     variants = (list(VARIANTS) if cuda else ["fp32"]) if variants is None else _names(variants)
@@ -331,7 +334,8 @@ def _measured(case) -> dict:
 
 def _write(out: Path, cuda: bool, started: float, steps: int, warmup: int, repeats: int, rows: list) -> None:
     result = {
-        "host": socket.gethostname(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(0) if cuda else "cpu", "cpu_count": os.cpu_count(),
         "torch": torch.__version__, "cuda": torch.version.cuda, "total_s": round(time.time() - started, 1),
         "steps": steps, "warmup": warmup, "repeats": repeats, "rows": compare(rows),
@@ -357,7 +361,8 @@ def _names(value) -> list:
 
 def _row(r) -> str:
     if "error" in r:
-        return f"{r['kind']:8s} {r['model']:28s} {r['strategy']:14s} {r['variant']:27s} ranks {r['ranks']}  FAILED: {r['error']}"
+        return (f"{r['kind']:8s} {r['model']:28s} {r['strategy']:14s} {r['variant']:27s} "
+                f"ranks {r['ranks']}  FAILED: {r['error']}")
     dev = "" if r["device_peak_mb_per_rank"] is None else f" dev {r['device_peak_mb_per_rank']:>8.1f} MB"
     return (f"{r['kind']:8s} {r['model']:28s} {r['strategy']:14s} {r['variant']:27s} ranks {r['ranks']}  "
             f"{r['samples_per_s']:>9.1f} samples/s  {r['step_ms']:>8.1f} ms/step  "

@@ -1,6 +1,6 @@
-"""`python -m train call`: the function call a run was sent (cluster_train/shared/calls.py), made in the image from the run's
-code snapshot. It runs as the run's command (cluster_train/image/command.py: the ranks' variables, the snapshot as working
-directory), so every rank makes the call; rank 0's return value or exception is written to call/result.pkl.
+"""`python -m train call`: the function call a run was sent (cluster_train/shared/calls.py), made in the image from the
+run's code snapshot. It runs as the run's command (cluster_train/image/command.py: the ranks' variables, the snapshot as
+working directory), so every rank makes the call; rank 0's return value or exception is written to call/result.pkl.
 
 On the time-limit warning (SIGUSR1, which the batch shell forwards) or Slurm's preemption (SIGTERM), a function
 object with a `checkpoint` method is asked for the call to make next (like submitit's Checkpointable): rank 0 writes

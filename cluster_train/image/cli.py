@@ -14,13 +14,15 @@ def fit(config: str, **overrides):
     """Train: `python -m train fit --config runs/<id>/config.yaml [--trainer.max_epochs=5 ...]`.
 
     Resumes from the run's own checkpoints/last.ckpt when an earlier segment left one. Exit statuses: 0 done,
-    2 bad input, and cluster_train/shared/exit_codes.py (75 saved after SIGUSR1/SIGTERM, requeue me; 3 NaN loss; 4 disk full).
+    2 bad input, and cluster_train/shared/exit_codes.py (75 saved
+    after SIGUSR1/SIGTERM, requeue me; 3 NaN loss; 4 disk full).
     """
     from cluster_train.image import stop, threads
 
     stop.install()  # before the heavy imports: a SIGUSR1 from here on asks for a save, it no longer kills
     threads.default_threads()  # before torch is imported: it sizes its thread pool once
-    print(f"[cluster-train] cluster_train package: {Path(__file__).parent}", flush=True)  # the image's, or --dev's snapshot
+    # the image's, or --dev's snapshot
+    print(f"[cluster-train] cluster_train package: {Path(__file__).parent}", flush=True)
     from cluster_train.image.fit import fit as run_fit
     from cluster_train.image.leave import leave
 
@@ -40,8 +42,9 @@ def fit(config: str, **overrides):
 
 
 def command(config: str):
-    """Run the run's own command from its code snapshot: `command --config runs/<id>/config.yaml` (cluster_train/image/command.py).
-    Its exit status is the command's (75: it saved on the job's warning signal and asks to be requeued)."""
+    """Run the run's own command from its code snapshot: `command --config runs/<id>/config.yaml`
+    (cluster_train/image/command.py). Its exit status is the command's (75: it saved on the job's
+    warning signal and asks to be requeued)."""
     from cluster_train.image import threads
     from cluster_train.image.command import run_command
 
@@ -50,8 +53,9 @@ def command(config: str):
 
 
 def call():
-    """Make the function call this run was sent (`bin/run-cluster` never types it: cluster_train/host/api/function.py makes it
-    the run's command): call/args.pkl in, call/result.pkl out; exit 0 returned, 1 raised, 75 saved to be requeued."""
+    """Make the function call this run was sent (`bin/run-cluster` never types it:
+    cluster_train/host/api/function.py makes it the run's command): call/args.pkl in,
+    call/result.pkl out; exit 0 returned, 1 raised, 75 saved to be requeued."""
     from cluster_train.image.call import run_call
     from cluster_train.image.leave import leave
 
@@ -80,7 +84,8 @@ def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=Non
 def probe_data(config: str, batches: int = 20, out: str = ""):
     """The host memory of a run's data loading: `probe_data --config C [--batches=20] [--out=F]` loads N batches
     through its data module with its real num_workers and batch_size (no model) and writes the PSS peaks per worker
-    (cluster_train/image/probe.py) to F as JSON, else prints them; bin/run-cluster probe-data runs it in the CPU image."""
+    (cluster_train/image/probe.py) to F as JSON, else prints
+    them; bin/run-cluster probe-data runs it in the CPU image."""
     import json
 
     from cluster_train.image import threads

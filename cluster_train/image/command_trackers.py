@@ -1,6 +1,7 @@
 """`tracker:` for a run of your own code (`command:`): the trackers' own environment variables, so that your code's
 clients (`wandb.init()`, `mlflow.start_run()`, Lightning's loggers given them) continue one tracked run across the
-run's segments, as the image's tasks do (cluster_train/image/trackers.py). Torch-free: the launcher (cluster_train/image/command.py) sets them.
+run's segments, as the image's tasks do (cluster_train/image/trackers.py). Torch-free: the launcher
+(cluster_train/image/command.py) sets them.
 
 Only rank 0 gets them (your other ranks should not log); the others lose the trackers' credentials. MLflow's run id
 is the server's to give, so the launcher creates the run once (kept in trackers.json) and hands each later segment

@@ -1,4 +1,5 @@
-"""`python -m train fit`: look the config's task up (cluster_train/image/tasks) and run it (the Trainer factory: cluster_train/image/trainer.py)."""
+"""`python -m train fit`: look the config's task up (cluster_train/image/tasks) and run it (the Trainer factory:
+cluster_train/image/trainer.py)."""
 from cluster_train.shared import config as cfg
 from cluster_train.image import trackers
 from cluster_train.shared.tasks import TASKS

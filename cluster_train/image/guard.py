@@ -1,14 +1,16 @@
 """RunGuard: the callback every Trainer carries so a run survives its allocation and says how it ended.
 
-- stop on request: SIGUSR1/SIGTERM (cluster_train/image/stop.py) set a flag; at every batch end the ranks agree on it (one small
-  all-reduce when world size > 1), save `last_path` at that same step, and exit cluster_train.shared.exit_codes.REQUEUE (75). When
-  the request lands on an epoch's last batch the save waits for the epoch end (after validation); on a step whose
-  metrics row Lightning writes after this hook, it waits one step: the resumed run's metrics.csv has every row.
+- stop on request: SIGUSR1/SIGTERM (cluster_train/image/stop.py) set a flag; at every batch end the ranks agree on it
+  (one small all-reduce when world size > 1), save `last_path` at that same step, and exit
+  cluster_train.shared.exit_codes.REQUEUE (75). When the request lands on an epoch's last batch the save waits for the
+  epoch end (after validation); on a step whose metrics row Lightning writes after this hook, it waits one step: the
+  resumed run's metrics.csv has every row.
 - NaN/inf loss: the same all-reduce carries the loss; a non-finite one prints one line and exits NAN_LOSS without
   saving, so the last good checkpoint stays.
 - progress: rank 0 prints one line per epoch.
 - RNG state (torch, numpy, python, CUDA) travels in the checkpoint, and the training loader's position with it
-  (cluster_train/image/data/loading.py), so a run resumed mid-epoch draws the same batches and ends as if it had not stopped.
+  (cluster_train/image/data/loading.py), so a run resumed mid-epoch
+  draws the same batches and ends as if it had not stopped.
 - `$CT_RUN_DIR/logs/segments.jsonl`: rank 0 appends a `train_start` line when a process first starts training.
 """
 import json
@@ -32,7 +34,8 @@ _segment_recorded = []  # one train_start line per process, however many models 
 
 
 def tell(message: str, error: bool = False) -> None:
-    print(f"[cluster-train] {'error: ' if error else ''}{message}", file=sys.stderr if error else sys.stdout, flush=True)
+    print(f"[cluster-train] {'error: ' if error else ''}{message}", file=sys.stderr if error else sys.stdout,
+          flush=True)
 
 
 def record_train_start(trainer) -> None:

@@ -2,8 +2,8 @@
 
 A plain interpreter exit with a gloo process group still up can abort ("terminate called without an active
 exception": gloo's threads racing a peer's exit), and srun then kills the step: a run that finished is recorded FAILED
-(exit 143). destroy_process_group was seen to hang instead (cluster_train/image/node_check.py), so nothing is torn down: the
-exit handlers run (loggers, trackers), then os._exit skips the C++ teardown. Imports no torch.
+(exit 143). destroy_process_group was seen to hang instead (cluster_train/image/node_check.py), so nothing is torn down:
+the exit handlers run (loggers, trackers), then os._exit skips the C++ teardown. Imports no torch.
 """
 import atexit
 import os

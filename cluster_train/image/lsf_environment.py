@@ -1,8 +1,9 @@
 """Lightning cluster environment for plain LSF jobs launched with `blaunch` (DTU and most university clusters).
 
 Lightning's own LSFEnvironment only detects IBM's jsrun (JSM_NAMESPACE_*, LSB_DJOB_RANKFILE), so blaunch jobs would
-each train alone. The job script (cluster_train/host/schedulers/templates/lsf.sh.j2) starts one task per rank and exports CT_GLOBAL_RANK,
-CT_LOCAL_RANK, CT_NODE_RANK and CT_WORLD_SIZE; the hosts come from LSF's own host file, LSB_DJOB_HOSTFILE.
+each train alone. The job script (cluster_train/host/schedulers/templates/lsf.sh.j2) starts one task
+per rank and exports CT_GLOBAL_RANK, CT_LOCAL_RANK, CT_NODE_RANK and CT_WORLD_SIZE; the hosts come
+from LSF's own host file, LSB_DJOB_HOSTFILE.
 """
 import os
 

@@ -1,8 +1,8 @@
 """Measure, on this rank, the bytes of parameter and optimizer state that training actually holds.
 
 Counts live tensors (deduplicated by storage): the module's parameters as stored on this rank (a DeepSpeed ZeRO-3
-partition, an FSDP flat-parameter shard, or the whole tensor) and the innermost torch optimizer's parameters (DeepSpeed's
-fp32 master partitions) and state (momentum, Adam moments).
+partition, an FSDP flat-parameter shard, or the whole tensor) and the innermost torch optimizer's parameters
+(DeepSpeed's fp32 master partitions) and state (momentum, Adam moments).
 """
 import resource
 

@@ -1,9 +1,9 @@
-"""`python -m cluster_train.image.node_check`: what `run-cluster doctor --node PROFILE` runs on a profile's nodes, one process per
-rank, as your own command runs (RANK, WORLD_SIZE, MASTER_ADDR... from cluster_train/image/launch_env.py): each rank's host, the
-GPUs it sees, the NVIDIA driver against the image's minimum, the fabric devices its node exposes (InfiniBand verbs,
-Slingshot cxi), and one all-reduce across every rank (NCCL on GPUs, gloo on CPUs) with its bus bandwidth as
-nccl-tests defines it (algorithm bandwidth x 2(n-1)/n). Rank 0 writes node_check.json in the run directory and prints
-the table."""
+"""`python -m cluster_train.image.node_check`: what `run-cluster doctor --node PROFILE` runs on a profile's nodes, one
+process per rank, as your own command runs (RANK, WORLD_SIZE, MASTER_ADDR... from cluster_train/image/launch_env.py):
+each rank's host, the GPUs it sees, the NVIDIA driver against the image's minimum, the fabric devices its node exposes
+(InfiniBand verbs, Slingshot cxi), and one all-reduce across every rank (NCCL on GPUs, gloo on CPUs) with its bus
+bandwidth as nccl-tests defines it (algorithm bandwidth x 2(n-1)/n). Rank 0 writes node_check.json in the run directory
+and prints the table."""
 import glob
 import json
 import os

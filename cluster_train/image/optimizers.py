@@ -1,4 +1,5 @@
-"""The optimizers and learning-rate schedulers cluster_train/shared/optimizers.py names; torch is imported when one is built."""
+"""The optimizers and learning-rate schedulers cluster_train/shared/optimizers.py
+names; torch is imported when one is built."""
 
 
 def sgd(parameters, lr, momentum, weight_decay):

@@ -1,9 +1,9 @@
 """`python -m train probe_data --config C [--batches N] [--out F]`, inside the image (bin/run-cluster probe-data runs it
 there): the host memory of a run's data loading, measured before its first submission. N batches go through the
 experiment's own data module with its num_workers, batch_size and prefetch_factor, and PSS is sampled as in training
-(cluster_train/image/pss.py). No model is built: a worker's memory is the data's (the data set's state each worker holds, the
-batches it prefetches), so the probe measures the workers; a rank's own memory (the model, the optimizer, CUDA)
-only a run measures."""
+(cluster_train/image/pss.py). No model is built: a worker's memory is the data's (the data set's state each worker
+holds, the batches it prefetches), so the probe measures the workers; a rank's own memory (the model, the optimizer,
+CUDA) only a run measures."""
 import time
 
 import pytorch_lightning as pl

@@ -103,7 +103,8 @@ def gb(kb: int) -> float:
 
 
 class HostMemory(Callback):
-    """PeakPss of this rank from fit start to fit end (every Trainer of a run carries one: cluster_train/image/speed.py)."""
+    """PeakPss of this rank from fit start to fit end (every Trainer of a run carries one:
+    cluster_train/image/speed.py)."""
 
     def __init__(self):
         self.peaks = PeakPss()

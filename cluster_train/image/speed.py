@@ -10,10 +10,11 @@
   convolution's input is made channels-last instead, which cuDNN follows the same way.
   The CPU keeps NCHW: torch's CPU backward of a channels-last ResNet crashed (double free) in torch 2.13.
 - compile: `torch.compile` of the LightningModule's submodules in place (nn.Module.compile, so checkpoint keys stay
-  the same); the strategies it cannot work under are refused before anything runs (cluster_train.image.strategies.check_compile).
+  the same); the strategies it cannot work under are refused before anything runs
+  (cluster_train.image.strategies.check_compile).
 - InputWait: the time the training loop waits for its next batch against the whole step, per rank.
-- HostMemory (cluster_train/image/pss.py): the peak host memory of each rank and of its dataloader workers, gathered over ranks:
-  what a job's ranks and workers took, which preflight budgets for the experiment's next job.
+- HostMemory (cluster_train/image/pss.py): the peak host memory of each rank and of its dataloader workers, gathered
+  over ranks: what a job's ranks and workers took, which preflight budgets for the experiment's next job.
 """
 import dataclasses
 import os
@@ -83,7 +84,8 @@ def to_channels_last(module: torch.nn.Module) -> int:
 
 
 def channels_last_inputs(module: torch.nn.Module) -> int:
-    """Each convolution's input made channels-last as it arrives (a no-op once the activations are), weights untouched."""
+    """Each convolution's input made channels-last as it arrives
+    (a no-op once the activations are), weights untouched."""
     layers = convolutions(module)
     for layer, layout in layers:
         layer.register_forward_pre_hook(_input_layout(layout))

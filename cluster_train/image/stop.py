@@ -1,5 +1,6 @@
 """The "save and stop" request: SIGUSR1 (the job's warning before its time limit) or SIGTERM (Slurm's preemption or
-time limit) only set a flag here; the ranks act on it at the next step boundary (cluster_train/image/guard.py). Imports no torch.
+time limit) only set a flag here; the ranks act on it at the next
+step boundary (cluster_train/image/guard.py). Imports no torch.
 """
 import signal
 import threading

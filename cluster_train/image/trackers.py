@@ -1,5 +1,5 @@
-"""The experiment trackers a run logs to besides metrics.csv (`tracker:`, cluster_train/shared/tracker_config.py): Lightning's own
-TensorBoardLogger, MLFlowLogger and WandbLogger, given cluster-train's run identity.
+"""The experiment trackers a run logs to besides metrics.csv (`tracker:`, cluster_train/shared/tracker_config.py):
+Lightning's own TensorBoardLogger, MLFlowLogger and WandbLogger, given cluster-train's run identity.
 
 One tracked run per cluster-train run, whatever the number of segments: the tracker's run id is kept in the run
 directory (trackers.json) and every segment continues that run at the global step its checkpoint restored (MLflow:
@@ -17,7 +17,8 @@ from pytorch_lightning.utilities import rank_zero_only
 from cluster_train.shared import config as cfg
 from cluster_train.shared import wandb_offline
 from cluster_train.shared.tracker_config import CREDENTIALS
-from cluster_train.shared.tracker_identity import (identity, mark_mlflow_segment, mlflow_uri, mlflow_user, read_state, run_name,
+from cluster_train.shared.tracker_identity import (identity, mark_mlflow_segment, mlflow_uri, mlflow_user, read_state,
+                                                   run_name,
                                     segment_event, state_key, wandb_id, write_state)
 
 
@@ -76,8 +77,8 @@ class StepWandbLogger(WandbLogger):
 
 def finish(run: cfg.RunConfig, exit_code: int) -> None:
     """A segment's end, on rank 0 (the only rank that logs): W&B's run closed with the process's exit code, then its
-    offline directories folded into one (cluster_train/shared/wandb_offline.py). A segment killed before this is folded by the next
-    segment's start, or by `run-cluster sync`."""
+    offline directories folded into one (cluster_train/shared/wandb_offline.py). A segment killed before this is folded
+    by the next segment's start, or by `run-cluster sync`."""
     if "wandb" not in run.tracker.use or rank_zero_only.rank != 0:
         return
     import wandb

@@ -97,7 +97,8 @@ def keep_last(path: Path) -> ModelCheckpoint:
 
 
 def last_checkpoint(out: Path) -> Path:
-    """Where a run keeps the checkpoint it resumes from (the multi-model tasks: one per model, cluster_train/image/tasks/common.py)."""
+    """Where a run keeps the checkpoint it resumes from (the multi-model tasks: one per model,
+    cluster_train/image/tasks/common.py)."""
     return Path(out) / "checkpoints" / "last.ckpt"
 
 
@@ -117,7 +118,8 @@ def resilient(trainer: pl.Trainer) -> pl.Trainer:
 
 def cluster_plugins() -> list:
     """Slurm: Lightning's own environment with its auto-requeue off (it would call `scontrol` inside the container,
-    which has none; the batch shell requeues). Plain LSF with blaunch Lightning cannot detect (cluster_train/image/lsf_environment.py)."""
+    which has none; the batch shell requeues). Plain LSF with blaunch Lightning cannot detect
+    (cluster_train/image/lsf_environment.py)."""
     if LSFHostfileEnvironment.detect():
         return [LSFHostfileEnvironment()]
     if SLURMEnvironment.detect():

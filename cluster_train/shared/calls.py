@@ -1,7 +1,7 @@
-"""A Python function call sent into the image (cluster_train/host/api/function.py) and what comes back, as files of the run
-directory: call/args.pkl holds the Call to make (the function by module and qualified name, as pickle refers to it,
-unless the caller asked for cloudpickle), call/result.pkl what it returned or raised. Both sides import this; it
-imports nothing heavy."""
+"""A Python function call sent into the image (cluster_train/host/api/function.py) and what comes back, as files of the
+run directory: call/args.pkl holds the Call to make (the function by module and qualified name, as pickle refers to it,
+unless the caller asked for cloudpickle), call/result.pkl what it returned or raised. Both sides import this; it imports
+nothing heavy."""
 import pickle
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional

@@ -56,13 +56,16 @@ class OptimConfig:
 class TrainerConfig:
     max_epochs: int = field(default=3, metadata={"min": 1})
     accelerator: str = field(default="auto", metadata={"choices": ("auto", "cpu", "gpu", "cuda")})
-    devices: int = field(default=1, metadata={"min": 1})  # per node; derived from the cluster profile when submitted through run-cluster
+    # per node; derived from the cluster profile when submitted through run-cluster
+    devices: int = field(default=1, metadata={"min": 1})
     num_nodes: int = field(default=1, metadata={"min": 1})
     strategy: str = "ddp"
-    precision: str = "auto"  # auto: bf16-mixed on GPUs that have bf16 (Ampere and newer), else 32 (cluster_train/image/speed.py)
+    precision: str = "auto"  # auto: bf16-mixed on GPUs that have bf16 (Ampere and newer), else 32
+                             # (cluster_train/image/speed.py)
     # convolution weights channels-last on GPUs (Tensor Cores take NHWC without transposes); the CPU keeps NCHW
     channels_last: bool = True
-    compile: bool = False  # torch.compile the model (single and ddp; cluster_train.image.strategies.check_compile says why not others)
+    # torch.compile the model (single and ddp; cluster_train.image.strategies.check_compile says why not others)
+    compile: bool = False
     accumulate_grad_batches: int = field(default=1, metadata={"min": 1})
     gradient_clip_val: Optional[float] = field(default=None, metadata={"min": 0})
     limit_train_batches: Optional[Union[int, float]] = field(default=None, metadata={"min": 0})
@@ -88,10 +91,10 @@ class RunConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     tracker: TrackerConfig = field(default_factory=TrackerConfig)  # where metrics go besides metrics.csv
-    # Your own training code (cluster_train/image/command.py): `command` runs inside the image, from a snapshot of the `code`
-    # directory taken at submission, instead of `task`. `code` without a command runs the task from that code's own
-    # cluster_train package over the image's (run-cluster --dev). `reads` names the keys of your own YAML config that mean
-    # what preflight checks: devices, num_nodes, num_workers, batch_size, precision, accumulate_grad_batches,
+    # Your own training code (cluster_train/image/command.py): `command` runs inside the image, from a snapshot of the
+    # `code` directory taken at submission, instead of `task`. `code` without a command runs the task from that code's
+    # own cluster_train package over the image's (run-cluster --dev). `reads` names the keys of your own YAML config
+    # that mean what preflight checks: devices, num_nodes, num_workers, batch_size, precision, accumulate_grad_batches,
     # data_root, and `file` (default: the command's first .yaml argument).
     command: List[str] = field(default_factory=list)
     code: str = ""

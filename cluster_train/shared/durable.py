@@ -1,5 +1,6 @@
 """Files written so that a kill or a full disk never leaves half of one (torch-free: the checkpoints, the trackers'
-state and W&B's folded logs use it inside the image; see cluster_train/image/checkpoint_io.py for the checkpoints themselves)."""
+state and W&B's folded logs use it inside the image; see
+cluster_train/image/checkpoint_io.py for the checkpoints themselves)."""
 import errno
 import os
 import shutil

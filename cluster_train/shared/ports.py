@@ -1,6 +1,7 @@
 """The rendezvous port every rank of a job agrees on without talking: MASTER_PORT from the scheduler's job id.
 
-One formula for the job templates (rendered from these numbers) and for cluster_train/image/lsf_environment.py. Torch-free.
+One formula for the job templates (rendered from these numbers)
+and for cluster_train/image/lsf_environment.py. Torch-free.
 """
 MASTER_PORT_BASE = 20000
 MASTER_PORT_SPAN = 20000  # ports BASE .. BASE + SPAN - 1: jobs sharing a node rarely collide

@@ -1,8 +1,8 @@
 """Distributed strategy registry: a name in the config -> a Lightning strategy object (or name).
 
-Every constructor (cluster_train/image/strategies/builders.py) takes (accelerator, trainer=None): the resolved accelerator
-name and the TrainerConfig. DeepSpeed configurations are JSON files beside the constructors (package data), one per
-ZeRO variant.
+Every constructor (cluster_train/image/strategies/builders.py) takes (accelerator, trainer=None):
+the resolved accelerator name and the TrainerConfig. DeepSpeed configurations are JSON files beside
+the constructors (package data), one per ZeRO variant.
 Torch-free: names, PRECISIONS and check_precision serve the login node; a strategy's module is imported when built.
 """
 from cluster_train.shared.errors import UserError
@@ -10,7 +10,8 @@ from cluster_train.shared.registry import Registry
 
 _B = "cluster_train.image.strategies.builders"
 STRATEGIES = Registry("strategy", {
-    name: f"{_B}:{name}" for name in ("ddp", "single", "fsdp", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload")
+    name: f"{_B}:{name}" for name in ("ddp", "single", "fsdp", "zero1", "zero2", "zero2_offload", "zero3",
+                                      "zero3_offload")
 }, fixed=("accelerator", "trainer"))
 
 PRECISIONS = ("auto", "32", "16-mixed", "bf16-mixed")  # auto: cluster_train/image/speed.py

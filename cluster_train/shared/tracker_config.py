@@ -1,4 +1,5 @@
-"""`tracker:` of a run config: which experiment trackers a run logs to and where (cluster_train/image/trackers.py builds them).
+"""`tracker:` of a run config: which experiment trackers a run
+logs to and where (cluster_train/image/trackers.py builds them).
 
 Torch-free, so the host checks it before anything is queued. `tracker: mlflow`, `tracker: [mlflow, wandb]` and
 `tracker: {use: [mlflow], mlflow_uri: ...}` say the same thing in growing detail; metrics.csv is always written.

@@ -1,6 +1,7 @@
-"""What ties a tracker's run to a cluster-train run, torch-free (the image's trainer, cluster_train/image/trackers.py, and your own
-command's launcher, cluster_train/image/command_trackers.py, both use it): the run's identity as tags, the W&B id, each segment as
-an event, and the tracker run ids kept in the run's output directory (trackers.json) for every later segment."""
+"""What ties a tracker's run to a cluster-train run, torch-free (the image's trainer, cluster_train/image/trackers.py,
+and your own command's launcher, cluster_train/image/command_trackers.py, both use it): the run's identity as tags, the
+W&B id, each segment as an event, and the tracker run ids kept in the run's output directory (trackers.json) for every
+later segment."""
 import getpass
 import hashlib
 import json

@@ -25,7 +25,8 @@ def oci_registry(tmp_path_factory):
         port = s.getsockname()[1]
     tmp = tmp_path_factory.mktemp("registry")
     (tmp / "config.yml").write_text(f"version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: "
-                                    f"{tmp / 'data'}}}, delete: {{enabled: true}}}}\nhttp: {{addr: 127.0.0.1:{port}}}\n")
+                                    f"{tmp / 'data'}}}, delete: {{enabled: "
+                                    f"true}}}}\nhttp: {{addr: 127.0.0.1:{port}}}\n")
     with (tmp / "log").open("w") as log:
         proc = subprocess.Popen([exe, "serve", str(tmp / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 30

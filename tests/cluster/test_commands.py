@@ -93,8 +93,8 @@ def test_logs_follow_streams_a_running_job_and_returns_when_it_ends(sweep_file_r
 @pytest.mark.image
 @pytest.mark.slurm
 def test_a_script_waits_for_the_real_sweep_and_reads_each_runs_results_metrics_and_logs(sweep_file_runs, monkeypatch):
-    """The Python API (cluster_train/host/api/run.py) on the sweep the tests above watch: each element waited for as a run,
-    then the sweep; what each made read back; `runs()` lists them as `run-cluster runs` does."""
+    """The Python API (cluster_train/host/api/run.py) on the sweep the tests above watch: each element waited for as a
+    run, then the sweep; what each made read back; `runs()` lists them as `run-cluster runs` does."""
     from cluster_train.host.api.run import Run, State, runs
 
     sweep_dir, record, env = sweep_file_runs

@@ -29,16 +29,19 @@ OFI_LINES = ["nid001234:51234:51234 [0] NCCL INFO NET/Plugin: Loaded net plugin 
              "nid001234:51234:51234 [0] NCCL INFO NET/OFI Selected provider is cxi, fabric is cxi (found 4 nics)",
              "nid001234:51234:51301 [0] NCCL INFO Using network AWS Libfabric",
              "nid001234:51234:51301 [0] NCCL INFO Channel 00/0 : 0[0] -> 4[0] [send] via NET/AWS Libfabric/0/GDRDMA"]
-NEW_PLUGIN_LINES = ["nid001234:51234:51234 [0] NCCL INFO NET/OFI Selected provider is cxi, fabric is cxi (found 4 nics)",
+NEW_PLUGIN_LINES = ["nid001234:51234:51234 [0] NCCL INFO NET/OFI Selected provider is cxi, "
+                    "fabric is cxi (found 4 nics)",
                     "nid001234:51234:51301 [0] NCCL INFO Using network Libfabric"]  # aws-ofi-nccl 1.12+, NCCL_NET unset
 # ... and without the plugin in the container (NCCL_NET unset): NCCL finds no libnccl-net.so, no IB, uses sockets.
 OFI_FALLBACK_LINES = ["nid001235:7712:7712 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so.",
                       "nid001235:7712:7712 [0] NCCL INFO NET/IB : No device found.",
-                      "nid001235:7712:7712 [0] NCCL INFO NET/Socket : Using [0]hsn0:10.249.2.35<0> [1]hsn1:10.249.2.36<0>",
+                      "nid001235:7712:7712 [0] NCCL INFO NET/Socket : Using "
+                      "[0]hsn0:10.249.2.35<0> [1]hsn1:10.249.2.36<0>",
                       "nid001235:7712:7790 [0] NCCL INFO Using network Socket",
                       "nid001235:7712:7790 [0] NCCL INFO Channel 00/0 : 4[0] -> 0[0] [send] via NET/Socket/0"]
 # ... or the plugin over a libfabric without cxi: its TCP provider, sockets under another name
-OFI_TCP_LINES = ["nid001235:7712:7712 [0] NCCL INFO NET/OFI Selected provider is tcp;ofi_rxm, fabric is 10.249.0.0/16 (found 1 nics)",
+OFI_TCP_LINES = ["nid001235:7712:7712 [0] NCCL INFO NET/OFI Selected provider is tcp;ofi_rxm, fabric is "
+                 "10.249.0.0/16 (found 1 nics)",
                  "nid001235:7712:7790 [0] NCCL INFO Using network AWS Libfabric"]
 NO_NETWORK = ["nid001234:1:1 [0] NCCL INFO cudaDriverVersion 12040"]
 
@@ -96,7 +99,8 @@ def dry_run(tmp_path, monkeypatch):
 FABRIC_JOBS = [("gilbreth", "multi_node_4x1", IB_LINES, SOCKET_LINES, "WARNING: NCCL fell back to TCP sockets "
                 "between the nodes instead of InfiniBand", "InfiniBand is not confirmed"),
                ("perlmutter", "regular_4nodes", OFI_LINES, OFI_FALLBACK_LINES, "WARNING: NCCL fell back to TCP "
-                "sockets between the nodes instead of HPE Slingshot", "HPE Slingshot (aws-ofi-nccl over cxi) is not confirmed")]
+                "sockets between the nodes instead of HPE Slingshot",
+                "HPE Slingshot (aws-ofi-nccl over cxi) is not confirmed")]
 
 
 @pytest.mark.parametrize("cluster, profile, good, fallback, warning, unknown", FABRIC_JOBS)

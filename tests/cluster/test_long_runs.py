@@ -147,7 +147,8 @@ def warned_until_ended(runs: dict, timeout_s: float) -> dict:
                 warned[name].append(trained)
         time.sleep(0.5)
     missing = {name: segments.read(runs[name][0]) for name in runs if name not in ended}
-    assert not missing, f"not ended in {timeout_s} s: {missing}\n" + "".join(job_logs(r[0])[-2000:] for r in runs.values())
+    assert not missing, (f"not ended in {timeout_s} s: {missing}\n"
+                         + "".join(job_logs(r[0])[-2000:] for r in runs.values()))
     return ended
 
 

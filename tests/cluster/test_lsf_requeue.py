@@ -73,7 +73,8 @@ def test_run_limit_sends_usr2_and_ends_the_job_term_runlimit(lsf_env, tmp_path):
 def test_run_limit_kills_a_job_that_ignores_the_signals(lsf_env):
     job_id = submit("trap '' USR2 INT TERM\nwhile :; do sleep 0.2; done\n", lsf_env, "#BSUB -W 1\n")
     assert wait_end(job_id, lsf_env) == ["EXIT", "137", "TERM_RUNLIMIT"]
-    signals = re.findall(r"Signal <(\w+)> sent to the job \(run limit\)", lsf("bhist", "-l", job_id, env=lsf_env).stdout)
+    signals = re.findall(r"Signal <(\w+)> sent to the job \(run limit\)",
+                         lsf("bhist", "-l", job_id, env=lsf_env).stdout)
     assert signals == ["USR2", "INT", "TERM", "KILL"]
 
 
@@ -97,7 +98,8 @@ def test_brequeue_from_the_job_itself_reruns_it_with_the_same_id(lsf_env, tmp_pa
 
 def test_requeue_exit_value_reruns_the_job(lsf_env, tmp_path):
     out = tmp_path / "out.txt"
-    body = 'echo "run restart=${LSB_RESTART:-N} requeue_values=$LSB_EXIT_REQUEUE"\n[ "${LSB_RESTART:-}" = Y ] || exit 75\n'
+    body = ('echo "run restart=${LSB_RESTART:-N} requeue_values=$LSB_EXIT_REQUEUE"\n'
+            '[ "${LSB_RESTART:-}" = Y ] || exit 75\n')
     job_id = submit(body, lsf_env, f'#BSUB -Q "75"\n#BSUB -o {out}\n')
     assert wait_end(job_id, lsf_env) == ["DONE", "0", "-"]
     assert out.read_text().splitlines() == ["run restart=N requeue_values=75", "run restart=Y requeue_values=75"]

@@ -1,7 +1,7 @@
-"""A cluster reached over SSH (cluster_train/host/remote): a real OpenSSH server on 127.0.0.1 plays the test Slurm cluster's
-login node (tests/ssh/login.py), this checkout plays the laptop and a directory of the server's plays the project's
-copy on the cluster. Values reach the remote shell as data; ssh's failures are one line naming the host and the fix;
-a run submitted from the laptop trains on the test Slurm cluster and every run command reaches it."""
+"""A cluster reached over SSH (cluster_train/host/remote): a real OpenSSH server on 127.0.0.1 plays the test Slurm
+cluster's login node (tests/ssh/login.py), this checkout plays the laptop and a directory of the server's plays the
+project's copy on the cluster. Values reach the remote shell as data; ssh's failures are one line naming the host and
+the fix; a run submitted from the laptop trains on the test Slurm cluster and every run command reaches it."""
 import json
 import os
 import re
@@ -103,7 +103,8 @@ def test_a_full_remote_disk_or_a_missing_python_queue_nothing(login_node, tmp_pa
         said = submit_to(config, tmp_path, remote_dir=str(full / "cluster-train"))
     finally:
         subprocess.run(["umount", str(full)], check=True)
-    assert said.returncode == 2 and "ci-slurm over ssh (ct-other)" in said.stderr and "quota there is full" in said.stderr
+    assert (said.returncode == 2 and "ci-slurm over ssh (ct-other)" in said.stderr
+            and "quota there is full" in said.stderr)
     said = submit_to(config, tmp_path, remote_dir=str(tmp_path / "copy"), remote_python="python9")
     assert said.returncode == 2 and "ci-slurm over ssh (ct-other) has no python9" in said.stderr, said.stderr
     assert len(said.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()  # no record: not queued
@@ -195,7 +196,8 @@ def test_the_cluster_pulls_an_image_pushed_to_a_registry_and_nothing_passes_thro
     reach = Reach("ci-slurm", "ct-other", str(remote / "cluster-train"), config=str(config))
     sync.send_code(reach)
     for cluster_store, pushed in ((remote / "by-registry", image.pushed),
-                                  (remote / "by-copy", [{"reference": "oras://127.0.0.1:9/lab/gone", "plain_http": True}])):
+                                  (remote / "by-copy",
+                                   [{"reference": "oras://127.0.0.1:9/lab/gone", "plain_http": True}])):
         sync.send_settings(reach, {"images": str(cluster_store)})
         sent = sync.send_image(reach, dataclasses.replace(image, pushed=pushed))
         assert (sent == 0) == (pushed is image.pushed), sent  # pulled there, or (the registry gone) sent from here
@@ -259,14 +261,16 @@ def test_a_run_submitted_from_the_laptop_trains_and_every_run_command_reaches_it
     assert remote_manifest(laptop, "short")["command"].count("--run-id") == 1  # typed once: recorded once
     assert wait_for_slurm_job(job, 300) == "COMPLETED", job_logs(laptop["cluster"] / "runs" / "short")[-3000:]
     status = run_cluster("status", "short", env=env)
-    assert status.returncode == 0 and f"short: slurm job {job} COMPLETED" in status.stdout, status.stdout + status.stderr
+    assert (status.returncode == 0
+            and f"short: slurm job {job} COMPLETED" in status.stdout), status.stdout + status.stderr
     logs = run_cluster("logs", str(laptop["local"] / "short"), env=env)
     assert "[cluster-train] rank 0/1 on host" in logs.stdout
     again = run_cluster("--rerun", "short", env=env)  # same digest and config, a new run on the cluster
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr
     rerun_id = next(p.name for p in laptop["local"].iterdir() if p.name not in ("short", "long"))
     rerun = remote_manifest(laptop, rerun_id)
-    assert rerun["rerun_of"] == "short" and rerun["image"]["sha256"] == remote_manifest(laptop, "short")["image"]["sha256"]
+    assert (rerun["rerun_of"] == "short"
+            and rerun["image"]["sha256"] == remote_manifest(laptop, "short")["image"]["sha256"])
     assert rerun["git"] == sent_from
     followed = run_cluster("logs", "--follow", rerun_id, env=env, timeout=300)  # streamed until the job ends
     assert followed.returncode == 0 and "[cluster-train] rank 0/1 on host" in followed.stdout, followed.stderr
@@ -287,8 +291,8 @@ def test_a_run_submitted_from_the_laptop_trains_and_every_run_command_reaches_it
 @pytest.mark.image
 @pytest.mark.slurm
 def test_a_script_on_the_laptop_reads_a_run_on_the_cluster_as_a_local_one(laptop, monkeypatch):
-    """The Python API (cluster_train/host/api/run.py) from the laptop: the run that lives on the cluster over SSH waited for,
-    its status, results, metrics and logs read, listed by runs(); each asked there as the command line asks."""
+    """The Python API (cluster_train/host/api/run.py) from the laptop: the run that lives on the cluster over SSH waited
+    for, its status, results, metrics and logs read, listed by runs(); each asked there as the command line asks."""
     from cluster_train.host.api.run import Run, State, runs
 
     for name in ("CT_SETTINGS", "CT_RUNS_DIR"):
@@ -382,7 +386,8 @@ def test_one_table_shows_local_runs_and_every_cluster_over_ssh(laptop, login_nod
     settings.write_text(json.dumps({"clusters": {"ci-slurm": reach, "ci-lsf": reach, "gilbreth": down}}))
     env["CT_SETTINGS"] = str(settings)
     small = ["demo", "--set", f"data.root={laptop['demo_data']}", "--set", "data.num_workers=0",
-             "--set", "trainer.max_epochs=1", "--set", "trainer.limit_train_batches=2", "--set", "trainer.limit_val_batches=1"]
+             "--set", "trainer.max_epochs=1", "--set", "trainer.limit_train_batches=2", "--set",
+             "trainer.limit_val_batches=1"]
     lsf = run_cluster("ci-lsf", "one_gpu", *small, "--run-id", "on-lsf", "--no-wait", env=env)
     assert lsf.returncode == 0, lsf.stdout[-2000:] + lsf.stderr
     here = run_cluster("local", "cpu_1proc", *small, "--run-id", "here", env=env)

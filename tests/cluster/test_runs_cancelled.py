@@ -52,7 +52,8 @@ def assert_as_cancelled(runs: Path) -> None:
     assert segments.read(runs / "unstarted") == segments.read(runs / "scancelled") == []
     for element in ELEMENTS:
         found = segments.read(runs / element)
-        assert len(found) == 1 and found[0].how in ("", "TERMINATED"), (element, found, job_logs(runs / element)[-2000:])
+        assert len(found) == 1 and found[0].how in ("", "TERMINATED"), (
+            element, found, job_logs(runs / element)[-2000:])
 
 
 def test_each_way_to_cancel_a_run_ends_it_cancelled(cancelled_runs):

@@ -17,7 +17,8 @@ def new_keyring(path, name: str) -> str:
     """A keyring holding one fresh key pair without passphrase; its fingerprint (lower case)."""
     subprocess.run(["apptainer", "key", "newpair", f"--keysdir={path}", f"--name={name}", f"--email={name}@example.org",
                     "--password=", "--push=false", "--bit-length=2048"], check=True, capture_output=True)
-    listed = subprocess.run(["apptainer", "key", "list", f"--keysdir={path}"], capture_output=True, text=True, check=True)
+    listed = subprocess.run(["apptainer", "key", "list", f"--keysdir={path}"], capture_output=True, text=True,
+                            check=True)
     return next(line.split()[-1].lower() for line in listed.stdout.splitlines() if "Fingerprint" in line)
 
 
@@ -129,7 +130,8 @@ def test_a_signed_image_from_a_shared_store_runs_and_the_job_refuses_one_it_cann
     assert all(d.returncode == 0 for d in done), "".join(d.stderr for d in done)
     recorded = manifest(runs / "signed")["image"]
     assert recorded["sha256"] == signed["sha256"] and recorded["signed_from"] == cpu_image.sha256
-    assert wait_for_slurm_job(manifest(runs / "signed")["scheduler"]["job_id"]) == "COMPLETED", job_logs(runs / "signed")
+    assert (wait_for_slurm_job(manifest(runs / "signed")["scheduler"]["job_id"])
+            == "COMPLETED"), job_logs(runs / "signed")
     assert json.loads((runs / "signed" / "results.json").read_text())["image_sha256"] == signed["sha256"]
 
     stranger = keys["stranger"][0] / "pgp-public"

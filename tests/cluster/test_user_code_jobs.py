@@ -1,8 +1,8 @@
 """Both example projects (examples/) run unchanged through every launch shape inside the image: local, the test Slurm
 cluster on 2 nodes x 2 tasks, the LSF stand-in on 2 hosts; each rank sees the same world size and its own rank;
 --rerun reproduces the metrics from the recorded snapshot, whatever happened to the project since; --dev runs a task
-from this checkout's cluster_train package. (The Lightning one saving on the time-limit warning, requeued and resumed: beside
-the other long runs, in tests/cluster/test_long_runs.py.)"""
+from this checkout's cluster_train package. (The Lightning one saving on the time-limit warning, requeued and resumed:
+beside the other long runs, in tests/cluster/test_long_runs.py.)"""
 import json
 import re
 import shutil

@@ -29,11 +29,11 @@ the case's directory (so `runs/` stays empty, a `--run-id ../../x` creates nothi
 `$(touch {tmp}/PWNED)` payload creates nothing).
 
 Each case runs both ways, in the same child: the command line, then the same request through the Python API
-(cluster_train/host/api: Job(...).check() and .submit(), .dry_run() for a dry run, .sweep(), Job.rerun_of(...) and rerun();
-Run(...).status(), .logs(), .cancel(), .resume() and runs() for those commands), which must raise ClusterTrainError
-with the command line's words (or check() return them), print nothing and change nothing either. Only a case the API
-cannot express runs the command line alone, and says why: a command with no API by design (NO_API), or the command
-line's own syntax (CLI_SYNTAX); test_only_what_the_api_cannot_express_is_skipped holds them to exactly that.
+(cluster_train/host/api: Job(...).check() and .submit(), .dry_run() for a dry run, .sweep(), Job.rerun_of(...) and
+rerun(); Run(...).status(), .logs(), .cancel(), .resume() and runs() for those commands), which must raise
+ClusterTrainError with the command line's words (or check() return them), print nothing and change nothing either. Only
+a case the API cannot express runs the command line alone, and says why: a command with no API by design (NO_API), or
+the command line's own syntax (CLI_SYNTAX); test_only_what_the_api_cannot_express_is_skipped holds them to exactly that.
 
 `python tests/host/test_bad_inputs.py [ID ...]` runs the corpus (or some cases) outside pytest and prints each failure.
 """
@@ -73,7 +73,8 @@ def load_cases() -> List[dict]:
             unknown = set(case) - CASE_KEYS
             assert not unknown, f"{path.name}: case {case.get('id')!r} has unknown keys {sorted(unknown)}"
             assert case.get("id") and case["id"] not in seen, f"{path.name}: missing or repeated id {case.get('id')!r}"
-            assert ("argv" in case) != ("args" in case and bool(base)), f"{path.name}: {case['id']}: give argv, or args and a file base"
+            assert ("argv" in case) != ("args" in case and bool(base)), (
+                f"{path.name}: {case['id']}: give argv, or args and a file base")
             seen.add(case["id"])
             argv = case["argv"] if "argv" in case else list(base) + list(case["args"])
             cases.append({**case, "argv": argv, "file": path.name})
@@ -109,7 +110,8 @@ def _arg(item, values: Dict[str, str]):
     if isinstance(item, dict) and "bytes" in item:
         return _fill(item["bytes"], values).encode("latin-1")
     if isinstance(item, dict) and "repeat" in item:
-        return _fill(item.get("prefix", ""), values) + item["repeat"] * item["times"] + _fill(item.get("suffix", ""), values)
+        return (_fill(item.get("prefix", ""), values) + item["repeat"] * item["times"]
+                + _fill(item.get("suffix", ""), values))
     return str(item)  # numbers written unquoted in a case
 
 
@@ -128,7 +130,8 @@ def _snapshot(top: Path) -> Dict[str, Tuple]:
         for name in dirnames + filenames:
             path = Path(dirpath) / name
             st = path.lstat()
-            found[str(path.relative_to(top))] = (st.st_mode >> 12, st.st_size if not path.is_dir() else 0, st.st_mtime_ns if not path.is_dir() else 0)
+            found[str(path.relative_to(top))] = (st.st_mode >> 12, st.st_size if not path.is_dir() else 0,
+                                                 st.st_mtime_ns if not path.is_dir() else 0)
     return found
 
 
@@ -374,7 +377,8 @@ def judge(prepared: Prepared, case_root: Path, rc: Optional[int]) -> Result:
         problems.append(f"a scheduler command was called: {marker.read_text().strip()!r}")
     runs = tmp / "runs"
     if not runs.is_dir() or any(runs.iterdir()):
-        problems.append(f"the runs dir is not empty: {sorted(p.name for p in runs.iterdir()) if runs.is_dir() else 'gone'}")
+        problems.append("the runs dir is not empty: "
+                        f"{sorted(p.name for p in runs.iterdir()) if runs.is_dir() else 'gone'}")
     before, after = prepared.before, _snapshot(case_root)
     created = sorted(set(after) - set(before))
     removed = sorted(set(before) - set(after))

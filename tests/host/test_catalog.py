@@ -48,15 +48,18 @@ def test_catalog_lists_every_registry_in_display_order():
     assert "resnet_cifar  depth=20, width=16" in text and "experts_dir=<required>" in text
 
 
-@pytest.mark.parametrize("title, bad, hint", [("models", "resnet_cifr", "resnet_cifar"), ("optimizers", "adamm", "adamw"),
+@pytest.mark.parametrize("title, bad, hint",
+                         [("models", "resnet_cifr", "resnet_cifar"), ("optimizers", "adamm", "adamw"),
                                               ("fusion heads", "multiplicativ", "multiplicative"),
-                                              ("precisions", "bf16_mixed", "bf16-mixed"), ("tasks", "clasify", "classify")])
+                                              ("precisions", "bf16_mixed", "bf16-mixed"),
+                                              ("tasks", "clasify", "classify")])
 def test_an_unknown_name_is_refused_with_a_hint(title, bad, hint):
     from cluster_train.shared.catalog import REGISTRIES
 
     registry = REGISTRIES[title]
     assert bad not in registry
-    with pytest.raises(UserError, match=f"unknown {registry.kind} '{bad}' \\(did you mean '{hint}'\\?\\); choose one of"):
+    with pytest.raises(UserError,
+                       match=f"unknown {registry.kind} '{bad}' \\(did you mean '{hint}'\\?\\); choose one of"):
         registry.check(bad)
 
 
@@ -159,14 +162,16 @@ def test_find_cycle_finds_one():
 
 def test_train_has_no_import_circle():
     graph = import_graph()
-    assert "cluster_train.image.tasks.classify" in graph["cluster_train.image.fit"] or "cluster_train.shared.tasks" in graph["cluster_train.image.fit"]
+    assert ("cluster_train.image.tasks.classify" in graph["cluster_train.image.fit"]
+            or "cluster_train.shared.tasks" in graph["cluster_train.image.fit"])
     assert "cluster_train.image.trainer" in graph["cluster_train.image.tasks.common"]
     cycle = find_cycle(graph)
     assert cycle is None, "import circle: " + " -> ".join(cycle)
 
 
 def test_no_module_in_train_is_over_400_lines():
-    long = {str(p.relative_to(ROOT)): n for p in TRAIN.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {str(p.relative_to(ROOT)): n for p in TRAIN.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"split these modules (over {MAX_LINES} lines): {long}"
 
 

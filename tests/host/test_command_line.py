@@ -72,7 +72,8 @@ def test_pip_install_gives_a_run_cluster_command():
 
 def test_a_command_imports_only_its_own_modules():
     """`names --help` loads neither the job builder nor YAML nor Jinja; a dry run no report or image command."""
-    probe = ("import sys; sys.argv[1:] = {argv!r}; from cluster_train.host.cli import main\ntry: main()\nexcept SystemExit: "
+    probe = ("import sys; sys.argv[1:] = {argv!r}; from cluster_train.host.cli import main\ntry: "
+             "main()\nexcept SystemExit: "
              "pass\nprint(' '.join(sorted(sys.modules)), file=sys.stderr)")
     loaded = {}
     for name, argv in (("names", ["names", "--help"]), ("dry run", ["ci-slurm", "n1_gpu1", "demo", "--dry-run"])):
@@ -81,7 +82,8 @@ def test_a_command_imports_only_its_own_modules():
         loaded[name] = set(done.stderr.splitlines()[-1].split())
     assert not {"cluster_train.host.jobs.build", "jinja2", "yaml"} & loaded["names"]
     assert "cluster_train.host.jobs.build" in loaded["dry run"]
-    assert not {"cluster_train.host.reports.report", "cluster_train.host.images.commands", "cluster_train.host.runs.table"} & loaded["dry run"]
+    assert not {"cluster_train.host.reports.report", "cluster_train.host.images.commands",
+                "cluster_train.host.runs.table"} & loaded["dry run"]
 
 
 def test_yaml_is_read_by_libyaml_and_its_errors_worded_by_pyyaml(monkeypatch):

@@ -7,7 +7,8 @@ from cluster_train.shared.errors import UserError
 
 
 def test_overrides_are_typed_and_dotted():
-    run = cfg.resolve({"trainer": {"max_epochs": 2}}, ["trainer.precision=16-mixed", "optim.lr=1", "model.params={depth: 8}"])
+    run = cfg.resolve({"trainer": {"max_epochs": 2}},
+                      ["trainer.precision=16-mixed", "optim.lr=1", "model.params={depth: 8}"])
     assert run.trainer.max_epochs == 2
     assert run.trainer.precision == "16-mixed"
     assert run.optim.lr == 1.0 and isinstance(run.optim.lr, float)

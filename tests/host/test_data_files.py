@@ -1,5 +1,5 @@
-"""The files each data set needs under data.root (cluster_train/host/jobs/data_files.py), held to what its generator writes
-in the loader's real format; an empty data folder is refused before queueing (its submission:
+"""The files each data set needs under data.root (cluster_train/host/jobs/data_files.py), held to what its generator
+writes in the loader's real format; an empty data folder is refused before queueing (its submission:
 tests/bad_inputs/paths.yaml) and only warned about on a dry run."""
 import pytest
 

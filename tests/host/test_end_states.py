@@ -1,6 +1,6 @@
-"""How a run ended, and whose word that is (cluster_train/host/runs/ending.py), against schedulers that remember the job, that
-have forgotten it and keep accounting, and that keep none; the cause line that names the event, never a rank that
-stopped as asked; the adapters' readings of sacct, scontrol and bhist; a closed pipe. No cluster needed: the real
+"""How a run ended, and whose word that is (cluster_train/host/runs/ending.py), against schedulers that remember the
+job, that have forgotten it and keep accounting, and that keep none; the cause line that names the event, never a rank
+that stopped as asked; the adapters' readings of sacct, scontrol and bhist; a closed pipe. No cluster needed: the real
 clusters' cases are in tests/cluster/test_runs_cancelled.py."""
 import getpass
 import json
@@ -86,7 +86,8 @@ def test_the_runs_own_record_decides_when_the_scheduler_forgot_and_keeps_no_acco
                                             "record ends with ") and told in state["ended_by"], state
 
 
-@pytest.mark.parametrize("scheduler", [Scheduler({"state": State.CANCELLED}), Scheduler(), Scheduler(said=SACCT_CANCELLED),
+@pytest.mark.parametrize("scheduler",
+                         [Scheduler({"state": State.CANCELLED}), Scheduler(), Scheduler(said=SACCT_CANCELLED),
                                        Scheduler({"state": State.FAILED})],  # LSF shows a killed job EXIT
                          ids=["remembered", "forgotten", "forgotten-sacct", "lsf-exit"])
 @pytest.mark.parametrize("events", CANCELLED_RECORDS.values(), ids=CANCELLED_RECORDS)

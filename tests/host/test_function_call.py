@@ -1,7 +1,8 @@
 """A Python function sent into the image: what the image could not import is refused before anything is queued, in one
-line naming the fix (cluster_train/host/jobs/function_call.py); the runner (`python -m train call`, cluster_train/image/call.py) makes
-the call from a run directory as the job does, writes its value or its exception with the traceback, and saves the
-next call for a requeue on the warning signal. Processes of this machine's Python: no image, no scheduler."""
+line naming the fix (cluster_train/host/jobs/function_call.py); the runner (`python -m train call`,
+cluster_train/image/call.py) makes the call from a run directory as the job does, writes its value or its exception with
+the traceback, and saves the next call for a requeue on the warning signal. Processes of this machine's Python: no
+image, no scheduler."""
 import importlib
 import os
 import pickle

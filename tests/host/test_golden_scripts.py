@@ -35,7 +35,8 @@ def env(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("golden")
     for flavor in ("cpu", "cuda11.6", "cuda12.8"):  # stand-in images with fixed content, so fixed digests
         (tmp / f"{flavor}.sif").write_text(f"stand-in {flavor} image\n")
-        store.record(flavor, tmp / f"{flavor}.sif", ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=tmp / "images")
+        store.record(flavor, tmp / f"{flavor}.sif", ROOT / "pyproject.toml", ROOT / "pyproject.toml",
+                     root=tmp / "images")
     for arch in ("densenet_cifar", "resnet_cifar", "improved_wide_resnet", "resnext_cifar"):
         (tmp / "experts" / arch).mkdir(parents=True)  # the packed fusion tasks' inputs must exist
     data = squashfs_stand_in(tmp / "ufc10.sqsh")

@@ -30,7 +30,8 @@ def images_command(*args, env=None):
 
 
 def store_files(store: Path) -> dict:
-    return {str(p.relative_to(store)): p.read_bytes() for p in store.rglob("*") if p.is_file()} if store.exists() else {}
+    return {str(p.relative_to(store)): p.read_bytes() for p in store.rglob("*")
+            if p.is_file()} if store.exists() else {}
 
 
 @pytest.fixture
@@ -125,7 +126,8 @@ def test_a_run_from_one_clone_uses_the_image_another_clone_built_into_a_shared_s
     name that store finds the image there."""
     shared = tmp_path / "shared"
     sif = build_sif(tmp_path / "cpu.sif")
-    recorded = subprocess.run([sys.executable, "-m", "cluster_train.host.images.content_key", "record", "--flavor", "cpu",
+    recorded = subprocess.run([sys.executable, "-m", "cluster_train.host.images.content_key", "record", "--flavor",
+                               "cpu",
                                "--sif", sif, "--def", ROOT / "containers" / "cpu.def",
                                "--lock", ROOT / "containers" / "cpu.lock", "--root", shared],
                               capture_output=True, text=True, cwd=ROOT)

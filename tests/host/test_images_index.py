@@ -1,5 +1,5 @@
-"""cluster_train.host.images.store and .content_key: the image store and index, and the content key `make image` rebuilds on
-(no Apptainer)."""
+"""cluster_train.host.images.store and .content_key: the image store and index, and the content key `make image`
+rebuilds on (no Apptainer)."""
 import json
 import os
 import subprocess
@@ -100,11 +100,12 @@ def test_reads_an_index_written_with_absolute_paths_and_fewer_fields(tmp_path):
 
 
 def test_inputs_key_and_stamp(tmp_path):
-    """The content key covers the def file, the lock, install.sh, pyproject.toml and the cluster_train package, but not the
-    host side or the job templates (they never run inside the image)."""
+    """The content key covers the def file, the lock, install.sh, pyproject.toml and the cluster_train package, but not
+    the host side or the job templates (they never run inside the image)."""
     repo = tmp_path / "repo"
     for rel, text in {"containers/cpu.def": "def\n", "containers/cpu.lock": "lock\n", "containers/install.sh": "sh\n",
-                      "pyproject.toml": "[project]\n", "cluster_train/__init__.py": "", "cluster_train/image/fit.py": "x = 1\n",
+                      "pyproject.toml": "[project]\n", "cluster_train/__init__.py": "",
+                      "cluster_train/image/fit.py": "x = 1\n",
                       "cluster_train/host/x.py": "x = 1\n",
                       "cluster_train/host/schedulers/templates/slurm.sh.j2": "#!/bin/bash\n",
                       "cluster_train/__pycache__/junk.pyc": "junk", "README.md": "not an input\n"}.items():

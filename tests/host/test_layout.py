@@ -1,7 +1,8 @@
 """The host side stays a set of rooms a newcomer can read (issue 25): short functions, short modules, and no import
-circle, neither between modules nor between the rooms (cluster_train/host/<room>/) they sit in. And cluster_train/ is three layers
-named by where the code runs (issue 40): cluster_train/host/ (login node), cluster_train/shared/ (torch-free, both sides),
-cluster_train/image/ (inside the image); the host imports only the shared layer, which imports neither side."""
+circle, neither between modules nor between the rooms (cluster_train/host/<room>/) they sit in. And cluster_train/ is
+three layers named by where the code runs (issue 40): cluster_train/host/ (login node), cluster_train/shared/
+(torch-free, both sides), cluster_train/image/ (inside the image); the host imports only the shared layer, which imports
+neither side."""
 import ast
 import re
 import subprocess
@@ -37,7 +38,8 @@ def imported(path: Path, known: Dict[str, Path]) -> Set[str]:
 
 
 def room(module: str) -> str:
-    """cluster_train.host.jobs.build -> cluster_train.host.jobs; a module at the top of cluster_train/host is a room of its own."""
+    """cluster_train.host.jobs.build -> cluster_train.host.jobs; a
+    module at the top of cluster_train/host is a room of its own."""
     return ".".join(module.split(".")[:3])
 
 
@@ -88,7 +90,8 @@ def test_no_import_circle_between_modules_or_rooms():
     rooms: Dict[str, Set[str]] = {}
     for name, targets in graph.items():
         rooms.setdefault(room(name), set()).update(room(t) for t in targets if room(t) != room(name))
-    rooms.pop("cluster_train.host", None)  # cluster_train/host/__init__.py, the docstring every module's import passes through
+    # cluster_train/host/__init__.py, the docstring every module's import passes through
+    rooms.pop("cluster_train.host", None)
     assert circles(graph) == [] and circles(rooms) == []
 
 
@@ -143,7 +146,8 @@ def test_the_circle_finder_finds_one():
 def test_no_top_level_folder_shares_a_name_with_a_module_of_train():
     """bench/ beside cluster_train/image/bench.py read as one thing in two places (issue 40): the benchmarks live in
     benchmarks/, and `make bench` and its siblings still find their scripts there."""
-    modules_of_train = {path.stem for path in (ROOT / "cluster_train").iterdir() if path.suffix == ".py" or path.is_dir()}
+    modules_of_train = {path.stem for path in (ROOT / "cluster_train").iterdir() if path.suffix == ".py"
+                        or path.is_dir()}
     tracked = subprocess.run(["git", "ls-tree", "-d", "--name-only", "HEAD"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout.split()
     assert set(tracked) & modules_of_train == set()

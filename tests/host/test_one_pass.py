@@ -118,8 +118,8 @@ def test_the_host_side_never_imports_torch(store, tmp_path):
 
 
 def test_only_the_scheduler_adapters_name_a_scheduler():
-    """Facts about Slurm, LSF and the local runner live in their adapters (cluster_train/host/schedulers/), not in if/else
-    elsewhere in cluster_train/host/."""
+    """Facts about Slurm, LSF and the local runner live in their adapters (cluster_train/host/schedulers/), not in
+    if/else elsewhere in cluster_train/host/."""
     pattern = re.compile(r"""(==|!=|\bin\b)\s*\(?\s*["'](slurm|lsf|local)["']|["'](slurm|lsf|local)["']\s*(==|!=)""")
     host = ROOT / "cluster_train" / "host"
     offenders = [f"{path.relative_to(host)}:{n}: {line.strip()}" for path in sorted(host.rglob("*.py"))
@@ -133,7 +133,8 @@ def test_the_image_content_key_leaves_out_the_host_side(tmp_path):
 
     files = content_key.input_files("containers/cpu.def", "containers/cpu.lock", ROOT)
     assert "cluster_train/shared/config.py" in files and "cluster_train/image/fit.py" in files
-    assert not [f for f in files if f.startswith("cluster_train/host/")]  # the job templates too (host/schedulers/templates)
+    # the job templates too (host/schedulers/templates)
+    assert not [f for f in files if f.startswith("cluster_train/host/")]
 
 
 def test_flavors_are_the_definition_files():

@@ -141,7 +141,8 @@ def test_a_sites_own_gpu_name_passes_the_image_check(store, tmp_path):
 def test_an_alias_of_a_hopper_gpu_still_refuses_the_cuda_11_6_image(store, tmp_path):
     path = cluster_file(tmp_path, "{partition: gpu, gpus_per_node: 1, cpus_per_task: 4, mem_gb: 32}",
                         partition=site_gpus("nvidia_h100_80gb_hbm3"))
-    refused(run_cluster(path, "p", "--flavor", "cuda11.6", "--dry-run"), "image flavor 'cuda11.6' cannot drive H100 GPUs")
+    refused(run_cluster(path, "p", "--flavor", "cuda11.6", "--dry-run"),
+            "image flavor 'cuda11.6' cannot drive H100 GPUs")
 
 
 def test_missing_image_names_the_build_command(store, tmp_path):
@@ -189,7 +190,8 @@ def test_without_a_memory_request_host_ram_is_checked_against_the_node(store, tm
 
 def test_lsf_time_limit_uses_lsf_syntax(store, tmp_path):
     partition = "gpuv100: {image: cuda11.6, gpu_type: V100, gpus_per_node: 2, cpus_per_node: 24, mem_per_node_gb: 384}"
-    path = cluster_file(tmp_path, "{partition: gpuv100, gpus_per_node: 1, cpus_per_task: 4, mem_gb: 64, time: '04:00:00'}",
+    path = cluster_file(tmp_path,
+                        "{partition: gpuv100, gpus_per_node: 1, cpus_per_task: 4, mem_gb: 64, time: '04:00:00'}",
                         scheduler="lsf", partition=partition)
     refused(run_cluster(path, "p", "--dry-run"), "time limit '04:00:00' is malformed; write it like 4:00")
 

@@ -44,14 +44,16 @@ def fake_run(root: Path, run_id: str, lr: float, epochs: int = 3, dirty: bool = 
              code: dict = None) -> Path:
     run_dir = root / run_id
     (run_dir / "logs").mkdir(parents=True)
-    config = {"task": "classify", "seed": 0, "output_dir": str(run_dir), "model": {"name": "resnet_cifar", "params": {}},
+    config = {"task": "classify", "seed": 0, "output_dir": str(run_dir),
+              "model": {"name": "resnet_cifar", "params": {}},
               "data": {"name": "cifar100", "batch_size": 32, "num_workers": 0},
               "optim": {"name": "adamw", "lr": lr}, "trainer": {"max_epochs": epochs, "precision": "32"}}
     manifest = {"run_id": run_id, "submitted_at": "2026-11-24T01:00:00+0000", "cluster": "local",
                 "cluster_file": "clusters/local.yaml", "profile": "cpu_1proc", "experiment": "demo",
                 "overrides": [f"optim.lr={lr}"],
                 "image": {"path": "images/cpu.sif", "sha256": DIGEST, "flavor": "cpu", "registry": None},
-                "scheduler": {"name": "local", "job_id": "4242"}, "git": {"commit": COMMIT, "dirty": dirty}, "code": code,
+                "scheduler": {"name": "local", "job_id": "4242"}, "git": {"commit": COMMIT, "dirty": dirty},
+                "code": code,
                 "job": {}, "config": config}
     (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
@@ -141,7 +143,8 @@ def test_run_report_has_curves_results_config_digest_code_segments_and_throughpu
 def test_the_runs_own_throughput_measure_is_shown_where_it_has_one(tmp_path):
     run_dir = fake_run(tmp_path / "runs", "one", lr=0.02)
     results = json.loads((run_dir / "results.json").read_text())
-    results["throughput"] = {"samples_per_s": 987.5, "epochs_measured": 2, "world_size": 1}  # cluster_train/image/speed.py's
+    # cluster_train/image/speed.py's
+    results["throughput"] = {"samples_per_s": 987.5, "epochs_measured": 2, "world_size": 1}
     (run_dir / "results.json").write_text(json.dumps(results))
     page = write_report(run_dir).read_text()
     assert "<td>987.5</td>" in page and "throughput, best first" not in page  # one run's figures, not per model

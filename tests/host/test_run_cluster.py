@@ -12,7 +12,8 @@ def test_dry_run_renders_srun_per_rank_and_submits_nothing(store):
     done = run_cluster("ci-slurm", "n2_gpu1", "demo", "--dry-run", "--run-id", "r1")
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    for line in ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=1", "#SBATCH --partition=ci"]:
+    for line in ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=1",
+                 "#SBATCH --partition=ci"]:
         assert line in out
     assert "srun --kill-on-bad-exit=1" in out and "apptainer exec --cleanenv" in out
     assert "2 node(s) x 1 rank(s) = 2 rank(s)" in out
@@ -86,7 +87,8 @@ def test_names_lists_every_registry_without_torch():
 def test_failed_submission_leaves_no_run_dir(store, tmp_path):
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Invalid account' >&2\nexit 1\n")
+    (fake / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: "
+                                 "Invalid account' >&2\nexit 1\n")
     (fake / "sbatch").chmod(0o755)
     data = stand_in_data(tmp_path / "data")
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
@@ -100,7 +102,8 @@ def test_a_cluster_file_outside_the_repo(store, tmp_path):
     cluster = tmp_path / "elsewhere.yaml"
     cluster.write_text(
         "name: elsewhere\nscheduler: slurm\napptainer: {nv: true}\n"
-        "partitions:\n  never-seen-gpu: {image: cpu, gpus_per_node: 2, cpus_per_node: 4, mem_per_node_gb: 8, nodes: 3}\n"
+        "partitions:\n  never-seen-gpu: {image: cpu, gpus_per_node: 2, cpus_per_node: 4, "
+        "mem_per_node_gb: 8, nodes: 3}\n"
         "profiles:\n  two: {partition: never-seen-gpu, nodes: 3, gpus_per_node: 2, mem_gb: 4, time: '1:00:00'}\n"
     )
     done = run_cluster(str(cluster), "two", "demo", "--dry-run")
@@ -132,7 +135,8 @@ def test_input_paths_are_made_absolute_and_bound_read_only(store, tmp_path, monk
     weights = tmp_path / "mobilenet.pth"
     weights.write_text("stand-in")
     monkeypatch.chdir(tmp_path)  # a relative input path is the project's, wherever run-cluster is started
-    done = run_cluster("local", "cpu_1proc", "cifar100_fusion", "--dry-run", "--set", f"task_params.experts_dir={experts}",
+    done = run_cluster("local", "cpu_1proc", "cifar100_fusion", "--dry-run", "--set",
+                       f"task_params.experts_dir={experts}",
                        "--set", "model.name=mobilenet_finetuned", "--set", f"model.params.weights_path={weights}",
                        "--set", "task_params.holdout_path=data/cifar100-synthetic")
     assert done.returncode == 0, done.stderr

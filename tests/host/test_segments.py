@@ -20,7 +20,8 @@ FAKES = {
     "srun": '#!/bin/bash\nwhile [[ "$1" == -* ]]; do shift; done\nexec "$@"\n',
     "scontrol": '#!/bin/bash\nif [ "$1" = requeue ]; then echo "$2" >> "$CT_FAKE_DIR/requeued"; else echo n1; fi\n',
     "apptainer": f'#!/bin/bash\ntrap \'echo saved; kill $s; exit {REQUEUE}\' USR1 TERM\n'
-                 'sleep "${CT_FAKE_SECONDS:-30}" >/dev/null 2>&1 & s=$!\necho "training segment $CT_SEGMENT"\nwait $s\n',
+                 'sleep "${CT_FAKE_SECONDS:-30}" >/dev/null 2>&1 & s=$!\necho "training '
+                 'segment $CT_SEGMENT"\nwait $s\n',
 }
 
 

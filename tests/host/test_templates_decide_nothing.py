@@ -56,7 +56,8 @@ def test_a_template_makes_no_decision(template):
 
 
 @pytest.mark.parametrize("text", [
-    '{% if job.gpu_request == "typed" %}x{% endif %}', "{{ job.max_requeues + 1 }}", "{% if job.a and job.b %}{% endif %}",
+    '{% if job.gpu_request == "typed" %}x{% endif %}', "{{ job.max_requeues + 1 }}",
+    "{% if job.a and job.b %}{% endif %}",
     '{{ job.log_path[:-4] }}', "{% if job.mem_gb is not none %}{% endif %}", "{{ (job.mem_gb / 2) | round(1) }}",
     '{% set gpus = job.gpu_type ~ ":" %}', '{{ " " if not loop.last }}', "{% elif job.whole_node %}",
     '{% if job.gpu_request.startswith("typed") %}{% endif %}',

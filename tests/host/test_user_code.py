@@ -158,7 +158,8 @@ def test_seed_004_sixty_four_workers_on_sixteen_cpus_is_refused(store):
 
 
 def test_the_summary_shows_the_effective_batch_from_the_users_numbers(store, tmp_path):
-    config = "Trainer: {devices: 4, num_nodes: 4, accumulate_grad_batches: 2}\nDataset: {num_workers: 2, train_batch_size: 22}\n"
+    config = ("Trainer: {devices: 4, num_nodes: 4, accumulate_grad_batches: 2}\n"
+              "Dataset: {num_workers: 2, train_batch_size: 22}\n")
     temp = tmp_path / "tmp"
     temp.mkdir()
     done = run_cluster("torch-hpc", "l40s_4x4", str(project(tmp_path, config, READS) / "experiment.yaml"), "--dry-run",
@@ -181,7 +182,8 @@ def test_without_reads_the_command_runs_and_the_summary_says_what_was_not_checke
 
 @pytest.mark.parametrize("experiment, fragment", [
     ({"reads": {"gpus": "Trainer.devices"}}, "unknown reads key 'gpus'"),
-    ({"reads": {"devices": "Trainer.devices", "file": "configs/none.yaml"}}, "reads.file: configs/none.yaml is not a file"),
+    ({"reads": {"devices": "Trainer.devices", "file": "configs/none.yaml"}},
+     "reads.file: configs/none.yaml is not a file"),
     ({"model": {"name": "resnet_cifar"}}, "the experiment names a command and also model"),
     ({"code": "no/such/dir"}, "is not a directory; set code:"),
     ({"command": "python train.py"}, "config key 'command' = 'python train.py' must be a list"),
@@ -202,7 +204,8 @@ def test_a_set_over_a_key_the_code_reads_itself_says_where_to_change_it(store, t
 def test_a_non_number_where_reads_expects_one_names_the_users_key(store, tmp_path):
     code = project(tmp_path, "Trainer: {devices: four}\n", {"devices": "Trainer.devices"})
     refused(run_cluster("torch-hpc", "gpu1", str(code / "experiment.yaml"), "--dry-run"),
-            "Trainer.devices in configs/x.yaml = 'four': cluster-train reads it as devices, which must be a whole number")
+            "Trainer.devices in configs/x.yaml = 'four': cluster-train reads it as devices, "
+            "which must be a whole number")
 
 
 def test_a_command_typed_after_the_separator_runs_the_working_directory(store, tmp_path):
@@ -290,7 +293,8 @@ def test_the_runner_forwards_the_warning_signal_and_reports_the_requeue(tmp_path
         time.sleep(60)
         """)
     lines = [proc.stdout.readline() for _ in range(4)]  # two announcements, two ranks ready, in any order
-    assert sorted(lines)[-2:] == ["ready\n", "ready\n"] and sum(x.startswith("[cluster-train] rank") for x in lines) == 2
+    assert (sorted(lines)[-2:] == ["ready\n", "ready\n"]
+            and sum(x.startswith("[cluster-train] rank") for x in lines) == 2)
     proc.send_signal(signal.SIGUSR1)
     assert proc.wait(30) == 75
 

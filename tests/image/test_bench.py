@@ -1,5 +1,5 @@
-"""`make bench` (cluster_train/image/bench.py) on the CPU at the smallest size: each kind of row is measured in its own processes and
-the comparisons are computed. The GPU figures come from the same code on a GPU (benchmarks/README.md)."""
+"""`make bench` (cluster_train/image/bench.py) on the CPU at the smallest size: each kind of row is measured in its own
+processes and the comparisons are computed. The GPU figures come from the same code on a GPU (benchmarks/README.md)."""
 import json
 
 import pytest
@@ -41,7 +41,8 @@ def test_repeats_alternate_the_loop_and_the_plain_case_and_compare_their_medians
                 "device_peak_mb_per_rank": None, "wall_s": 1.0}
 
     monkeypatch.setattr(cluster_train.image.bench, "_measured", measured)
-    monkeypatch.setattr(cluster_train.image.bench.torch.cuda, "is_available", lambda: False)  # the CPU's cases on any machine
+    # the CPU's cases on any machine
+    monkeypatch.setattr(cluster_train.image.bench.torch.cuda, "is_available", lambda: False)
     out = bench(models="resnet_cifar_d8_w4", strategies="no_such", variants="fp32", batch=8, steps=2, warmup=1,
                 out_dir=str(tmp_path))
     assert order == [("strategy", "no_such")] + [("variant", "single"), ("plain", "none")] * 5
@@ -49,7 +50,8 @@ def test_repeats_alternate_the_loop_and_the_plain_case_and_compare_their_medians
     rows = {r["kind"]: r for r in result["rows"]}
     assert result["repeats"] == 5 and rows["strategy"]["error"] == "no_such" and rows["strategy"]["runs"] == 1
     variant, plain = rows["variant"], rows["plain"]
-    assert variant["samples_per_s_runs"] == [900.0, 1000.0, 1200.0, 950.0, 1100.0] and variant["samples_per_s"] == 1000.0
+    assert variant["samples_per_s_runs"] == [900.0, 1000.0, 1200.0, 950.0,
+                                             1100.0] and variant["samples_per_s"] == 1000.0
     assert plain["samples_per_s"] == 1100.0 and len(plain["samples_per_s_runs"]) == 5
     assert variant["step_ms"] == 8.0 and variant["runs"] == 5 and variant["wall_s"] == 5.0
     assert variant["loop_vs_plain"] == round(1000 / 1100, 3)  # the medians', not the median of the pairs' ratios
@@ -75,5 +77,6 @@ def test_gpu_cases_cover_the_seed_models_at_real_sizes_with_every_variant():
     per_model = {m: [c for c in planned if c["label"] == m and c["kind"] == "variant"] for m in models}
     assert all([c["variant"] for c in v] == list(VARIANTS) for v in per_model.values())
     resnet50 = next(c for c in planned if c["label"] == "resnet50_224" and c["kind"] == "plain")
-    assert (resnet50["batch"], resnet50["size"], resnet50["precision"], resnet50["channels_last"]) == (256, 224, "bf16-mixed", True)
+    assert (resnet50["batch"], resnet50["size"], resnet50["precision"],
+            resnet50["channels_last"]) == (256, 224, "bf16-mixed", True)
     assert [c["strategy"] for c in planned if c["kind"] == "strategy"] == ["single", "ddp"]

@@ -32,7 +32,8 @@ def run_cluster(*args, env=None):
 def write_wheel(directory: Path, name: str = PROBE, version: str = "0.1") -> Path:
     """A minimal pure-Python wheel, written by hand: a module, METADATA, WHEEL and a RECORD of their hashes."""
     files = {f"{name}/__init__.py": b"VALUE = 42\n",
-             f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+             f"{name}-{version}.dist-info/METADATA": "Metadata-Version: 2.1\nName: "
+                                                     f"{name}\nVersion: {version}\n".encode(),
              f"{name}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\n"
                                                   b"Tag: py3-none-any\n"}
     record = "".join(f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
@@ -73,7 +74,8 @@ def fake_store(tmp_path, monkeypatch):
 
 
 def store_files(root: Path) -> dict:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file() and p.name != ".index.lock"}
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()
+            and p.name != ".index.lock"}
 
 
 def refused(root: Path, *args) -> str:
@@ -264,7 +266,8 @@ def test_derive_builds_on_the_real_cpu_image_and_records_its_parent(cpu_image, d
                           f"import {PROBE}, train; print({PROBE}.VALUE)"], capture_output=True, text=True)
     assert ran.returncode == 0 and ran.stdout.strip() == "42", ran.stderr
     labels = json.loads(subprocess.run(["apptainer", "inspect", "--labels", "--json", derived.path],
-                                       capture_output=True, text=True, check=True).stdout)["data"]["attributes"]["labels"]
+                                       capture_output=True, text=True,
+                                       check=True).stdout)["data"]["attributes"]["labels"]
     assert labels["org.cluster-train.flavor"] == "cpu+myproject"
     assert labels["org.cluster-train.parent-sha256"] == base.sha256
     listed = run_cluster("images", "list", env=env).stdout
@@ -297,7 +300,8 @@ def test_derive_builds_on_the_real_cpu_image_and_records_its_parent(cpu_image, d
 
 
 def test_make_lock_derived_resolves_against_the_image_and_leaves_its_packages_out(tmp_path):
-    """`make lock-derived` (network: not run here) compiles with the flavor's own options and its lock as constraints."""
+    """`make lock-derived` (network: not run here) compiles with
+    the flavor's own options and its lock as constraints."""
     reqs = tmp_path / "requirements.in"
     reqs.write_text("timm\n")
     dry = subprocess.run(["make", "-n", "lock-derived", f"REQS={reqs}"], cwd=ROOT, capture_output=True, text=True)

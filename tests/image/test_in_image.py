@@ -1,7 +1,7 @@
 """Host tests again, inside the image, run by its own torch, torchvision, Lightning and DeepSpeed: the model tests
 and the experiment size tests (with the torchvision-based models vgg, mobilenet, mobilenet_finetuned and
-efficientnet, which the host venv must skip: tests/suite_report.py allows those skips by name), the registry drift test (every lazy table entry against the image's own code) and the multi-process strategy,
-resume and export tests."""
+efficientnet, which the host venv must skip: tests/suite_report.py allows those skips by name), the registry drift test
+(every lazy table entry against the image's own code) and the multi-process strategy, resume and export tests."""
 import subprocess
 
 import pytest
@@ -13,7 +13,8 @@ from conftest import ROOT
 def test_every_registered_model_passes_the_model_tests_in_the_image(cpu_image, tmp_path):
     done = subprocess.run(  # conftest's ROOT is /opt there: the experiment files the size tests read go to /opt too
         ["apptainer", "exec", "--cleanenv", "--no-home", "-B", f"{ROOT / 'tests'}:/opt/ct-tests:ro",
-         "-B", f"{ROOT / 'experiments'}:/opt/experiments:ro", "-B", str(tmp_path), "--pwd", str(tmp_path), cpu_image.path,
+         "-B", f"{ROOT / 'experiments'}:/opt/experiments:ro", "-B", str(tmp_path), "--pwd", str(tmp_path),
+         cpu_image.path,
          # --rootdir: pytest loads conftest.py files from the rootdir down, and tests/conftest.py is above image/
          "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
          "--rootdir", "/opt/ct-tests", "/opt/ct-tests/image/test_models.py",
@@ -29,7 +30,8 @@ def test_every_strategy_trains_resumes_and_exports_in_the_image(cpu_image, tmp_p
     """Issue 5's acceptance where it must hold: the multi-process strategy, resume and export tests, run by the
     image's own torch, Lightning and DeepSpeed (which JIT-compiles its CPU comm op there with the image's g++)."""
     done = subprocess.run(
-        ["apptainer", "exec", "--cleanenv", "--no-home", "-B", f"{ROOT / 'tests'}:/opt/ct-tests:ro", "-B", str(tmp_path),
+        ["apptainer", "exec", "--cleanenv", "--no-home", "-B", f"{ROOT / 'tests'}:/opt/ct-tests:ro", "-B",
+         str(tmp_path),
          "--pwd", str(tmp_path), cpu_image.path,
          "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
          "--rootdir", "/opt/ct-tests", "/opt/ct-tests/image/test_strategies.py",

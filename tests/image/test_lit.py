@@ -1,4 +1,5 @@
-"""cluster_train/image/lit.py's Classifier: what its training steps log, and on which steps (per-step cost: benchmarks/README.md)."""
+"""cluster_train/image/lit.py's Classifier: what its training steps log, and on which steps (per-step cost:
+benchmarks/README.md)."""
 import csv
 
 import pytorch_lightning as pl
@@ -36,7 +37,8 @@ def data(n=40):
 
 def test_train_metrics_reach_the_loggers_on_their_steps_with_that_steps_values_and_are_logged_then_only(tmp_path):
     run = cfg.resolve({"output_dir": str(tmp_path), "optim": {"name": "sgd", "lr": 0.1, "scheduler": "none"},
-                       "trainer": {"accelerator": "cpu", "strategy": "single", "max_epochs": 2, "log_every_n_steps": 3}})
+                       "trainer": {"accelerator": "cpu", "strategy": "single", "max_epochs": 2,
+                                   "log_every_n_steps": 3}})
     module = Recording(torch.nn.Linear(4, 3), run.optim)
     trainer = build_trainer(run, tmp_path)
     trainer.fit(module, data())  # 5 steps an epoch, 10 in all

@@ -79,7 +79,8 @@ def test_classify_stopped_twice_mid_epoch_ends_bit_identical(tmp_path, cifar):
     for key in ("initial_val_loss", "final_val_loss", "final_val_acc", "best_val_loss", "epochs"):
         assert a[key] == b[key], key
     assert (tmp_path / "whole" / "metrics.csv").read_text() == (tmp_path / "cut" / "metrics.csv").read_text()
-    assert_same_tensors(tmp_path / "whole" / "checkpoints" / "last.ckpt", tmp_path / "cut" / "checkpoints" / "last.ckpt")
+    assert_same_tensors(tmp_path / "whole" / "checkpoints" / "last.ckpt",
+                        tmp_path / "cut" / "checkpoints" / "last.ckpt")
     starts = segments(tmp_path / "cut")
     assert [(s["segment"], s["resumed_epoch"], s["resumed_step"]) for s in starts] == [
         (1, None, None), (2, 0, 1), (3, 0, 3)]
@@ -97,8 +98,8 @@ def test_every_interruption_resumes_from_the_newest_checkpoint(tmp_path, cifar):
     codes, out = fit(cut, env={"CT_SEGMENT": "3"})
     assert codes == [0] and "epoch 5/5 step 15" in out, out[-3000:]
     assert [(s["segment"], s["resumed_step"]) for s in segments(tmp_path / "twice")] == [(1, None), (2, 4), (3, 11)]
-    assert sorted(p.name for p in (tmp_path / "twice" / "checkpoints").iterdir()) == ["best.ckpt", "initial_validation.json",
-                                                                                 "last.ckpt"]
+    assert sorted(p.name for p in (tmp_path / "twice" / "checkpoints").iterdir()) == [
+        "best.ckpt", "initial_validation.json", "last.ckpt"]
 
 
 def test_video_suite_interrupted_in_model_4_does_not_retrain_1_to_3(tmp_path):

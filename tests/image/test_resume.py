@@ -60,7 +60,8 @@ def test_kill_9_during_a_save_leaves_the_previous_checkpoint(tmp_path):
     path = tmp_path / "last.ckpt"
     AtomicCheckpointIO().save_checkpoint(checkpoint(1), path)
     before = path.read_bytes()
-    child = subprocess.Popen([sys.executable, "-c", SAVE_THEN_HANG, str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", SAVE_THEN_HANG, str(path)], cwd=ROOT, stdout=subprocess.PIPE,
+                             text=True)
     assert child.stdout.readline() == "writing\n"
     child.send_signal(signal.SIGKILL)
     assert child.wait() == -signal.SIGKILL
@@ -194,7 +195,8 @@ def test_nan_loss_ends_the_run_with_one_line_and_keeps_the_last_good_checkpoint(
     trainer = build_trainer(run, tmp_path)
     last = tmp_path / "checkpoints" / "last.ckpt"
     with pytest.raises(SystemExit) as stopped:
-        trainer.fit(Diverges(torch.nn.Linear(4, 2), run.optim), DataLoader(data, batch_size=8), DataLoader(data, batch_size=8))
+        trainer.fit(Diverges(torch.nn.Linear(4, 2), run.optim), DataLoader(data, batch_size=8),
+                    DataLoader(data, batch_size=8))
     assert stopped.value.code == exit_codes.NAN_LOSS
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[cluster-train]")]
     assert err == [f"[cluster-train] error: loss became inf at step 3 (epoch 2); last good checkpoint: {last}"]

@@ -60,7 +60,8 @@ def stopped_after_epoch_1(tmp_path_factory):
 
 
 @pytest.mark.parametrize("strategy, ranks", RESUMES)
-def test_resumes_on_other_rank_counts_with_the_weights_it_stopped_with(strategy, ranks, stopped_after_epoch_1, tmp_path):
+def test_resumes_on_other_rank_counts_with_the_weights_it_stopped_with(strategy, ranks, stopped_after_epoch_1,
+                                                                       tmp_path):
     ckpt, first = stopped_after_epoch_1(strategy)
     resumed = spawn(worker, ranks, strategy, ranks, tmp_path, 2, str(ckpt))
     assert resumed[0]["epoch"] == 2

@@ -1,6 +1,6 @@
-"""GPU speed by default (cluster_train/image/speed.py): precision `auto`, channels-last convolution weights, torch.compile, and the
-measured input wait in results.json. The GPU side (bf16, Tensor Core layouts) runs in `make bench` on a GPU; here the
-same code paths run on the CPU."""
+"""GPU speed by default (cluster_train/image/speed.py): precision `auto`, channels-last convolution weights,
+torch.compile, and the measured input wait in results.json. The GPU side (bf16, Tensor Core layouts) runs in `make
+bench` on a GPU; here the same code paths run on the CPU."""
 import time
 import types
 
@@ -162,7 +162,8 @@ def zero_channels_last_rank(rank):
     t = cfg.TrainerConfig(accelerator="cpu", devices=1, strategy="zero2")
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(144, 4))
     seen = []
-    net[0].register_forward_hook(lambda layer, args, out: seen.append(out.is_contiguous(memory_format=torch.channels_last)))
+    net[0].register_forward_hook(lambda layer, args,
+                                 out: seen.append(out.is_contiguous(memory_format=torch.channels_last)))
     layout = FastLayout(channels_last=True, compile=False)
     trainer = pl.Trainer(accelerator="cpu", devices=1, strategy=STRATEGIES.build("zero2", accelerator="cpu", trainer=t),
                          max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,

@@ -119,7 +119,8 @@ def test_two_ranks_match_one_process(name, reference, two_ranks):
 
 
 def test_zero3_holds_less_state_per_rank_than_ddp(two_ranks):
-    """Measured from the live tensors each rank holds after training (cluster_train.image.memory), not from ZeRO's theory."""
+    """Measured from the live tensors each rank holds after training
+    (cluster_train.image.memory), not from ZeRO's theory."""
     ddp = [r["state"] for r in two_ranks("ddp")]
     zero3 = [r["state"] for r in two_ranks("zero3")]
     print(f"per-rank state bytes: ddp {ddp}, zero3 {zero3}")

@@ -1,5 +1,5 @@
-"""Each rank's thread count defaults to its share of the CPUs the scheduler gave (cluster_train/image/threads.py); the user's
-OMP_NUM_THREADS wins. The packed 4x1 job in tests/cluster/test_launch_shapes.py counts the threads from /proc."""
+"""Each rank's thread count defaults to its share of the CPUs the scheduler gave (cluster_train/image/threads.py); the
+user's OMP_NUM_THREADS wins. The packed 4x1 job in tests/cluster/test_launch_shapes.py counts the threads from /proc."""
 import socket
 
 import pytest

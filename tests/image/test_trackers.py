@@ -1,7 +1,8 @@
-"""Experiment trackers (cluster_train/image/trackers.py): `tracker:` resolved once and checked on the host; a run resumed from its
-checkpoint continues the same MLflow run on a real tracking server (conftest.mlflow_server, SQLite) at the step it
-stopped, with its identity as tags and its config as parameters. The requeued training on the test Slurm cluster
-(tests/cluster/test_long_runs.py) proves the same through the job script, with W&B offline and a canary credential."""
+"""Experiment trackers (cluster_train/image/trackers.py): `tracker:` resolved once and checked on the host; a run
+resumed from its checkpoint continues the same MLflow run on a real tracking server (conftest.mlflow_server, SQLite) at
+the step it stopped, with its identity as tags and its config as parameters. The requeued training on the test Slurm
+cluster (tests/cluster/test_long_runs.py) proves the same through the job script, with W&B offline and a canary
+credential."""
 import json
 import os
 import shutil
@@ -267,4 +268,5 @@ def test_your_own_command_with_an_unreachable_mlflow_server_ends_in_one_line(tmp
     run = cfg.resolve({"tracker": {"use": ["mlflow"], "mlflow_uri": "http://127.0.0.1:9"}})
     with pytest.raises(UserError, match=r"^tracker mlflow: http://127.0.0.1:9 did not answer from .*tracker.offline"):
         for_rank(run, tmp_path, {"RANK": "0"})
-    assert for_rank(run, tmp_path, {"RANK": "1", "MLFLOW_TRACKING_TOKEN": "t", "PATH": "/bin"}) == {"RANK": "1", "PATH": "/bin"}
+    assert (for_rank(run, tmp_path, {"RANK": "1", "MLFLOW_TRACKING_TOKEN": "t", "PATH": "/bin"})
+            == {"RANK": "1", "PATH": "/bin"})

@@ -1,4 +1,5 @@
-"""UFC-10 layout: the generator's output reads back, a hand-made seed-layout folder reads, bad layouts fail in one line."""
+"""UFC-10 layout: the generator's output reads back, a hand-made
+seed-layout folder reads, bad layouts fail in one line."""
 import csv
 
 import pytest
@@ -16,7 +17,8 @@ from cluster_train.shared.errors import UserError  # noqa: E402
 
 @pytest.fixture(scope="module")
 def ufc(tmp_path_factory):
-    return generate_ufc10(tmp_path_factory.mktemp("ufc10"), train_per_class=2, val_per_class=1, test_per_class=1, size=16)
+    return generate_ufc10(tmp_path_factory.mktemp("ufc10"), train_per_class=2, val_per_class=1, test_per_class=1,
+                          size=16)
 
 
 def test_generated_set_follows_the_layout_and_loads_as_clips(ufc):
@@ -55,7 +57,8 @@ def test_reads_a_hand_made_folder_in_the_seeds_layout(tmp_path):
             writer.writerow(["video_name", "action", "label"])
             writer.writerows(r[1:] for r in rows if r[0] == split)
     videos = fmt.read_split(tmp_path, "train")
-    assert [(v.name, v.action, v.label) for v in videos] == [("v_Basketball_g01_c01", "Basketball", 0), ("v_Diving_g01_c01", "Diving", 1)]
+    assert [(v.name, v.action, v.label) for v in videos] == [("v_Basketball_g01_c01", "Basketball", 0),
+                                                             ("v_Diving_g01_c01", "Diving", 1)]
     assert [p.name for p in videos[0].frames][:3] == ["frame_1.jpg", "frame_2.jpg", "frame_3.jpg"]
     clip = fmt.read_frames(videos[0], 4)
     assert clip.shape == (4, 20, 20, 3)
@@ -66,9 +69,12 @@ def test_reads_a_hand_made_folder_in_the_seeds_layout(tmp_path):
     "breaks, message",
     [
         (lambda root: (root / "metadata" / "val.csv").unlink(), r"metadata file .*val\.csv is missing"),
-        (lambda root: (root / "videos" / "val" / "left_fast" / "v_left_fast_val_000.avi").unlink(), r"video file .*v_left_fast_val_000\.avi is missing"),
-        (lambda root: [p.unlink() for p in (root / "frames" / "val" / "up_slow" / "v_up_slow_val_000").iterdir()], r"frame folder .*v_up_slow_val_000 is missing or has no frame"),
-        (lambda root: (root / "metadata" / "val.csv").write_text("name,label\nx,1\n"), r"val\.csv must have the header video_name,action,label"),
+        (lambda root: (root / "videos" / "val" / "left_fast" / "v_left_fast_val_000.avi").unlink(),
+         r"video file .*v_left_fast_val_000\.avi is missing"),
+        (lambda root: [p.unlink() for p in (root / "frames" / "val" / "up_slow" / "v_up_slow_val_000").iterdir()],
+         r"frame folder .*v_up_slow_val_000 is missing or has no frame"),
+        (lambda root: (root / "metadata" / "val.csv").write_text("name,label\nx,1\n"),
+         r"val\.csv must have the header video_name,action,label"),
     ],
 )
 def test_bad_layout_fails_with_one_line_naming_the_file(tmp_path, breaks, message):

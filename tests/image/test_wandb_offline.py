@@ -1,5 +1,5 @@
-"""W&B offline across segments (cluster_train/shared/wandb_offline.py): each process start of the real client writes its own
-offline directory; the run keeps one, and W&B's own reader (`wandb leet inspect`, wandb-core's) reads it as one run
+"""W&B offline across segments (cluster_train/shared/wandb_offline.py): each process start of the real client writes its
+own offline directory; the run keeps one, and W&B's own reader (`wandb leet inspect`, wandb-core's) reads it as one run
 with every step once. The requeued Slurm run (tests/cluster/test_long_runs.py) proves the same through the job
 script."""
 import json

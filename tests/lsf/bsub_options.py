@@ -15,7 +15,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 QUEUES = json.loads((HERE / "queues.json").read_text())
-GPU = re.compile(r"^num=\d+(:(mode=(shared|exclusive_process)|mps=(yes|no)|j_exclusive=(yes|no)|gmodel=[\w-]+|gmem=\d+[MG]?))*$")
+GPU = re.compile(r"^num=\d+(:(mode=(shared|exclusive_process)|mps=(yes|no)|j_exclusive=(yes|no)"
+                 r"|gmodel=[\w-]+|gmem=\d+[MG]?))*$")
 RUNLIMIT = re.compile(r"^(\d+:)?\d+(/[A-Za-z0-9_.-]+)?$")  # [hour:]minute[/host_name | /host_model]
 RES_SECTION = re.compile(r"(select|order|rusage|span|same|cu|affinity)\[([^\]]*)\]")
 RUSAGE = re.compile(r"^mem=\d+(\.\d+)?(KB|MB|GB|TB)?$")

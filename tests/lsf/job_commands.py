@@ -178,10 +178,12 @@ def print_long(job: Path, rec: dict, bjobs_style: bool = False) -> None:
                 lines.append(f"\n RUNLIMIT\n {rec['runlimit_s'] / rec['minute_s']:.1f} min\n")
         elif kind == "start":
             hosts = rec["slots"]
-            where = " ".join(f"<{h}>" if hosts.count(h) == 1 else f"<{hosts.count(h)}*{h}>" for h in dict.fromkeys(hosts))
+            where = " ".join(f"<{h}>" if hosts.count(h) == 1 else f"<{hosts.count(h)}*{h}>"
+                             for h in dict.fromkeys(hosts))
             lines.append(f"{t}: Dispatched {len(hosts)} Task(s) on Host(s) {where}, Allocated {len(hosts)} Slot(s) "
                          f"on Host(s) {where};")
-            lines.append(f"{t}: Starting (Pid {e['pid']});" + (" Job restarted (LSB_RESTART=Y);" if e["restart"] else ""))
+            lines.append(f"{t}: Starting (Pid {e['pid']});"
+                         + (" Job restarted (LSB_RESTART=Y);" if e["restart"] else ""))
         elif kind == "signal":
             lines.append(f"{t}: Signal <{e['signal']}> sent to the job ({e['why']});")
         elif kind == "kill_request":

@@ -5,8 +5,9 @@ no free implementation).
 It checks what real bsub checks before accepting a job (queue, -n, -W, -wa/-wt, -Q, -gpu and -R syntax; #BSUB lines
 read from a script given on standard input), places the job on the queue's hosts, and runs the script on the first one
 with the variables LSF sets (LSB_JOBID, LSB_JOBINDEX, LSB_DJOB_HOSTFILE with one line per slot, LSB_HOSTS,
-LSB_MCPU_HOSTS, %J and %I in -o/-e). Hosts are the test Slurm cluster's network namespaces (tests/slurm/cluster.sh): `blaunch -z HOST cmd` runs cmd
-in HOST's namespace, as a remote task would; without them a job runs on this machine. Queues: tests/lsf/queues.json.
+LSB_MCPU_HOSTS, %J and %I in -o/-e). Hosts are the test Slurm cluster's network namespaces (tests/slurm/cluster.sh):
+`blaunch -z HOST cmd` runs cmd in HOST's namespace, as a remote task would; without them a job runs on this machine.
+Queues: tests/lsf/queues.json.
 
 Long runs, as IBM's LSF 10.1 documents them (bsub -W/-wa/-wt/-Q, brequeue, bkill, bhist):
 - a detached supervisor per job (`standin.py --supervise ID`, the part sbatchd plays) starts the batch script in its

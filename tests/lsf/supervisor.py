@@ -146,7 +146,8 @@ def run_once(job: Path, rec: dict, env: dict, restart: bool):
                     (now + interval, signal.SIGKILL, "brequeue")]
         elif reason is None and (job / "kill_request").exists():
             reason = "TERM_OWNER"
-            plan = [(now, signal.SIGINT, "bkill"), (now, signal.SIGTERM, "bkill"), (now + interval, signal.SIGKILL, "bkill")]
+            plan = [(now, signal.SIGINT, "bkill"), (now, signal.SIGTERM, "bkill"),
+                    (now + interval, signal.SIGKILL, "bkill")]
         elif reason is None and limit is not None and now >= limit:
             reason = "TERM_RUNLIMIT"
             grace = rec["runlimit_grace_s"]
@@ -163,7 +164,8 @@ def run_once(job: Path, rec: dict, env: dict, restart: bool):
     code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
     if (job / "requeue_request").exists():  # also when the script exited by itself right after `brequeue`
         reason = "TERM_REQUEUE_OWNER"
-    requeue_value = rec["requeue_exit_values"] and reason != "TERM_OWNER" and requeues_on(rec["requeue_exit_values"], code)
+    requeue_value = (rec["requeue_exit_values"] and reason != "TERM_OWNER"
+                     and requeues_on(rec["requeue_exit_values"], code))
     stat = "DONE" if code == 0 and reason is None else "EXIT"
     event(job, "end", code=code, stat=stat, reason=reason, requeue="brequeue" if reason == "TERM_REQUEUE_OWNER"
           else "exit value" if requeue_value else None)

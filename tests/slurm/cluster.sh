@@ -22,7 +22,8 @@
 set -euo pipefail
 
 STATE=${CT_SLURM_STATE:-/run/cluster-train-slurm}
-export SLURM_CONF="$STATE/slurm.conf"  # this script's own sinfo/squeue/scancel talk to this cluster, whatever the caller set
+# this script's own sinfo/squeue/scancel talk to this cluster, whatever the caller set
+export SLURM_CONF="$STATE/slurm.conf"
 BRIDGE=ct-br0
 NET=10.77.0
 HOSTS_TAG="# cluster-train-slurm"
@@ -164,7 +165,8 @@ write_config() {
     echo "SelectType=select/cons_tres"              # GPUs as TRES (--gpus-per-node) need cons_tres
     echo "SelectTypeParameters=CR_Core"
     # Finished jobs leave `scontrol show job` (sacct keeps them) MinJobAge s after they end, at slurmctld's next purge;
-    # the launcher then reads the run's own record (cluster_train/host/runs/segments.py, tested with a scheduler that forgot)
+    # the launcher then reads the run's own record
+    # (cluster_train/host/runs/segments.py, tested with a scheduler that forgot)
     echo "MinJobAge=${CT_SLURM_MIN_JOB_AGE:-300}"
     echo "JobRequeue=1"                             # batch jobs may be requeued (scontrol requeue, preemption)
     echo "PreemptType=preempt/partition_prio"       # a higher PriorityTier partition preempts a lower one
@@ -180,7 +182,8 @@ write_config() {
         "Gres=gpu:$GPU_TYPE:$GPUS Features=$features State=UNKNOWN"
     done
     # GraceTime: a preempted job gets SIGTERM, and 10 s to act on it before it is killed and requeued.
-    echo "PartitionName=ci Nodes=n[1-$n] Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=10"
+    echo "PartitionName=ci Nodes=n[1-$n] Default=YES MaxTime=INFINITE State=UP PriorityTier=1" \
+        "PreemptMode=REQUEUE GraceTime=10"
     echo "PartitionName=ci-small Nodes=$small MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=10"
     echo "PartitionName=ci-high Nodes=n[1-$n] MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF"
   } >"$STATE/slurm.conf"

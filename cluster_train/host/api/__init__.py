@@ -1,5 +1,5 @@
-"""cluster-train's Python API (public as `import cluster_train as ct`): the command line is a thin layer over it. Torch-free;
-never prints, never exits: bad input raises ClusterTrainError with the command line's one-line message.
+"""cluster-train's Python API (public as `import cluster_train as ct`): the command line is a thin layer over it.
+Torch-free; never prints, never exits: bad input raises ClusterTrainError with the command line's one-line message.
 
     import cluster_train as ct
     run = ct.Job("ci-slurm", "n1_gpu1", "demo", overrides={"trainer.max_epochs": 1}).submit()

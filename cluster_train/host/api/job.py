@@ -1,7 +1,7 @@
 """A job: what to train (an experiment and overrides, or your own command) on which cluster and profile, checked in
 full before anything is queued. The command line's new runs, sweeps, races of two profiles and reruns are made here
-(cluster_train/host/submit.py only parses, calls this and prints); a cluster your settings reach over SSH is submitted to
-through cluster_train/host/remote, as from its login node (cluster_train/host/api/over_ssh.py).
+(cluster_train/host/submit.py only parses, calls this and prints); a cluster your settings reach over SSH is submitted
+to through cluster_train/host/remote, as from its login node (cluster_train/host/api/over_ssh.py).
 
     job = Job("ci-slurm", "n1_gpu1", "demo", overrides={"trainer.max_epochs": 1})
     problems = job.check()          # [] when it would submit; else every problem, in the command line's words

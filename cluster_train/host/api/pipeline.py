@@ -1,5 +1,5 @@
-"""Runs of runs from Python: a cluster file's pipeline (its `pipelines:` entry, cluster_train/host/runs/pipeline.py), every
-stage checked before the first is queued, each queued to start once the stages it names have COMPLETED, and
+"""Runs of runs from Python: a cluster file's pipeline (its `pipelines:` entry, cluster_train/host/runs/pipeline.py),
+every stage checked before the first is queued, each queued to start once the stages it names have COMPLETED, and
 cancelled by the scheduler, with that cause in its status, if one of them ends otherwise.
 
     runs = Pipeline("ci-slurm", "seed001", overrides={"trainer.max_epochs": 1}).submit()   # seed 001 in one call

@@ -222,7 +222,8 @@ class Run:
         if self.is_sweep:
             raise ClusterTrainError(f"rerun one element of sweep {self.id}: Run({str(self.path / 'e0')!r}).rerun()")
         from cluster_train.host.runs.queue import one_run
-        from cluster_train.host.runs.rerun import rerun_submission  # Job.rerun_of(run) builds the same (job.py imports Run)
+        # Job.rerun_of(run) builds the same (job.py imports Run)
+        from cluster_train.host.runs.rerun import rerun_submission
 
         plan = one_run(rerun_submission(self.path, list(overrides)))
         plan.queue()

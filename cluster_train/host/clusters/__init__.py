@@ -165,7 +165,8 @@ class Cluster:
         if not name:
             kind = adapter(self.scheduler).partition_word
             raise UserError(f"this profile of cluster {self.name!r} names no {kind} and the cluster has "
-                            f"{len(self.partitions)}; add 'partition: NAME', one of: {', '.join(sorted(self.partitions))}")
+                            f"{len(self.partitions)}; add 'partition: NAME', one of: "
+                            f"{', '.join(sorted(self.partitions))}")
         if name not in self.partitions:
             kind = adapter(self.scheduler).partition_word
             raise UserError(unknown_name(f"{kind} of cluster {self.name!r}", name, sorted(self.partitions)))

@@ -136,7 +136,8 @@ def mapping(value: Any, where: str) -> Dict:
 
 def kind(value: Any) -> str:
     """What a YAML value is, in a message's words: list, mapping, string, empty value, int, ..."""
-    return {list: "list", dict: "mapping", str: "string", type(None): "empty value"}.get(type(value), type(value).__name__)
+    return ({list: "list", dict: "mapping", str: "string", type(None): "empty value"}
+            .get(type(value), type(value).__name__))
 
 
 def only_keys(raw: Dict, allowed: List[str], where: str) -> None:

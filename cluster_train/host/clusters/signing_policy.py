@@ -34,10 +34,12 @@ def flag(value: Any, where: str) -> bool:
     return value
 
 
-def policy(cluster_required: bool, cluster_signers: List[str], cluster_file: str, user: dict, settings_file: str) -> Policy:
+def policy(cluster_required: bool, cluster_signers: List[str], cluster_file: str, user: dict,
+           settings_file: str) -> Policy:
     """Signed images are required where the cluster file or the user's settings say so; the allowed keys are those
     both name (a user may add their own key to a lab's list)."""
     required = cluster_required or bool(user.get("require_signed"))
     source = cluster_file if cluster_required else settings_file
-    signers = tuple(dict.fromkeys(cluster_signers + fingerprints(user.get("signers"), f"settings file {settings_file}")))
+    signers = tuple(dict.fromkeys(cluster_signers
+                                  + fingerprints(user.get("signers"), f"settings file {settings_file}")))
     return Policy(required, signers, source) if required else Policy()

@@ -1,4 +1,5 @@
-"""Data images through an OCI registry, as images travel (cluster_train/host/images/oci.py, `apptainer push/pull oras://`).
+"""Data images through an OCI registry, as images travel
+(cluster_train/host/images/oci.py, `apptainer push/pull oras://`).
 
 Apptainer's ORAS push takes only SIF files, so the SquashFS travels as the one data partition of a SIF wrapper
 (`apptainer sif new` + `sif add`); a pull takes the partition out again and admits it only if its sha256 is the one

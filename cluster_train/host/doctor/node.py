@@ -1,8 +1,8 @@
 """`doctor CLUSTER --node PROFILE`: a short job on that profile's nodes, one process per rank as your own command
-runs, that reports from inside the image what each rank sees (cluster_train/image/node_check.py): its host, its GPUs, the driver
-against the image's minimum, the node's fabric devices, and one all-reduce across all ranks with its bus bandwidth.
-The check runs from a snapshot of this checkout's cluster_train package (the way a command runs your code), so an image
-built before it still runs it. Exit 0 when the job completed and every GPU rank sees its GPUs."""
+runs, that reports from inside the image what each rank sees (cluster_train/image/node_check.py): its host, its GPUs,
+the driver against the image's minimum, the node's fabric devices, and one all-reduce across all ranks with its bus
+bandwidth. The check runs from a snapshot of this checkout's cluster_train package (the way a command runs your code),
+so an image built before it still runs it. Exit 0 when the job completed and every GPU rank sees its GPUs."""
 import json
 import tempfile
 from pathlib import Path

@@ -2,11 +2,11 @@
 one line per image.
 
 A SIF built elsewhere (a workstation, CI) and copied here by scp, rsync or Globus enters the store with `images
-import`, under its sha256, checked first (cluster_train/host/images/sif.py): a SIF header, every byte its header promises (a
-truncated copy is refused), cluster-train's labels (its flavor), and the digest the sender gave (`--expect-sha256`).
-The store is $CT_IMAGES, else `images:` of the settings file, else images/ of this checkout (`--cluster C`: that
-cluster's store, which its file may point at a group directory). `images derive` builds a project's packages on top
-of a stored image (cluster_train/host/images/derive.py).
+import`, under its sha256, checked first (cluster_train/host/images/sif.py): a SIF header, every byte its header
+promises (a truncated copy is refused), cluster-train's labels (its flavor), and the digest the sender gave
+(`--expect-sha256`). The store is $CT_IMAGES, else `images:` of the settings file, else images/ of this checkout
+(`--cluster C`: that cluster's store, which its file may point at a group directory). `images derive` builds a project's
+packages on top of a stored image (cluster_train/host/images/derive.py).
 """
 from pathlib import Path
 from typing import List, Optional
@@ -98,7 +98,8 @@ def list_images(root: Path) -> int:
     for entry in found:
         where = "" if Path(entry.path).is_file() else "  (gone from the store)"
         pushed = "".join(f"  pushed {p['reference']}" for p in entry.pushed)
-        signed = f"  signed by {','.join(entry.signers)} from sha256:{entry.signed_from[:12]}" if entry.signed_from else ""
+        signed = (f"  signed by {','.join(entry.signers)} from sha256:{entry.signed_from[:12]}"
+                  if entry.signed_from else "")
         parent = f"  parent sha256:{entry.parent_sha256}" if entry.parent_sha256 else ""
         print(f"{entry.flavor:9s} sha256:{entry.sha256}  {entry.size / 2**20:6.0f} MiB  stored {entry.built_at}  "
               f"commit {entry.git_commit or '-'}{parent}{signed}{pushed}{where}")

@@ -2,8 +2,8 @@
 
 The key is the sha256 of every input that goes into an image: the definition file, the lock file,
 containers/install.sh, pyproject.toml and every file of the cluster_train package (tracked or untracked-but-not-ignored)
-that runs inside the image (not `cluster_train/host/`, which holds the job templates too), kept as one `sha256  path` line
-per input in `images/<flavor>.inputs`. `make image` rebuilds exactly when that key differs from the recorded one.
+that runs inside the image (not `cluster_train/host/`, which holds the job templates too), kept as one `sha256  path`
+line per input in `images/<flavor>.inputs`. `make image` rebuilds exactly when that key differs from the recorded one.
 It runs this module while it reads the Makefile (containers/images.mk: `python3 -m cluster_train.host.images.content_key
 inputs ...`; `record ...` after a build), so it stays stdlib only and fast (~0.1 s), Python 3.9+, no torch.
 
@@ -152,7 +152,8 @@ def parser() -> argparse.ArgumentParser:
     inp.add_argument("--lock", type=Path, required=True)
     inp.add_argument("--stamp", type=Path, required=True)
     inp.add_argument("--write", action="store_true", help="rewrite STAMP (only if it changed) instead")
-    inp.add_argument("--flavor", help="fresh only if the store (--root) holds an image of FLAVOR built from these inputs")
+    inp.add_argument("--flavor",
+                     help="fresh only if the store (--root) holds an image of FLAVOR built from these inputs")
     inp.add_argument("--snapshot", type=Path, default=None,
                      help="instead write the current content key to this file (taken before a build, so an edit "
                           "made while it runs is not credited to the image)")

@@ -3,8 +3,8 @@
 A SIF travels as one layer whose digest is the SIF's own sha256, so every push also tags the image with that digest
 (`:sha256-<digest>`): whoever has a run's manifest can pull exactly its image by name, and the pulled bytes are
 checked against the digest before they enter the store (`pull_into_store`, with every check of
-cluster_train/host/images/sif.py). `plain_http` is Apptainer's `--no-https` (a registry on 127.0.0.1 or a lab's own without
-TLS).
+cluster_train/host/images/sif.py). `plain_http` is Apptainer's `--no-https` (a registry on 127.0.0.1
+or a lab's own without TLS).
 """
 import re
 import subprocess
@@ -35,7 +35,8 @@ def content_reference(reference: str, sha256: str) -> str:
 
 def push(sif: Path, sha256: str, reference: str, plain_http: bool) -> List[str]:
     """Push to the digest tag, and to the reference's own tag if it has one; the references pushed."""
-    refs = list(dict.fromkeys([content_reference(reference, sha256)] + ([reference] if parse(reference)["ref"] else [])))
+    refs = list(dict.fromkeys([content_reference(reference, sha256)]
+                              + ([reference] if parse(reference)["ref"] else [])))
     for ref in refs:
         _checked("push", ref, apptainer.push(sif, ref, plain_http))
     return refs

@@ -2,8 +2,8 @@
 
 A copy made by scp, rsync or Globus may be truncated: `check_complete_sif` reads the SIF header and checks that every
 byte it promises is there. `sif_labels` reads cluster-train's labels (its flavor, commit, a derived image's parent)
-with `apptainer inspect`. `admit` puts a file into the store (cluster_train/host/images/store.py) only after both checks and
-the digest the sender gave, refusing with one line and leaving the store untouched.
+with `apptainer inspect`. `admit` puts a file into the store (cluster_train/host/images/store.py) only after both checks
+and the digest the sender gave, refusing with one line and leaving the store untouched.
 """
 import json
 import struct

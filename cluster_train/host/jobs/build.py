@@ -1,6 +1,7 @@
 """The one job builder: a `Site` (the cluster file and the user's settings, loaded once per command) and a typed
 `Request` (a new run, a rerun, a resume, a sweep element, a scaling job) become one checked `Submission` (the Job,
-its script, the summary, the warnings). Nothing is written here: cluster_train/host/runs/queue.py writes and submits it."""
+its script, the summary, the warnings). Nothing is written here:
+cluster_train/host/runs/queue.py writes and submits it."""
 import copy
 import dataclasses
 from dataclasses import dataclass, field
@@ -111,8 +112,8 @@ class Request:
     code_from: Optional[Path] = None  # ...in this run directory
     data_sha256: str = ""  # rerun and resume: the data image the run read, by digest
     after: List[Path] = field(default_factory=list)  # runs (directories or ids) that must complete before it starts
-    # the runs it will wait on, by id (cluster_train/host/runs/after.py fills it from `after`; a pipeline, with its earlier
-    # stages): ${run:<id>} names them, and its inputs may lie inside them
+    # the runs it will wait on, by id (cluster_train/host/runs/after.py fills it from `after`; a pipeline, with its
+    # earlier stages): ${run:<id>} names them, and its inputs may lie inside them
     awaited: Dict[str, Path] = field(default_factory=dict)
 
 

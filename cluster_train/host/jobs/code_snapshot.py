@@ -176,4 +176,5 @@ def discard(snapshot: Optional[Snapshot]) -> None:
 
 
 def is_temporary(snapshot: Snapshot) -> bool:
-    return Path(snapshot.tar_path).name.startswith("ct-code-") and Path(snapshot.tar_path).parent == Path(tempfile.gettempdir())
+    return (Path(snapshot.tar_path).name.startswith("ct-code-")
+            and Path(snapshot.tar_path).parent == Path(tempfile.gettempdir()))

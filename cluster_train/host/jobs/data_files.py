@@ -1,7 +1,7 @@
 """The files each data set reads under data.root, checked before a job is queued: an empty or wrong folder would
 otherwise fail only in the job, after its wait in the queue. Paths relative to data.root, as each data set's format
-module lays them out (cluster_train/image/data/*_format.py; tests/host/test_data_files.py holds this table to their generators); the
-loader still reads and checks what is inside them."""
+module lays them out (cluster_train/image/data/*_format.py; tests/host/test_data_files.py holds this table to their
+generators); the loader still reads and checks what is inside them."""
 from pathlib import Path
 from typing import Dict, List, Tuple
 

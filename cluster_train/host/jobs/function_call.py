@@ -1,5 +1,5 @@
-"""A Python function sent into the image (cluster_train/host/api/function.py): refused before anything is queued, in one line,
-where the image could not import it, then pickled as the run's call (cluster_train/shared/calls.py).
+"""A Python function sent into the image (cluster_train/host/api/function.py): refused before anything is queued, in one
+line, where the image could not import it, then pickled as the run's call (cluster_train/shared/calls.py).
 
 By reference (the default), pickle names the function by module and qualified name and the image imports it from the
 run's code snapshot: the working directory's project. So the function must live at the top level of a module under

@@ -46,8 +46,8 @@ class Work:
     data_dir: str  # data.root: where the run reads its data (a data image's mount point)
     binds: List[str] = field(default_factory=list)  # "src:dst[:ro]", real paths resolved
     env: Dict[str, str] = field(default_factory=dict)
-    # the trackers' credential variables (cluster_train/shared/tracker_config.py), forwarded into the container by name: their
-    # values stay in the submitting environment, never in the script, the manifest or the run directory
+    # the trackers' credential variables (cluster_train/shared/tracker_config.py), forwarded into the container by name:
+    # their values stay in the submitting environment, never in the script, the manifest or the run directory
     credentials: List[str] = field(default_factory=list)
     modules: List[str] = field(default_factory=list)
     module_init: str = ""
@@ -123,8 +123,8 @@ class ImageRef:
 
 @dataclass
 class Fabric:
-    """A multi-node GPU job on a fast fabric: NCCL logs its network choice, the job checks it (cluster_train/host/fabric.py);
-    on Slingshot, the host's plugin and libfabric are bound in."""
+    """A multi-node GPU job on a fast fabric: NCCL logs its network choice, the job checks it
+    (cluster_train/host/fabric.py); on Slingshot, the host's plugin and libfabric are bound in."""
 
     KEYS: ClassVar[Dict[str, str]] = {"check": "check_fabric", "name": "fabric", "paths": "fabric_paths",
                                       "library_path": "fabric_library_path"}

@@ -1,10 +1,10 @@
 """Host memory measured, not guessed: the figures preflight budgets per rank and per dataloader worker. Earlier runs
-of the same experiment on the same data recorded their peaks (results.json `host_memory`, cluster_train/image/pss.py), and so
-did `run-cluster probe-data` (<runs root>/probes/<experiment>.json); the newest of each, plus MARGIN, replaces the
-stated data.rank_mem_gb and data.worker_mem_gb. A value you --set wins over any measurement (the messages say what
-it replaced). A probe loads no model, so it measures the workers only: the rank's own figure comes from runs, and
-from runs on the same cluster only (a rank's host memory depends on its node: a CUDA context takes gigabytes a CPU
-rank does not), while a worker's, the data's, holds wherever it was measured.
+of the same experiment on the same data recorded their peaks (results.json `host_memory`, cluster_train/image/pss.py),
+and so did `run-cluster probe-data` (<runs root>/probes/<experiment>.json); the newest of each, plus MARGIN, replaces
+the stated data.rank_mem_gb and data.worker_mem_gb. A value you --set wins over any measurement (the messages say what
+it replaced). A probe loads no model, so it measures the workers only: the rank's own figure comes from runs, and from
+runs on the same cluster only (a rank's host memory depends on its node: a CUDA context takes gigabytes a CPU rank does
+not), while a worker's, the data's, holds wherever it was measured.
 
 The same data: the same data.name, and the same data image digest (data.image) or, without one, the same data.root.
 The runs root is read once per command: a sweep's thousand elements share one Site (cluster_train/host/jobs/build.py).

@@ -152,7 +152,8 @@ def names_are_safe(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     # The cluster file's names (partition, qos, reservation, GPU name) were refused as it was read, naming it.
     for what, value in (("job name", job.job_name), ("account", job.placement.account)):
         if value is not None and not SAFE_NAME.match(value):
-            raise UserError(f"{what} {value!r} has characters a scheduler directive cannot carry; use letters, digits, '_.-+'")
+            raise UserError(f"{what} {value!r} has characters a scheduler directive cannot carry; "
+                            "use letters, digits, '_.-+'")
     run_dir = job.work.run_dir
     if adapter(job.scheduler).directive_prefix and fields.UNCARRIED.search(run_dir):
         raise UserError(f"run dir {run_dir!r} has characters a scheduler directive (its log path) cannot carry; "

@@ -103,7 +103,8 @@ def shape_problems(found: Optional[UserConfig], profile_name: str, ranks_per_nod
     if not found:
         return []
     errors = []
-    for name, have, unit in (("devices", ranks_per_node, "rank(s) per node, one per GPU"), ("num_nodes", nodes, "node(s)")):
+    for name, have, unit in (("devices", ranks_per_node, "rank(s) per node, one per GPU"),
+                             ("num_nodes", nodes, "node(s)")):
         value = found.values.get(name)
         if value is not None and value != have:
             errors.append(UserError(

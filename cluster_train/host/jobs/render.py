@@ -1,5 +1,5 @@
-"""Render a Job into its scheduler's script: the template the adapter names (cluster_train/host/schedulers/templates/ for the
-built-in ones), which includes the shared partials of that folder."""
+"""Render a Job into its scheduler's script: the template the adapter names (cluster_train/host/schedulers/templates/
+for the built-in ones), which includes the shared partials of that folder."""
 import functools
 import re
 import shlex
@@ -17,7 +17,8 @@ TEMPLATES = SHARED_TEMPLATES
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HOST_VALUE = re.compile(r"\$\$|\$([A-Za-z_][A-Za-z0-9_]*)")  # in an env value: a literal $, or the node's $NAME
 # Per-task values a launcher sets and the training code reads inside the container.
-FORWARDED = ["SLURM_*", "LSB_*", "LSF_*", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "CT_*", "PYTHONUNBUFFERED"]
+FORWARDED = ["SLURM_*", "LSB_*", "LSF_*", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "CT_*",
+             "PYTHONUNBUFFERED"]
 
 
 def render(job: Job) -> str:
@@ -34,8 +35,8 @@ def render(job: Job) -> str:
 @functools.lru_cache(maxsize=None)  # one per template folder: compiling the templates is most of a render's time
 def environment(own: Optional[Path] = None):
     """The templates' Jinja environment: every value reaching a script goes through `| q` (or `| env_word`). `own`:
-    an adapter's template folder, searched first, so that an adapter defined outside cluster_train/host/schedulers/ still
-    includes the shared partials."""
+    an adapter's template folder, searched first, so that an adapter defined outside cluster_train/host/schedulers/
+    still includes the shared partials."""
     try:  # here, not at the top: a refused job never pays for importing it
         import jinja2
     except ImportError:

@@ -115,7 +115,8 @@ def fabric_of(profile: Profile, part: Partition, net: Optional[fabric.Slingshot]
 
 def slingshot_of(cluster: Cluster, profile: Profile, part: Partition,
                  user: Dict[str, Any]) -> Optional[fabric.Slingshot]:
-    """A multi-node GPU job on HPE Slingshot: the host's NCCL plugin and libfabric it binds (cluster_train/host/fabric.py)."""
+    """A multi-node GPU job on HPE Slingshot: the host's NCCL plugin and libfabric it binds
+    (cluster_train/host/fabric.py)."""
     if part.fabric != "slingshot" or profile.nodes < 2 or not profile.gpus_per_node:
         return None
     return fabric.slingshot(part, lambda path: settings.expand(path, user, cluster.name), cluster.path,
@@ -153,7 +154,8 @@ def run_config(raw: Dict[str, Any], overrides: Dict[str, Any], profile: Profile,
     raw = tracker_layers(raw, user_tracker, profile)
     for key in ("devices", "num_nodes"):
         if key in profile.trainer:
-            raise UserError(f"profile {profile.name!r} sets trainer.{key}; it is derived from nodes and gpus_per_node, remove it")
+            raise UserError(f"profile {profile.name!r} sets trainer.{key}; it is derived from nodes "
+                            "and gpus_per_node, remove it")
     shape_keys = {"trainer.devices": 1 if shape.packed else profile.ranks,
                   "trainer.num_nodes": 1 if shape.packed else profile.nodes, "output_dir": str(run_dir)}
     return absolute_inputs(cfg.resolve(raw, {**profile_values(profile), **overrides, **shape_keys}))
@@ -174,7 +176,8 @@ def tracker_layers(raw: Dict[str, Any], user_tracker: Any, profile: Profile) -> 
 
 def profile_values(profile: Profile) -> Dict[str, Any]:
     """What a profile sets in the run config, as dotted keys."""
-    return {**{f"trainer.{k}": v for k, v in profile.trainer.items()}, **{f"data.{k}": v for k, v in profile.data.items()}}
+    return {**{f"trainer.{k}": v for k, v in profile.trainer.items()},
+            **{f"data.{k}": v for k, v in profile.data.items()}}
 
 
 def task_configs(run: cfg.RunConfig, profile: Profile, tasks: List[Task], user: Dict[str, Any],

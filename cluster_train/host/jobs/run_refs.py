@@ -1,7 +1,7 @@
 """Runs a job waits on, as the job builder sees them: `${run:<id>}`, a run's directory named by its id in a --set
 value, so that a stage reads what an earlier one wrote (`--set task_params.experts_dir='${run:<id>}/checkpoints/x'`),
-and `Waited`, a run whose job the new job waits on (checked and found by cluster_train/host/runs/after.py, which the jobs
-room does not import: it reads runs only through what the runs room gives it).
+and `Waited`, a run whose job the new job waits on (checked and found by cluster_train/host/runs/after.py, which the
+jobs room does not import: it reads runs only through what the runs room gives it).
 
 `${run:<id>}` is resolved once, when the job is built, to the absolute directory (the run config and its manifest
 hold the path, so a rerun reads the same one): a run the job waits on (--after, a pipeline's earlier stage), else a

@@ -1,8 +1,9 @@
 """Your own training code under run-cluster: the experiment (or `run-cluster CLUSTER PROFILE -- COMMAND ...`) names a
 command and a code directory instead of a task; `--dev` runs the tasks from this checkout's cluster_train package.
 
-Here the raw experiment becomes a command run's config, the code is snapshotted (cluster_train/host/jobs/code_snapshot.py) and
-your own config is read through `reads:` (cluster_train/host/jobs/reads.py), once, before anything is checked or queued.
+Here the raw experiment becomes a command run's config, the code is snapshotted
+(cluster_train/host/jobs/code_snapshot.py) and your own config is read through `reads:`
+(cluster_train/host/jobs/reads.py), once, before anything is checked or queued.
 """
 import os
 import shlex
@@ -39,7 +40,8 @@ def experiment_raw(raw: Dict[str, Any], command: Optional[List[str]], dev: bool,
             raw["code"], base = ".", Path.cwd()
     if dev:
         if raw.get("command"):
-            raise UserError("--dev runs the tasks from this checkout's cluster_train package, and a command runs your own "
+            raise UserError("--dev runs the tasks from this checkout's cluster_train package, "
+                            "and a command runs your own "
                             "code already; drop --dev")
         raw["code"], base = str(project.ROOT), project.ROOT
     if raw.get("command"):
@@ -76,7 +78,8 @@ def prepare_code(run: cfg.RunConfig, shape: Launch, recorded: Optional[Dict[str,
             raise UserError(f"{recorded_in} ran {run.code} without recording its code snapshot; submit anew")
         snapshot = code_snapshot.from_run(recorded_in, recorded)
     else:
-        snapshot = code_snapshot.take(Path(run.code), subtree="" if run.command else "cluster_train/", dev=not run.command)
+        snapshot = code_snapshot.take(Path(run.code), subtree="" if run.command else "cluster_train/",
+                                      dev=not run.command)
     try:
         if run.command:
             script_is_in(snapshot, run.command)

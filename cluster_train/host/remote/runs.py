@@ -1,7 +1,7 @@
 """A run that lives on a cluster reached over SSH, seen from here through the record its submission left in this
 machine's runs/<id> (remote.json): each question is the cluster's own `bin/run-cluster` command on the run's id, as
-the command line proxies it (cluster_train/host/remote/commands.py), its answer read here. `Run` (cluster_train/host/api/run.py)
-uses these for such a run, so that it behaves as a run of this machine does."""
+the command line proxies it (cluster_train/host/remote/commands.py), its answer read here. `Run`
+(cluster_train/host/api/run.py) uses these for such a run, so that it behaves as a run of this machine does."""
 import json
 import time
 from pathlib import Path

@@ -24,8 +24,8 @@ from cluster_train.host.remote import ssh
 
 def send_code(reach: Reach) -> Tuple[int, int]:
     """The checkout's files into remote_dir (created if missing), with the commit they came from (the copy has no
-    .git: cluster_train/host/git.py reads it there); how many files rsync sent, and how many bytes (its file list alone when
-    nothing changed)."""
+    .git: cluster_train/host/git.py reads it there); how many files rsync sent, and how many bytes (its file list alone
+    when nothing changed)."""
     ssh.run(reach, ["mkdir", "-p", reach.remote_dir], capture=True)
     names = "\n".join(project_files(project.ROOT)) + "\n"
     argv = ["rsync", "--recursive", "--links", "--perms", "--times", "--checksum", "--stats", "--protect-args",

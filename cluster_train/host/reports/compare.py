@@ -52,7 +52,8 @@ def compare(paths: Sequence[Path]) -> str:
     if len(paths) < 2:
         raise UserError("compare needs two run directories or more: run-cluster compare runs/<a> runs/<b> ...")
     all_runs = [load_run(Path(p)) for p in paths]
-    return table(comparison_rows(all_runs)) + "\n(* the best value of a metric; config keys shown are those that differ)"
+    return (table(comparison_rows(all_runs))
+            + "\n(* the best value of a metric; config keys shown are those that differ)")
 
 
 def main(argv: List[str]) -> int:

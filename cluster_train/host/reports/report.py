@@ -109,7 +109,8 @@ def run_fact_rows(run: Run) -> List[Tuple[str, object]]:
     return [(k, v) for k, v in facts if v not in (None, "")]
 
 
-# results.json's dicts of numbers that are one run's figures, not a metric per model (cluster_train/image/speed.py's throughput)
+# results.json's dicts of numbers that are one run's figures, not
+# a metric per model (cluster_train/image/speed.py's throughput)
 NOT_PER_MODEL = ("throughput", "input")
 
 
@@ -117,7 +118,8 @@ def results_html(run: Run) -> str:
     if not run.results:
         return '<p class="note">no results.json yet: the run is running, or ended before writing it</p>'
     metrics = run.metrics()
-    facts = [(k, v) for k, v in flat(run.results).items() if k not in metrics and not k.startswith(("input.", "speed."))]
+    facts = [(k, v) for k, v in flat(run.results).items() if k not in metrics
+             and not k.startswith(("input.", "speed."))]
     return (table(["metric", "value"], list(metrics.items())) + ranked_tables(run)
             + table(["fact", "value"], facts))
 
@@ -158,7 +160,8 @@ def throughput_html(run: Run) -> str:
 
 
 def input_records(results: Dict) -> List[Tuple[str, Dict, Dict]]:
-    """cluster_train/image/speed.py's input and throughput figures: in results, or per model under results["speed"] (video_suite)."""
+    """cluster_train/image/speed.py's input and throughput figures:
+    in results, or per model under results["speed"] (video_suite)."""
     found = [("", results["input"], results.get("throughput") or {})] if isinstance(results.get("input"), dict) else []
     for name, speed in (results.get("speed") or {}).items():
         if isinstance(speed, dict) and isinstance(speed.get("input"), dict):

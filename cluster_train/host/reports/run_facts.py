@@ -29,7 +29,8 @@ class Run:
         return self.manifest.get("config") or {}
 
     def metrics(self) -> Dict[str, float]:
-        """results.json's metrics, nested ones dotted (seed 000's test_acc.<Model>, seed 001's best_val_acc.expert_0)."""
+        """results.json's metrics, nested ones dotted (seed 000's test_acc.<Model>, seed 001's
+        best_val_acc.expert_0)."""
         found = {}
         for key, value in flat(self.results).items():
             if key.startswith(METRIC_PREFIXES) and is_number(value):

@@ -62,7 +62,8 @@ def ordered(cluster, names: List[str]) -> list:
     """The profiles by rank count, refusing a set without a 1-rank baseline."""
     if not names:
         raise UserError("name the profiles to compare, the 1-GPU baseline among them, e.g. n1_gpu1 n1_gpu2 n2_gpu2")
-    found = sorted((cluster.profile(n) for n in dict.fromkeys(names)), key=lambda p: p.nodes * p.ranks)  # unknown: refused
+    # unknown: refused
+    found = sorted((cluster.profile(n) for n in dict.fromkeys(names)), key=lambda p: p.nodes * p.ranks)
     if found[0].nodes * found[0].ranks != 1:
         raise UserError(f"scaling is measured against one GPU, and the smallest of {', '.join(names)} starts "
                         f"{found[0].nodes * found[0].ranks} ranks; add a 1-GPU profile of {cluster.name}")

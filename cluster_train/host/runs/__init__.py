@@ -91,7 +91,8 @@ def write_manifest(job, run: cfg.RunConfig, job_id: str, experiment: str, overri
         "data": binding.manifest_record(job),  # the data image the job binds (data.image), else null
         "scheduler": {"name": job.scheduler, "job_id": job_id},
         "git": project.git_state(),
-        "code": code,  # the snapshot of the code that runs (a command's project, --dev's cluster_train package), else null
+        # the snapshot of the code that runs (a command's project, --dev's cluster_train package), else null
+        "code": code,
         "command": sys.argv,
         "rerun_of": rerun_of,
         "job": job.as_dict(),

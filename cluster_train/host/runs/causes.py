@@ -17,7 +17,8 @@ CAUSES: List[Tuple[str, str]] = [
     (r"time limit reached and all \d+ requeue\(s\) used", "time limit reached with every requeue used; "
                                                            "bin/run-cluster resume RUN_DIR, or raise max_requeues"),
     (r"CUDA driver version is insufficient|driver.*too old", "the node's CUDA driver is older than the image's CUDA; "
-                                                             "use the cuda11.6 image or a partition with newer drivers"),
+                                                             "use the cuda11.6 image or a "
+                                                             "partition with newer drivers"),
     (r"\[cluster-train\] error: (\S+ does not exist on \S+: fix the partition's nccl_plugin[^\n]*)", "{1}"),
     (r"Failed to initialize any NET plugin|network AWS Libfabric not found",
      "NCCL could not start the network NCCL_NET names (on HPE Slingshot the aws-ofi-nccl plugin with libfabric's cxi "

@@ -1,6 +1,7 @@
 """`run-cluster status|logs|cancel|resume runs/<id>` (or a sweep's directory): one run's state, every segment and
 what ended it; its logs; cancelling it; continuing it. Each parses its arguments, calls the library functions that
-`Run` (cluster_train/host/api/run.py) calls too, and prints; the state always comes from cluster_train/host/runs/ending.py."""
+`Run` (cluster_train/host/api/run.py) calls too, and prints; the state always comes from
+cluster_train/host/runs/ending.py."""
 import json
 from pathlib import Path
 from typing import List

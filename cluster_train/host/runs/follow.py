@@ -1,5 +1,5 @@
-"""Follow a job's log while it runs, and wait for it to end (cluster_train/host/runs/ending.py says when and how it ended):
-`watch`, the one polling loop, prints nothing; `wait` and `follow` print for the command line."""
+"""Follow a job's log while it runs, and wait for it to end (cluster_train/host/runs/ending.py says when and how it
+ended): `watch`, the one polling loop, prints nothing; `wait` and `follow` print for the command line."""
 import select
 import sys
 import time

@@ -1,6 +1,6 @@
 """Runs of runs: a cluster file's `pipelines:` entry, every stage checked before the first is queued, each queued to
-start once the stages it names have COMPLETED (cluster_train/host/runs/after.py), and cancelled, with that cause, if one of
-them ends otherwise.
+start once the stages it names have COMPLETED (cluster_train/host/runs/after.py), and cancelled,
+with that cause, if one of them ends otherwise.
 
 A pipeline lives in the cluster file because how one stage reads another is cluster knowledge: which profiles run
 the stages and where each writes (seed 001's experts are four packed tasks on Slurm, one job on LSF). A stage:

@@ -1,7 +1,7 @@
 """From a checked Submission (cluster_train/host/jobs/build.py) to a queued job: the run directory written, the script
 submitted, the manifest recorded; and the Plan every command that queues makes (a run, a rerun, a resume, a sweep, a
-race of two profiles), which the API queues and the command line shows first (cluster_train/host/runs/showing.py). Nothing
-here prints: what the command line says of a queued plan comes back as lines."""
+race of two profiles), which the API queues and the command line shows first (cluster_train/host/runs/showing.py).
+Nothing here prints: what the command line says of a queued plan comes back as lines."""
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Optional

@@ -50,7 +50,9 @@ def race(scheduler: Scheduler, job_ids: List[str], run_dirs: List[Path], timeout
         if any(started):
             winner = started.index(True)
             loser = 1 - winner
-            ending.cancel([(run_dirs[loser], job_ids[loser])], lambda: scheduler.cancel(job_ids[loser], run_dirs[loser]))
+            ending.cancel([(run_dirs[loser], job_ids[loser])],
+                          lambda: scheduler.cancel(job_ids[loser], run_dirs[loser]))
             return winner
         time.sleep(poll_s)
-    raise UserError(f"neither job {job_ids[0]} nor {job_ids[1]} started within {timeout_s:.0f} s; both are still queued")
+    raise UserError(f"neither job {job_ids[0]} nor {job_ids[1]} started within "
+                    f"{timeout_s:.0f} s; both are still queued")

@@ -1,8 +1,8 @@
 """A run's own record of its allocations (`logs/segments.jsonl`): the batch shell appends a `start` and an `end`
 line per segment (first start, each requeue), the training appends `train_start` (the epoch and step it resumed
 from); and `cancel`'s word that it asked the scheduler to end the run's job (`logs/cancelled.json`). The record
-outlives the scheduler's memory of the job (cluster_train/host/runs/ending.py weighs it against the scheduler's accounting), and
-the manifest keeps the run's history."""
+outlives the scheduler's memory of the job (cluster_train/host/runs/ending.py weighs it against the scheduler's
+accounting), and the manifest keeps the run's history."""
 import json
 import time
 from dataclasses import dataclass, field
@@ -61,7 +61,8 @@ def read(run_dir: Path) -> List[Segment]:
         seg = segments.setdefault(number, Segment(number))
         kind = event.get("event")
         if kind == "start":
-            seg.job_id, seg.hosts, seg.start = str(event.get("job_id", "")), event.get("hosts", ""), event.get("time", "")
+            seg.job_id, seg.hosts, seg.start = (str(event.get("job_id", "")), event.get("hosts", ""),
+                                                event.get("time", ""))
         elif kind == "end":
             seg.end, seg.how, seg.exit_code = event.get("time", ""), event.get("how", ""), event.get("exit_code")
         elif kind == "train_start":

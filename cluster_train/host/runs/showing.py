@@ -1,6 +1,6 @@
 """The command line's one "show, then queue unless --dry-run, then follow" path for every command that queues (a run,
-a rerun, a resume, a sweep, a race of two profiles): the library makes the Plan (cluster_train/host/runs/queue.py), this prints
-it."""
+a rerun, a resume, a sweep, a race of two profiles): the library makes the Plan
+(cluster_train/host/runs/queue.py), this prints it."""
 import sys
 from typing import Optional
 

@@ -1,5 +1,6 @@
 """A queued sweep seen afterwards: its record (sweep.json), each element's state, segments and best metric as one
-table, waiting for every element, cancelling the array, every element's logs (cluster_train/host/runs/sweep.py queues it)."""
+table, waiting for every element, cancelling the array, every
+element's logs (cluster_train/host/runs/sweep.py queues it)."""
 import json
 import time
 from pathlib import Path

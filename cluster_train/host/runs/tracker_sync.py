@@ -3,8 +3,8 @@ compute nodes that cannot reach the tracker) from a machine that can, the login 
 
 MLflow: the run's file store (mlruns/) is copied into the server `tracker.mlflow_uri` names, as one run whatever the
 number of segments; syncing again sends only the metric points added since (trackers_synced.json keeps the count).
-W&B: the run's one offline directory (wandb/offline-run-*-<id>, its segments folded: cluster_train/shared/wandb_offline.py) goes to
-`wandb sync`; it is synced while its log has not grown since.
+W&B: the run's one offline directory (wandb/offline-run-*-<id>, its segments folded:
+cluster_train/shared/wandb_offline.py) goes to `wandb sync`; it is synced while its log has not grown since.
 Credentials come from this machine's environment (MLFLOW_TRACKING_*, WANDB_API_KEY), as the clients read them.
 """
 import json

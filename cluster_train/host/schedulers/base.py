@@ -1,5 +1,5 @@
-"""What every scheduler adapter (cluster_train/host/schedulers/<name>.py) states and does: one vocabulary of job states, and
-`Scheduler`, the contract each adapter fills in with its scheduler's facts, commands and job-script template."""
+"""What every scheduler adapter (cluster_train/host/schedulers/<name>.py) states and does: one vocabulary of job states,
+and `Scheduler`, the contract each adapter fills in with its scheduler's facts, commands and job-script template."""
 import enum
 import re
 import subprocess

@@ -1,5 +1,6 @@
 """IBM Spectrum LSF's adapter: bsub, bjobs, bhist and bkill, its state words on `State`, job arrays, brequeue; its job
-script is templates/lsf.sh.j2 (the contract it fills in is documented on cluster_train/host/schedulers/base.py's Scheduler)."""
+script is templates/lsf.sh.j2 (the contract it fills in is
+documented on cluster_train/host/schedulers/base.py's Scheduler)."""
 import re
 import subprocess
 from pathlib import Path

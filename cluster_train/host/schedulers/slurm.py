@@ -1,5 +1,6 @@
 """Slurm's adapter: sbatch, scontrol, sacct and scancel, its state words on `State`, job arrays, requeue; its job
-script is templates/slurm.sh.j2 (the contract it fills in is documented on cluster_train/host/schedulers/base.py's Scheduler)."""
+script is templates/slurm.sh.j2 (the contract it fills in is
+documented on cluster_train/host/schedulers/base.py's Scheduler)."""
 import pwd
 import re
 import shlex

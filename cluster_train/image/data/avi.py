@@ -39,7 +39,8 @@ def write_avi(path, frames: List[np.ndarray], fps: int = 10) -> None:
     avih = struct.pack(
         "<IIIIIIIIII4I", 1_000_000 // fps, biggest * fps, 0, 0x10, len(jpegs), 0, 1, biggest, width, height, 0, 0, 0, 0
     )
-    strh = b"vidsMJPG" + struct.pack("<IHHIIIIIIIIhhhh", 0, 0, 0, 0, 1, fps, 0, len(jpegs), biggest, 0xFFFFFFFF, 0, 0, 0, width, height)
+    strh = b"vidsMJPG" + struct.pack("<IHHIIIIIIIIhhhh", 0, 0, 0, 0, 1, fps, 0, len(jpegs), biggest, 0xFFFFFFFF, 0, 0,
+                                     0, width, height)
     strf = struct.pack("<IiiHH4sIiiII", 40, width, height, 1, 24, b"MJPG", width * height * 3, 0, 0, 0, 0)
     hdrl = _list(b"hdrl", _chunk(b"avih", avih) + _list(b"strl", _chunk(b"strh", strh) + _chunk(b"strf", strf)))
     movi_body, index, offset = b"", b"", 4

@@ -21,7 +21,8 @@ def read_split(root, split: str) -> Tuple[np.ndarray, np.ndarray]:
     entry = _load(Path(root) / FOLDER / split)
     for key in ("data", "fine_labels"):
         if key not in entry:
-            raise UserError(f"{Path(root) / FOLDER / split} has no {key!r} entry; is it a CIFAR-100 python-format file?")
+            raise UserError(f"{Path(root) / FOLDER / split} has no {key!r} entry; is it a "
+                            "CIFAR-100 python-format file?")
     data = np.asarray(entry["data"], dtype=np.uint8)
     if data.ndim != 2 or data.shape[1] != 3072:
         raise UserError(f"{Path(root) / FOLDER / split}: 'data' has shape {data.shape}, expected (N, 3072)")
@@ -59,7 +60,8 @@ def _load(path: Path) -> Dict:
         with path.open("rb") as f:
             return pickle.load(f, encoding="latin1")  # the published files are Python 2 pickles
     except (pickle.UnpicklingError, EOFError, ValueError) as err:
-        raise UserError(f"CIFAR-100 file {path} is not a readable pickle ({err}); regenerate or re-download it") from None
+        raise UserError(f"CIFAR-100 file {path} is not a readable pickle ({err}); "
+                        "regenerate or re-download it") from None
 
 
 def _dump(path: Path, entry: Dict) -> None:

@@ -1,4 +1,5 @@
-"""Seed 004's motion-token data module: reads the motion_tokens format (cluster_train/image/data/motion_tokens_format.py)."""
+"""Seed 004's motion-token data module: reads the motion_tokens format
+(cluster_train/image/data/motion_tokens_format.py)."""
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import Dataset

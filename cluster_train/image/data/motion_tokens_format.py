@@ -1,7 +1,7 @@
 """Seed 004's motion data as a generated stand-in for SMART's tokenised Waymo scenes (numpy only).
 
-On disk (cluster_train/image/data/npz_shards.py): meta.json with format "motion_tokens/v1", bins, max_step (metres), vocab_size
-(bins * bins), agents, steps, step_s, and per split (train, val) shards holding, per scene:
+On disk (cluster_train/image/data/npz_shards.py): meta.json with format "motion_tokens/v1", bins, max_step (metres),
+vocab_size (bins * bins), agents, steps, step_s, and per split (train, val) shards holding, per scene:
   positions  float32 (agents, steps + 1, 2)  each agent's (x, y) every step_s seconds
   tokens     int16   (agents, steps)         each step's displacement as one motion token (`tokenize`)
 A motion token is a cell of a bins x bins grid over displacements in [-max_step, max_step]^2 (x bin major).

@@ -1,4 +1,5 @@
-"""Seed 003's planner data module: reads the planner_scenes format (cluster_train/image/data/planner_scenes_format.py)."""
+"""Seed 003's planner data module: reads the planner_scenes format
+(cluster_train/image/data/planner_scenes_format.py)."""
 import numpy as np
 import pytorch_lightning as pl
 import torch

@@ -1,7 +1,7 @@
 """Seed 003's planning data as a generated stand-in for NAVSIM's navtrain + metric cache (numpy only).
 
-On disk (cluster_train/image/data/npz_shards.py): meta.json with format "planner_scenes/v1", vocab_size, horizon, scene_tokens,
-scene_dim, ego_dim, and per split (train, val) shards holding, per sample:
+On disk (cluster_train/image/data/npz_shards.py): meta.json with format "planner_scenes/v1", vocab_size, horizon,
+scene_tokens, scene_dim, ego_dim, and per split (train, val) shards holding, per sample:
   scene          float32 (scene_tokens, scene_dim)  token 0 the lane (half width), then obstacles (x, y, radius),
                                                     the rest clutter; each token's remaining features are noise
   ego            float32 (ego_dim,)                 speed, yaw rate (observed with noise), then noise

@@ -55,7 +55,8 @@ def read_split(root, split: str) -> List[Video]:
         folder = root / "frames" / split / action / name
         frames = sorted((p for p in folder.glob("frame_*") if _FRAME.search(p.name)), key=_frame_number)
         if not frames:
-            raise UserError(f"frame folder {folder} is missing or has no frame_<k>.jpg files (listed in {table} line {line})")
+            raise UserError(f"frame folder {folder} is missing or has no frame_<k>.jpg files "
+                            f"(listed in {table} line {line})")
         videos.append(Video(name, action, label, frames))
     return videos
 

@@ -17,7 +17,8 @@ from cluster_train.shared.models import MODELS, VIDEO_INPUT, takes
 # torchvision's own file name for the ImageNet weights of mobilenet_v3_small; copy it here (no network at run time).
 DEFAULT_MOBILENET_WEIGHTS = "weights/mobilenet_v3_small-047dcff4.pth"
 
-# Parameters holding names of other registries' entries (read by cluster_train.shared.registry without importing this module).
+# Parameters holding names of other registries' entries (read by
+# cluster_train.shared.registry without importing this module).
 PARAM_NAMES = {"ensemble": {"members": "models", "member_params": "models"}}
 
 
@@ -35,7 +36,8 @@ class PerFrame(nn.Module):
 
 def _basic_features(in_channels: int, width: int, pooled: int = 1) -> nn.Sequential:
     def block(cin, cout):
-        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True), nn.MaxPool2d(2))
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+                             nn.MaxPool2d(2))
 
     return nn.Sequential(block(in_channels, width), block(width, 2 * width), block(2 * width, 4 * width),
                          nn.AdaptiveAvgPool2d(pooled), nn.Flatten())
@@ -126,7 +128,8 @@ class Ensemble(nn.Module):
 
 
 @takes(VIDEO_INPUT)
-def ensemble(num_classes: int = 10, members: Sequence[str] = ("basic_cnn", "cnn_lstm"), member_params=None) -> nn.Module:
+def ensemble(num_classes: int = 10, members: Sequence[str] = ("basic_cnn", "cnn_lstm"),
+             member_params=None) -> nn.Module:
     """Any registered video models (by name) trained jointly; member_params: {name: {param: value}}."""
     member_params = member_params or {}
     for name in members:

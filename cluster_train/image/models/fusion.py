@@ -62,7 +62,8 @@ class TransformerBase(_Projected):
 class Concatenation(nn.Module):
     def __init__(self, feature_dims, num_classes, dim=64):
         super().__init__()
-        self.mlp = nn.Sequential(nn.Linear(sum(feature_dims), dim), nn.GELU(), nn.Dropout(0.1), nn.Linear(dim, num_classes))
+        self.mlp = nn.Sequential(nn.Linear(sum(feature_dims), dim), nn.GELU(), nn.Dropout(0.1),
+                                 nn.Linear(dim, num_classes))
 
     def forward(self, features):
         return self.mlp(torch.cat(features, 1))

@@ -1,6 +1,6 @@
 """Seed 004's motion model in the shape of SMART: every agent's trajectory as a sequence of motion tokens (cells of a
-displacement grid, cluster_train/image/data/motion_tokens_format.py) and a decoder-only transformer that predicts each agent's
-next token from every agent's tokens so far (cross-entropy).
+displacement grid, cluster_train/image/data/motion_tokens_format.py) and a decoder-only transformer that predicts each
+agent's next token from every agent's tokens so far (cross-entropy).
 
 The scene's tokens are laid out time-major, (t0, agent 0), (t0, agent 1), ..., (t1, agent 0), ...; a token sees the
 tokens of every agent up to its own time step (block-causal), so agents interact without seeing the future. Each

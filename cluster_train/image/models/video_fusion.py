@@ -58,7 +58,8 @@ class ClipEncoder3D(nn.Module):
 
 
 def _head(features: int, hidden: int, num_classes: int, dropout: float) -> nn.Module:
-    return nn.Sequential(nn.Dropout(dropout), nn.Linear(features, hidden), nn.ReLU(inplace=True), nn.Linear(hidden, num_classes))
+    return nn.Sequential(nn.Dropout(dropout), nn.Linear(features, hidden), nn.ReLU(inplace=True),
+                         nn.Linear(hidden, num_classes))
 
 
 class PerFrameAggregation2D(nn.Module):
@@ -135,6 +136,7 @@ class EarlyFusion3D(nn.Module):
         return self.head(self.encoder(clips.transpose(1, 2)))  # Conv3d wants (B, C, T, H, W)
 
 
-# Registered (cluster_train/shared/models.py) under the seed's class names: its users' files are models/<Model>_best_weights.pth.
+# Registered (cluster_train/shared/models.py) under the seed's class names: its users' files are
+# models/<Model>_best_weights.pth.
 for _cls in (PerFrameAggregation2D, LateFusion2D, EarlyFusion2D, PerFrameAggregation3D, LateFusion3D, EarlyFusion3D):
     takes(VIDEO_INPUT)(_cls)

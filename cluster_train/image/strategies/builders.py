@@ -1,4 +1,5 @@
-"""The strategy constructors STRATEGIES (cluster_train/shared/strategies.py) names; each imports Lightning when called."""
+"""The strategy constructors STRATEGIES (cluster_train/shared/strategies.py)
+names; each imports Lightning when called."""
 import json
 import os
 from pathlib import Path
@@ -28,7 +29,8 @@ def fsdp(accelerator: str, trainer=None):
 
 
 def deepspeed_config(name: str, trainer=None) -> dict:
-    """The JSON file's settings plus the run's options; Lightning fills batch size, accumulation, clipping, precision."""
+    """The JSON file's settings plus the run's options; Lightning
+    fills batch size, accumulation, clipping, precision."""
     config = json.loads((DEEPSPEED_CONFIGS / f"{name}.json").read_text())
     # Precision has one source of truth, trainer.precision: the file's bf16/fp16 block is its recommendation only.
     config.pop("bf16", None)

@@ -52,7 +52,8 @@ CSV_COLUMNS = ("epoch", "loss", "accuracy", "val_loss", "val_accuracy", "expert_
 
 
 class FusionModule(pl.LightningModule):
-    def __init__(self, net: FusionNet, experts_lr: float, fusion_lr: float, expert_loss_weight: float, weight_decay: float):
+    def __init__(self, net: FusionNet, experts_lr: float, fusion_lr: float, expert_loss_weight: float,
+                 weight_decay: float):
         super().__init__()
         self.net = net
         self.experts_lr, self.fusion_lr = experts_lr, fusion_lr
@@ -131,7 +132,8 @@ def save_components(net: FusionNet, folder: Path, meta: dict, metrics: dict) -> 
     for sub in ("experts", "fusion", "global"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     for i, expert in enumerate(net.experts):
-        torch.save(dict(meta["experts"][i], state_dict=_cpu(expert.state_dict())), folder / "experts" / f"expert_{i}.pth")
+        torch.save(dict(meta["experts"][i], state_dict=_cpu(expert.state_dict())),
+                   folder / "experts" / f"expert_{i}.pth")
     torch.save({"fusion": meta["fusion"], "feature_dims": net.feature_dims, "num_classes": meta["num_classes"],
                 "head_params": meta["head_params"], "state_dict": _cpu(net.fusion.state_dict())},
                folder / "fusion" / "fusion_head.pth")
@@ -171,7 +173,8 @@ def cifar_fusion(run) -> dict:
     FUSION_HEADS.get(fusion)
     holdout_path = Path(p.get("holdout_path") or _default_holdout(experts_dir))
     if not holdout_path.is_file():
-        raise UserError(f"fusion split {holdout_path} is missing; set task_params.holdout_path or train the experts first")
+        raise UserError(f"fusion split {holdout_path} is missing; set task_params.holdout_path "
+                        "or train the experts first")
     held = np.load(holdout_path)
     experts = [load_expert(experts_dir / f"expert_{i}_best.pth") for i in range(int(p.get("num_experts", 4)))]
     expert_meta = [torch.load(experts_dir / f"expert_{i}_best.pth", map_location="cpu") for i in range(len(experts))]

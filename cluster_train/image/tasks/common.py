@@ -26,8 +26,8 @@ from cluster_train.image.trainer import AnnounceRanks, keep_last, resilient, res
 
 
 def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=None, project: str = "") -> pl.Trainer:
-    """One model's Trainer; its tracked run (cluster_train/image/trackers.py) is named after `log_name`, in the task's `project`
-    unless tracker.experiment names one. No TensorBoard files: these tasks keep their seeds' CSV logs."""
+    """One model's Trainer; its tracked run (cluster_train/image/trackers.py) is named after `log_name`, in the task's
+    `project` unless tracker.experiment names one. No TensorBoard files: these tasks keep their seeds' CSV logs."""
     options = trainer_options(run)
     options["max_epochs"] = max_epochs or options["max_epochs"]
     ours = options.pop("callbacks")
