@@ -146,7 +146,7 @@ class Cluster:
     images: str = ""  # the image store this cluster's users share (a group directory); "": each user's own
     runs: str = ""  # where run directories go, e.g. ${scratch}/cluster-train/runs; "": the checkout's runs/
     max_array_size: Optional[int] = None  # the site's job-array limit (Slurm MaxArraySize); default: the scheduler's
-    require_signed: bool = False  # run only images signed by a key of the user's keyring (cluster_train/host/images/signing.py)
+    require_signed: bool = False  # run only images signed by a key of the user's keyring (images/signing.py)
     signers: List[str] = field(default_factory=list)  # ... and, if given, only by these key fingerprints
     binds: List[str] = field(default_factory=list)
     env: Dict[str, str] = field(default_factory=dict)

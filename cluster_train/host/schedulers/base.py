@@ -93,14 +93,14 @@ class Scheduler:
     """The contract of a scheduler adapter: the facts every adapter states, the commands each implements.
 
     A new scheduler: a module with a subclass of this class, its template in `templates/` beside it, its instance in
-    `SCHEDULERS` (__init__.py; or site.py finds it). Nothing else in cluster_train/host/ names a scheduler: it asks the adapter.
+    `SCHEDULERS` (__init__.py; or site.py finds it). Nothing else in host/ names a scheduler: it asks the adapter.
 
     Must fill in:
       name             the cluster file's `scheduler:` word.
       template         its job script's Jinja file in `template_dir()` (the `templates/` folder beside the module);
                        it renders `job` (jobs/job.py: job.work, job.placement...) and `scheduler` (this adapter),
                        may include the shared partials (_preamble.sh.j2, _container.sh.j2, _segments.sh.j2) of
-                       cluster_train/host/schedulers/templates/, and decides nothing (its `{% if %}` tests one finished value).
+                       schedulers/templates/, and decides nothing (its `{% if %}` tests one finished value).
       default_launch, launches
                        the names of the launch shapes it can start (cluster_train/host/schedulers/launches.py: how
                        each starts its ranks; preflight refuses a profile asking for another).
@@ -273,7 +273,7 @@ class Scheduler:
         return None
 
     def wait_options(self, job_ids: Sequence[str]) -> Optional[List[str]]:
-        """Submit options (the script stays the run's own) holding the job until all `job_ids` COMPLETED; None: never."""
+        """Submit options (not script lines) holding the job until all `job_ids` COMPLETED; None: it cannot."""
         return None
 
     def submit(self, script: Path, run_dir: Path, after: Sequence[str] = ()) -> str:
