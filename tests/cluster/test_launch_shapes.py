@@ -25,7 +25,7 @@ def test_independent_tasks_pack_one_per_gpu(cpu_image, slurm_cluster, demo_data,
     run_dir = runs_dir / "pack"
     names = ["task-0-resnet-w4", "task-1-resnet-w6", "task-2-resnet-w8", "task-3-resnet-d14"]
     training = wait_for_log(run_dir, [rf"^\[{name}\] .*rank 0/1 on host n1 .*fit\)" for name in names])
-    threads = max(busy_threads(run_dir, window_s=1.5) for _ in range(3)) if training else None  # a task may pause
+    threads = most_busy_threads(run_dir) if training else None
     state = wait_for_slurm_job(manifest(run_dir)["scheduler"]["job_id"])
     log = "".join(p.read_text() for p in (run_dir / "logs").glob("job-*.out"))
     assert state == "COMPLETED", log[-4000:]
@@ -37,6 +37,17 @@ def test_independent_tasks_pack_one_per_gpu(cpu_image, slurm_cluster, demo_data,
     # four different models trained: each task's own checkpoint holds its own architecture (width 4, 6, 8; depth 14)
     sizes = [parameters(run_dir / n / "checkpoints" / "last.ckpt") for n in names]
     assert sizes[0] < sizes[1] < sizes[2] and sizes[0] < sizes[3], dict(zip(names, sizes))
+
+
+def most_busy_threads(run_dir, samples: int = 8, expected: int = 4) -> int:
+    """The most compute threads seen in up to `samples` windows: a task pauses now and then (validation, a checkpoint,
+    a late start on a loaded machine), so one window may miss it; more than `expected` in any window is the bug."""
+    most = 0
+    for _ in range(samples):
+        most = max(most, busy_threads(run_dir, window_s=1.5))
+        if most >= expected:
+            break
+    return most
 
 
 def wait_for_log(run_dir, patterns, timeout_s=300) -> bool:
