@@ -6,8 +6,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import ROOT
 from cluster_train.image.localrun import free_port
+
+pytestmark = pytest.mark.slow  # two real gloo ranks with torch (8 s): make test, not make test-fast
 
 RANK = """
 import atexit, os, sys, time
