@@ -159,18 +159,18 @@ def test_a_run_without_a_result_says_how_it_ended(run_dir):
 
 
 def test_the_warning_saves_the_next_call_and_exits_for_a_requeue(project, run_dir):
-    proc = runner(run_dir, Call(project.CountTo(), 40))
+    proc = runner(run_dir, Call(project.CountTo(), 15))
     for line in proc.stdout:
         if "counted 5" in line:
             break
     proc.send_signal(signal.SIGUSR1)
     assert proc.wait(60) == REQUEUE, proc.stdout.read()
     saved = pickle.loads((run_dir / calls.ARGS).read_bytes())
-    assert 5 <= saved.fn.done < 40 and saved.args == (40,)
+    assert 5 <= saved.fn.done < 15 and saved.args == (15,)
     proc = runner(run_dir, saved)  # the requeued job: goes on from there
     assert proc.wait(60) == 0, proc.stdout.read()
     assert "counted 0" not in proc.stdout.read()
-    assert result_of(run_dir, "COMPLETED")[0] == 40
+    assert result_of(run_dir, "COMPLETED")[0] == 15
 
 
 def test_a_plain_function_runs_on_through_the_warning(project, run_dir):
