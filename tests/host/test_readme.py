@@ -10,8 +10,9 @@ MAX_LINES = 150  # issue 42: the README fits on two screens; everything else liv
 
 
 def relative_links(text: str) -> list:
-    """Markdown link targets that are paths of the checkout (no scheme, no page anchor), without their #anchor."""
-    targets = re.findall(r"\]\(([^)\s]+)\)", text)
+    """Markdown link targets, inline and reference definitions, that are paths of the checkout (no scheme, no page
+    anchor), without their #anchor."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", text) + re.findall(r"^\[[^\]]+\]: (\S+)$", text, re.M)
     return [t.split("#", 1)[0] for t in targets if "://" not in t and not t.startswith(("#", "mailto:"))]
 
 
