@@ -24,6 +24,7 @@ source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]
 myst_heading_anchors = 3  # [x](../how-to/sweeps.md#a-heading) links work
 myst_enable_extensions = ["colon_fence", "deflist"]
+smartquotes = False  # --dry-run stays two hyphens (not an en dash) and quotes stay what a shell takes
 
 html_theme = "furo"
 html_title = "cluster-train"
