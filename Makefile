@@ -64,8 +64,11 @@ $(VENV)/.installed: pyproject.toml tests/requirements.txt docs/requirements.txt
 
 # The documentation site, strictly: -W a warning is an error (a broken link or cross-reference, a page in no toctree),
 # -n every reference checked, --keep-going all of them listed at once. build/docs/index.html is the site.
+# (DOCS_SRC, DOCS_OUT: tests/host/test_docs_site.py builds a copy, and into its own directory.)
+DOCS_SRC ?= docs
+DOCS_OUT ?= build/docs
 docs: venv
-	$(PY) -m sphinx -W -n --keep-going -q -b html docs build/docs
+	$(PY) -m sphinx -W -n --keep-going -q -b html $(DOCS_SRC) $(DOCS_OUT)
 
 # the generated sets the experiments read by default (experiments/*.yaml): CIFAR-100, UFC-10, seeds 003 and 004
 # An empty file under data/ is never data: it is a test session's stand-in (tests/conftest.py default_input_dirs) that

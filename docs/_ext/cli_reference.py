@@ -78,7 +78,7 @@ def fill(app, docname: str, source: List[str]) -> None:
 
 
 def always_read(app, env, added, changed, removed) -> List[str]:
-    return [DOCNAME]  # the code changes, not the page: read it again at every build
+    return [DOCNAME] if DOCNAME in env.found_docs else []  # the code changes, not the page: read it again at every build
 
 
 def setup(app):

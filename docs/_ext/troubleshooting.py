@@ -89,7 +89,7 @@ def fill(app, docname: str, source: List[str]) -> None:
 
 
 def always_read(app, env, added, changed, removed) -> List[str]:
-    return [DOCNAME]  # the code's tables change, not the page: read it again at every build
+    return [DOCNAME] if DOCNAME in env.found_docs else []  # the code's tables change, not the page: read it again at every build
 
 
 def setup(app):
