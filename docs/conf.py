@@ -37,5 +37,5 @@ autodoc_class_signature = "separated"
 nitpick_ignore_regex = [("py:class", r"(typing|pathlib|collections\.abc|concurrent\.futures|enum|datetime)\..*"),
                         ("py:class", r"(Path|Any|Optional|Union|Callable|Iterator|Iterable|Sequence|Mapping)"),
                         ("py:class", r"(dict|list|tuple|str|int|float|bool|None|NoneType|object|type)"),
-                        # the API's internal types in its signatures (UserError, Site, Segment, ...): not public, no page
+                        # the API's internal types in its signatures (UserError, Site, Segment): not public, no page
                         ("py:class", r"cluster_train\.(host|shared)\..*")]

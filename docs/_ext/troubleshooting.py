@@ -89,7 +89,8 @@ def fill(app, docname: str, source: List[str]) -> None:
 
 
 def always_read(app, env, added, changed, removed) -> List[str]:
-    return [DOCNAME] if DOCNAME in env.found_docs else []  # the code's tables change, not the page: read it again at every build
+    """Read the page again at every build: the code's tables change, not the page."""
+    return [DOCNAME] if DOCNAME in env.found_docs else []
 
 
 def setup(app):
