@@ -25,11 +25,11 @@ def text(plain: str) -> str:
 
 
 def code(pattern: str) -> str:
-    fence = "``" if "`" in pattern else "`"
-    return f"{fence} {pattern} {fence}" if fence == "``" else f"`{pattern}`"
+    return f"`` {pattern} ``" if "`" in pattern else f"`{pattern}`"
 
 
 def endings() -> str:
+    """One item per entry of causes.ENDED_BY: the words `status` prints, what to do."""
     return "\n".join(f"- **{text(PLACEHOLDER.sub('…', said))}**: {text(fix)}"
                      for said, fix in causes.ENDED_BY.values())
 
@@ -38,7 +38,7 @@ def failure_causes() -> str:
     """One item per entry of causes.CAUSES, in its order (the first that matches is the one `status` prints)."""
     lines = []
     for pattern, message in causes.CAUSES:
-        said = ("the log's own error line, which names the place and the fix" if message.strip("{}0123456789") == ""
+        said = ("the log's own error line, which names the place and the fix" if PLACEHOLDER.fullmatch(message)
                 else text(PLACEHOLDER.sub("…", message)))
         lines.append(f"- {code(pattern)} in a job's log: {said}")
     return "\n".join(lines)
