@@ -1,0 +1,132 @@
+"""Progress of the long waits (an image or data image sent over SSH, pushed or pulled; an image built; a data set
+packed; a job followed to its end; a sweep's elements ending), as events: the library calls a `report` callable with
+a Progress and never prints; the command line renders them (cluster_train/host/status_line.py), a script passes its
+own callable or none. The parsers here read the tools' own progress output (rsync --info=progress2, apptainer build,
+mksquashfs -percentage, the training's rank-0 epoch lines) into numbers."""
+import re
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Dict, Iterable, Iterator, Optional
+
+from cluster_train.host.schedulers import FINISHED, State
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One moment of a long wait. `done`/`total` count `unit`s ("B": bytes; "%": percent; "": nothing to count);
+    `rate` is units per second and `eta_s` the seconds left, where known; `resumed_from`: units that were already
+    there when it started (an interrupted transfer resumed); `stage`: what it is doing now, in words (a build's
+    step, a run's epoch, a sweep's counts): a new stage is worth a line of its own; `final`: the last event."""
+
+    label: str
+    done: float = 0
+    total: Optional[float] = None
+    unit: str = "B"
+    rate: Optional[float] = None
+    eta_s: Optional[float] = None
+    resumed_from: float = 0
+    stage: str = ""
+    elapsed_s: float = 0
+    final: bool = False
+
+    @property
+    def fraction(self) -> Optional[float]:
+        return min(1.0, self.done / self.total) if self.total else None
+
+
+Report = Callable[[Progress], None]
+
+
+def ignore(_: Progress) -> None:
+    """The report of whoever does not watch."""
+
+
+class Meter:
+    """Progress events of one wait, the rate and the time left measured from what arrived since it started (what
+    was already there when a transfer resumed does not count as speed)."""
+
+    def __init__(self, label: str, total: Optional[float] = None, unit: str = "B", resumed_from: float = 0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.clock, self.started = clock, clock()
+        self.last = Progress(label, resumed_from, total, unit, resumed_from=resumed_from)
+
+    def at(self, done: Optional[float] = None, stage: Optional[str] = None, final: bool = False) -> Progress:
+        done = self.last.done if done is None else done
+        elapsed = self.clock() - self.started
+        rate = (done - self.last.resumed_from) / elapsed if elapsed > 0.5 and done > self.last.resumed_from else None
+        left = (self.last.total - done) / rate if rate and self.last.total else None
+        self.last = replace(self.last, done=done, rate=rate, eta_s=max(0.0, left) if left is not None else None,
+                            stage=self.last.stage if stage is None else stage, elapsed_s=elapsed, final=final)
+        return self.last
+
+
+# ---- the tools' own progress output ------------------------------------------------------------------------------
+
+RSYNC_PROGRESS = re.compile(r"^\s*([\d,]+)\s+(\d+)%")  # rsync --info=progress2: "  11,042,816  36%  9.97MB/s ..."
+
+
+def rsync_done(piece: str) -> Optional[int]:
+    """The bytes rsync --info=progress2 says it has done, from one of its \\r-ended pieces; None for other output."""
+    found = RSYNC_PROGRESS.match(piece)
+    return int(found.group(1).replace(",", "")) if found else None
+
+
+def pieces(chunks: Iterable[bytes]) -> Iterator[str]:
+    """Text that arrives in chunks, cut at every \\r and \\n (a progress bar rewrites its line with \\r)."""
+    pending = ""
+    for chunk in chunks:
+        *whole, pending = re.split(r"[\r\n]", pending + chunk.decode(errors="replace"))
+        yield from whole
+    if pending:
+        yield pending
+
+
+BUILD_STEP = re.compile(r"^INFO:\s+(Starting build|Running (\w+) scriptlet|Creating SIF file|Adding \w+ section"
+                        r"|Fetching OCI image|Extracting OCI image|Inserting \w+|Copying \S+)", re.IGNORECASE)
+
+
+def build_stage(line: str) -> Optional[str]:
+    """What `apptainer build` is doing, from one line of its output ("Running post scriptlet" -> "%post");
+    None for any other line (the scriptlet's own output)."""
+    found = BUILD_STEP.match(line.strip())
+    if not found:
+        return None
+    return f"%{found.group(2).lower()}" if found.group(2) else found.group(1).lower()
+
+
+SQUASH_PERCENT = re.compile(r"\b(\d{1,3})%")  # mksquashfs -percentage: one number a line ("37"); -progress: "37%"
+
+
+def squash_percent(piece: str) -> Optional[int]:
+    """mksquashfs's percent done from one piece of its -percentage (a bare number) or -progress output."""
+    text = piece.strip()
+    if text.isdigit() and int(text) <= 100:
+        return int(text)
+    found = SQUASH_PERCENT.search(text)
+    return int(found.group(1)) if found and int(found.group(1)) <= 100 else None
+
+
+EPOCH = re.compile(r"\[cluster-train\] epoch (\d+)/(\d+) step (\d+)(?: train/loss (\S+))?")
+
+
+def epoch_stage(log_text: str) -> Optional[str]:
+    """The last epoch line rank 0 wrote in this text ("epoch 2/5 step 40 train/loss 0.6931"), None if none."""
+    found = list(EPOCH.finditer(log_text))
+    if not found:
+        return None
+    epoch, epochs, step, loss = found[-1].groups()
+    return f"epoch {epoch}/{epochs} step {step}" + (f" train/loss {loss}" if loss else "")
+
+
+def sweep_counts(states: Iterable[State]) -> Dict[str, int]:
+    """How many elements are done (completed), running, failed (ended otherwise) and queued (all else)."""
+    counts = {"done": 0, "running": 0, "failed": 0, "queued": 0}
+    for state in states:
+        key = ("done" if state == State.COMPLETED else "running" if state == State.RUNNING
+               else "failed" if state in FINISHED else "queued")
+        counts[key] += 1
+    return counts
+
+
+def counts_stage(counts: Dict[str, int]) -> str:
+    return ", ".join(f"{n} {name}" for name, n in counts.items())
