@@ -68,13 +68,14 @@ class StatusLine:
         last = self.said
         if last is None or p.final or p.stage != last.stage or p.label != last.label:
             return True
+        if p.fraction == 1:  # all there, not yet ended: the final line says it
+            return False
         if p.fraction is not None and last.fraction is not None and self._tenth(p) > self._tenth(last):
             return True
         return self.clock() - self.said_at >= self.every_s
 
     def _tenth(self, p: Progress) -> int:
-        """Which `step` of the way it is in; all done counts as the last step (the final line says it)."""
-        return int(min(p.fraction, 0.999) / self.step + 1e-9)
+        return int(p.fraction / self.step + 1e-9)
 
     def _columns(self) -> int:
         if self.width:
