@@ -81,17 +81,20 @@ def pieces(chunks: Iterable[bytes]) -> Iterator[str]:
         yield pending
 
 
-BUILD_STEP = re.compile(r"^INFO:\s+(Starting build|Running (\w+) scriptlet|Creating SIF file|Adding \w+ section"
-                        r"|Fetching OCI image|Extracting OCI image|Inserting \w+|Copying \S+)", re.IGNORECASE)
+BUILD_STEPS = (  # what `apptainer build` says as it starts each step (INFO: ...) -> the step's name
+    (("Starting build", "Fetching", "Extracting"), "bootstrap"), (("Running setup scriptlet",), "%setup"),
+    (("Copying",), "%files"), (("Running post scriptlet",), "%post"), (("Adding",), "metadata"),
+    (("Running testscript",), "%test"), (("Creating SIF file",), "SIF file"))
 
 
 def build_stage(line: str) -> Optional[str]:
-    """What `apptainer build` is doing, from one line of its output ("Running post scriptlet" -> "%post");
-    None for any other line (the scriptlet's own output)."""
-    found = BUILD_STEP.match(line.strip())
-    if not found:
-        return None
-    return f"%{found.group(2).lower()}" if found.group(2) else found.group(1).lower()
+    """Which step `apptainer build` starts with this line of its output ("INFO:    Running post scriptlet" ->
+    "step 4/7: %post"); None for any other line (a scriptlet's own output)."""
+    said = line.removeprefix("INFO:").strip() if line.startswith("INFO:") else ""
+    for number, (starts, name) in enumerate(BUILD_STEPS, 1):
+        if said.startswith(starts):
+            return f"step {number}/{len(BUILD_STEPS)}: {name}"
+    return None
 
 
 SQUASH_PERCENT = re.compile(r"\b(\d{1,3})%")  # mksquashfs -percentage: one number a line ("37"); -progress: "37%"
