@@ -2,7 +2,7 @@
 packed; a job followed to its end; a sweep's elements ending), as events: the library calls a `report` callable with
 a Progress and never prints; the command line renders them (cluster_train/host/status_line.py), a script passes its
 own callable or none. The parsers here read the tools' own progress output (rsync --info=progress2, apptainer build,
-mksquashfs -percentage, the training's rank-0 epoch lines) into numbers."""
+the training's rank-0 epoch lines) into numbers."""
 import re
 import time
 from dataclasses import dataclass, replace
@@ -13,7 +13,7 @@ from cluster_train.host.schedulers import FINISHED, State
 
 @dataclass(frozen=True)
 class Progress:
-    """One moment of a long wait. `done`/`total` count `unit`s ("B": bytes; "%": percent; "": nothing to count);
+    """One moment of a long wait. `done`/`total` count `unit`s ("B": bytes; "": nothing to count);
     `rate` is units per second and `eta_s` the seconds left, where known; `resumed_from`: units that were already
     there when it started (an interrupted transfer resumed); `stage`: what it is doing now, in words (a build's
     step, a run's epoch, a sweep's counts): a new stage is worth a line of its own; `final`: the last event."""
@@ -95,18 +95,6 @@ def build_stage(line: str) -> Optional[str]:
         if said.startswith(starts):
             return f"step {number}/{len(BUILD_STEPS)}: {name}"
     return None
-
-
-SQUASH_PERCENT = re.compile(r"\b(\d{1,3})%")  # mksquashfs -percentage: one number a line ("37"); -progress: "37%"
-
-
-def squash_percent(piece: str) -> Optional[int]:
-    """mksquashfs's percent done from one piece of its -percentage (a bare number) or -progress output."""
-    text = piece.strip()
-    if text.isdigit() and int(text) <= 100:
-        return int(text)
-    found = SQUASH_PERCENT.search(text)
-    return int(found.group(1)) if found and int(found.group(1)) <= 100 else None
 
 
 EPOCH = re.compile(r"\[cluster-train\] epoch (\d+)/(\d+) step (\d+)(?: train/loss (\S+))?")

@@ -30,8 +30,6 @@ def describe(p: Progress) -> str:
     if p.unit == "B":
         parts.append(f"{amount(p.done, 'B')} of {amount(p.total, 'B')} ({100 * p.fraction:.0f} %)" if p.total
                      else amount(p.done, "B"))
-    elif p.unit == "%":
-        parts.append(f"{p.done:.0f} %")
     if p.rate is not None and p.unit == "B":
         parts.append(f"{p.rate / 1e6:.1f} MB/s")
     if p.eta_s is not None and not p.final:
@@ -81,7 +79,7 @@ class StatusLine:
         if self.width:
             return self.width
         try:
-            return os.get_terminal_size(self.stream.fileno()).columns
+            return os.get_terminal_size(self.stream.fileno()).columns or 80  # 0: a pty nobody sized
         except (OSError, ValueError, AttributeError):
             return 80
 
