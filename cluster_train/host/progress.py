@@ -6,9 +6,7 @@ the training's rank-0 epoch lines) into numbers."""
 import re
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, Iterable, Iterator, Optional
-
-from cluster_train.host.schedulers import FINISHED, State
+from typing import Callable, Iterable, Iterator, Optional
 
 
 @dataclass(frozen=True)
@@ -107,17 +105,3 @@ def epoch_stage(log_text: str) -> Optional[str]:
         return None
     epoch, epochs, step, loss = found[-1].groups()
     return f"epoch {epoch}/{epochs} step {step}" + (f" train/loss {loss}" if loss else "")
-
-
-def sweep_counts(states: Iterable[State]) -> Dict[str, int]:
-    """How many elements are done (completed), running, failed (ended otherwise) and queued (all else)."""
-    counts = {"done": 0, "running": 0, "failed": 0, "queued": 0}
-    for state in states:
-        key = ("done" if state == State.COMPLETED else "running" if state == State.RUNNING
-               else "failed" if state in FINISHED else "queued")
-        counts[key] += 1
-    return counts
-
-
-def counts_stage(counts: Dict[str, int]) -> str:
-    return ", ".join(f"{n} {name}" for name, n in counts.items())

@@ -83,8 +83,11 @@ class StatusLine:
         except (OSError, ValueError, AttributeError):
             return 80
 
-    def _draw(self, text: str) -> None:
-        self.shown = text[:max(1, self._columns() - 1)]  # the last column would wrap on some terminals
+    def _draw(self, text: str, again: bool = False) -> None:
+        cut = text[:max(1, self._columns() - 1)]  # the last column would wrap on some terminals
+        if cut == self.shown and not again:
+            return
+        self.shown = cut
         self.stream.write(CLEAR + self.shown)
         self.stream.flush()
 
@@ -97,7 +100,7 @@ class StatusLine:
         out.write(text)
         out.flush()
         if self.tty and self.shown:
-            self._draw(self.shown)
+            self._draw(self.shown, again=True)
 
     def close(self) -> None:
         """The terminal's status line erased (what ended is said by the command, in its own words)."""

@@ -2,10 +2,15 @@
 (cluster_train/host/progress.py), and the command line's renderer (cluster_train/host/status_line.py): one line
 rewritten in place on a terminal, plain lines at a sane rate in a pipe."""
 import io
+import subprocess
+import sys
 from pathlib import Path
 
-from cluster_train.host.progress import Meter, Progress, build_stage, epoch_stage, pieces, rsync_done, sweep_counts
+from conftest import ROOT
+
+from cluster_train.host.progress import Meter, Progress, build_stage, epoch_stage, pieces, rsync_done
 from cluster_train.host.runs.follow import Tail, drain, watch
+from cluster_train.host.runs.sweep_state import counts_stage, sweep_counts
 from cluster_train.host.schedulers import State
 from cluster_train.host.status_line import CLEAR, StatusLine, describe, duration
 
@@ -98,6 +103,7 @@ def test_the_tools_progress_output_is_read_into_numbers():
     assert epoch_stage(log) == "epoch 2/3 step 8 train/loss 1.9000" and epoch_stage("noise\n") is None
     assert sweep_counts([State.COMPLETED, State.RUNNING, State.FAILED, State.PENDING, State.CANCELLED,
                          State.COMPLETED]) == {"done": 2, "running": 1, "failed": 2, "queued": 1}
+    assert counts_stage(sweep_counts([State.PENDING])) == "0 done, 0 running, 0 failed, 1 queued"
 
 
 class Ends:
@@ -125,3 +131,27 @@ def test_a_wait_reports_the_state_and_the_last_whole_epoch_line_of_rank_0(tmp_pa
     drain(watch(Ends(tmp_path / "logs" / "job.out", 3), "7", tmp_path, None, Tail(tmp_path / "logs"), 0, said.append))
     assert [p.stage for p in said] == ["RUNNING", "RUNNING, epoch 1/3 step 4 train/loss 1.0",
                                        "COMPLETED"] and said[-1].final, said
+
+
+BUILD = """echo 'INFO:    Starting build...'
+echo 'I: Retrieving InRelease'
+echo 'INFO:    Running post scriptlet'
+echo '+ sh /opt/cluster-train/containers/install.sh cpu'
+echo 'pip: no matching distribution' >&2
+exit 3
+"""
+
+
+def test_make_image_shows_the_build_s_step_keeps_its_log_and_shows_its_end_when_it_fails(tmp_path):
+    """containers/images.mk runs apptainer build through build_log: here a stand-in that says what apptainer says."""
+    (tmp_path / "build.sh").write_text(BUILD)
+    log = tmp_path / "cpu.apptainer.log"
+    done = subprocess.run([sys.executable, "-m", "cluster_train.host.images.build_log", "--log", str(log), "--label",
+                           "building images/cpu.sif", "--", "sh", str(tmp_path / "build.sh")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 3 and done.stdout == ""
+    said = done.stderr.splitlines()
+    assert said[:2] == ["building images/cpu.sif: step 1/7: bootstrap", "building images/cpu.sif: step 4/7: %post"]
+    assert said[2].startswith("building images/cpu.sif: step 4/7: %post")  # the final line
+    assert said[3:] == log.read_text().splitlines()[-40:] + [f"sh failed (exit status 3); the whole log: {log}"]
+    assert "pip: no matching distribution" in log.read_text() and "I: Retrieving InRelease" in log.read_text()

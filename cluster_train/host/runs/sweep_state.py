@@ -4,11 +4,11 @@ every element's logs (cluster_train/host/runs/sweep.py queues it)."""
 import json
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
-from cluster_train.host.progress import Meter, Report, counts_stage, ignore, sweep_counts
+from cluster_train.host.progress import Meter, Report, ignore
 from cluster_train.host.runs import ending
 from cluster_train.host.runs.ending import EndWatch, has_ended, run_state
 from cluster_train.host.runs.segments import read as read_segments
@@ -175,6 +175,20 @@ def wait_elements(sweep_dir: Path, timeout_s: Optional[float], poll_s: float = 2
             return True
         time.sleep(poll_s)
     return False
+
+
+def sweep_counts(states: Iterable[State]) -> Dict[str, int]:
+    """How many elements are done (completed), running, failed (ended otherwise) and queued (all else)."""
+    counts = {"done": 0, "running": 0, "failed": 0, "queued": 0}
+    for state in states:
+        counts["done" if state == State.COMPLETED else "running" if state == State.RUNNING
+               else "failed" if state in FINISHED else "queued"] += 1
+    return counts
+
+
+def counts_stage(counts: Dict[str, int]) -> str:
+    """'2 done, 1 running, 0 failed, 3 queued'"""
+    return ", ".join(f"{n} {name}" for name, n in counts.items())
 
 
 def logs_text(sweep_dir: Path) -> str:
