@@ -1,12 +1,14 @@
 """The command line's view of a long wait's Progress events (cluster_train/host/progress.py): on a terminal one
 status line rewritten in place (\\r, cut to the terminal's width, cleared at the end); anything else (a pipe, a CI log,
-a file) gets plain lines at a sane rate: the first, each new stage, every 10 % and every 30 s, and the last.
+a file) gets plain lines at a sane rate: the first once it has lasted 2 s, each new stage, every 10 % and every 30 s,
+and the last.
 Written here, not with tqdm or rich: neither prints plain periodic lines to a pipe, and the login-node install stays
 pyyaml and jinja2."""
+import contextlib
 import os
 import sys
 import time
-from typing import Callable, Optional, TextIO
+from typing import Callable, Iterator, Optional, TextIO
 
 from cluster_train.host.progress import Progress
 
@@ -38,17 +40,19 @@ def describe(p: Progress) -> str:
         parts.append(f"{'in ' if p.final else ''}{duration(p.elapsed_s)}")
     if p.resumed_from:
         parts.append(f"resuming from {amount(p.resumed_from, p.unit)}")
-    return f"{p.label}: " + ", ".join(([p.stage] if p.stage else []) + parts)
+    said = ", ".join(([p.stage] if p.stage else []) + parts)
+    return f"{p.label}: {said}" if said else p.label
 
 
 class StatusLine:
     """A `report` for the library's long waits, writing to `stream` (standard error unless told)."""
 
     def __init__(self, stream: Optional[TextIO] = None, tty: Optional[bool] = None, width: Optional[int] = None,
-                 clock: Callable[[], float] = time.monotonic, every_s: float = 30.0, step: float = 0.1):
+                 clock: Callable[[], float] = time.monotonic, every_s: float = 30.0, step: float = 0.1,
+                 first_s: float = 2.0):
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
-        self.width, self.clock, self.every_s, self.step = width, clock, every_s, step
+        self.width, self.clock, self.every_s, self.step, self.first_s = width, clock, every_s, step, first_s
         self.shown = ""  # what the terminal's status line holds now
         self.said: Optional[Progress] = None  # the last event written as a plain line
         self.said_at = 0.0
@@ -62,9 +66,12 @@ class StatusLine:
             self.said, self.said_at = p, self.clock()
 
     def _due(self, p: Progress) -> bool:
-        """A plain line for the first event, the last, a new stage, each `step` of the way and every `every_s`."""
+        """A plain line for the first event (a stage, or after first_s), the last, a new stage, each `step` of the way
+        and every `every_s`."""
         last = self.said
-        if last is None or p.final or p.stage != last.stage or p.label != last.label:
+        if last is None:  # a wait that ends (or fails) within first_s says only its end, or nothing
+            return p.final or bool(p.stage) or p.elapsed_s >= self.first_s
+        if p.final or p.stage != last.stage or p.label != last.label:
             return True
         if p.fraction == 1:  # all there, not yet ended: the final line says it
             return False
@@ -108,3 +115,13 @@ class StatusLine:
             self.stream.write(CLEAR)
             self.stream.flush()
             self.shown = ""
+
+
+@contextlib.contextmanager
+def shown_progress(stream: Optional[TextIO] = None) -> Iterator[StatusLine]:
+    """A StatusLine for the length of a `with` block, its line erased at the end however the block ends."""
+    shown = StatusLine(stream)
+    try:
+        yield shown
+    finally:
+        shown.close()

@@ -1,8 +1,8 @@
 """A file sent to a cluster over SSH (cluster_train/host/remote/sync.py, the real rsync to the test's real sshd,
 tests/ssh/login.py) shows its progress as the command line renders it (cluster_train/host/status_line.py): one status
 line rewritten in place, cut to the terminal's width and erased at the end, on a terminal (a pty); plain lines in a
-pipe. Both resume a copy an earlier, interrupted one left there, and say so. rsync is held to 6 MB/s (a --bwlimit
-put in front of it on PATH) so that a 16 MB file takes ~2 s: long enough to be seen moving."""
+pipe. Both resume a copy an earlier, interrupted one left there, and say so. rsync is held to 4 MB/s (a --bwlimit
+put in front of it on PATH) so that a 16 MB file takes ~3 s: long enough to be seen moving."""
 import fcntl
 import os
 import pty
@@ -40,13 +40,13 @@ print(f"sent {sent} bytes", file=sys.stderr)
 
 @pytest.fixture(scope="module")
 def login_node(tmp_path_factory):
-    """The test's sshd; the senders' environment: first on PATH an rsync held to 6 MB/s, and a cache of their own
+    """The test's sshd; the senders' environment: first on PATH an rsync held to 4 MB/s, and a cache of their own
     for the shared connection (a short path: a socket's name has at most 107 bytes), closed at the end."""
     base = tmp_path_factory.mktemp("sshd")
     proc, config, _ = login.start(base)
     slow = base / "bin"
     slow.mkdir()
-    (slow / "rsync").write_text('#!/bin/sh\nexec /usr/bin/rsync --bwlimit=6000 "$@"\n')
+    (slow / "rsync").write_text('#!/bin/sh\nexec /usr/bin/rsync --bwlimit=4000 "$@"\n')
     (slow / "rsync").chmod(0o755)
     cache = tempfile.mkdtemp(prefix="ct-progress-", dir="/tmp")
     env = {**os.environ, "PATH": f"{slow}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": cache}
@@ -69,7 +69,7 @@ def sending(login_node, tmp_path):
     return [sys.executable, "-c", SENDER, str(config), str(tmp_path / "image.sif"), str(remote)], env, data, remote
 
 
-@pytest.mark.slow  # a real sshd, 16 MB through it at 6 MB/s
+@pytest.mark.slow  # a real sshd, 16 MB through it at 4 MB/s
 def test_a_transfer_in_a_pipe_says_plain_lines_that_it_resumed_and_how_far_it_is(login_node, tmp_path):
     argv, env, data, remote = sending(login_node, tmp_path)
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
@@ -79,11 +79,10 @@ def test_a_transfer_in_a_pipe_says_plain_lines_that_it_resumed_and_how_far_it_is
     progress, said = lines[:-1], lines[-1]
     assert all(line.startswith("sending image.sif to ci-slurm: ") for line in progress), lines
     assert all("resuming from 4.2 MB" in line for line in progress), lines
-    assert progress[0].startswith("sending image.sif to ci-slurm: 4.2 MB of 16.8 MB (25 %)"), lines
     assert "16.8 MB of 16.8 MB (100 %)" in progress[-1] and " in " in progress[-1], lines  # the final line, once
     assert not any("(100 %)" in line for line in progress[:-1]), lines
-    assert any("MB/s" in line and " left" in line for line in progress[1:-1]), lines  # a rate and the time left
-    assert 3 <= len(progress) <= 9, lines  # every 10 % at most (and the first and last), not every rsync update
+    assert any("MB/s" in line and " left" in line for line in progress[:-1]), lines  # a rate and the time left
+    assert 2 <= len(progress) <= 9, lines  # every 10 % at most (and the last), not every rsync update
     assert said.startswith("sent ") and remote.read_bytes() == data
 
 
@@ -109,7 +108,7 @@ def terminal_output(argv, env) -> bytes:
     return out
 
 
-@pytest.mark.slow  # a real sshd, 16 MB through it at 6 MB/s
+@pytest.mark.slow  # a real sshd, 16 MB through it at 4 MB/s
 def test_a_transfer_on_a_terminal_rewrites_one_line_of_its_width_and_erases_it(login_node, tmp_path):
     argv, env, data, remote = sending(login_node, tmp_path)
     out = terminal_output(argv, env).decode()

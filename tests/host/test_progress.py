@@ -60,15 +60,20 @@ def test_a_pipe_gets_a_plain_line_each_tenth_of_the_way_every_30_s_and_the_last(
     shown.close()
     lines = out.getvalue().splitlines()
     assert "\r" not in out.getvalue() and "\x1b" not in out.getvalue()
-    assert [line.split(" (")[1].split(" %")[0] for line in lines] == [str(n) for n in range(0, 101, 10)]
+    assert [line.split(" (")[1].split(" %")[0] for line in lines] == ["2", *(str(n) for n in range(10, 101, 10))]
     assert lines[-1].endswith("in 1m40s") and lines.count(lines[-1]) == 1
     slow, out = Clock(), io.StringIO()
     shown, meter = StatusLine(out, tty=False, clock=slow), Meter("sending", 1000 * MB, clock=slow)
     for second in range(0, 70, 10):  # 1 MB every 10 s: no tenth of the way passed, and yet
         slow.now = second
         shown(meter.at(second / 10 * MB))
-    assert [line.split(", ")[-1] for line in out.getvalue().splitlines()] == ["sending: 0.0 MB of 1000.0 MB (0 %)",
-                                                                              "2h46m left", "2h45m left"]
+    assert [line.split(", ")[-1] for line in out.getvalue().splitlines()] == ["2h46m left", "2h46m left"]  # 10, 40 s
+    quick, out = Clock(), io.StringIO()
+    shown, meter = StatusLine(out, tty=False, clock=quick), Meter("pulling", clock=quick)
+    shown(meter.at(0))
+    quick.now = 1.5
+    shown(meter.at(MB))  # it ends (or fails) here: within 2 s, a pipe says nothing but the final line
+    assert out.getvalue() == ""
     unknown = StatusLine(out := io.StringIO(), tty=False, clock=slow)
     for stage in ("PENDING", "RUNNING", "RUNNING", "RUNNING, epoch 1/2 step 4", "RUNNING, epoch 1/2 step 4"):
         unknown(Progress("job 7", unit="", stage=stage))

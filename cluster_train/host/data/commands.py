@@ -9,7 +9,7 @@ from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.host import project
 from cluster_train.host.data import pack, store, transport
 from cluster_train.host.images.locations import STORE_FIX, command_store
-from cluster_train.host.status_line import StatusLine
+from cluster_train.host.status_line import shown_progress
 from cluster_train.host.usage import Parser
 
 WRITES = ("pack", "import", "pull")  # the commands that add to the store
@@ -48,11 +48,8 @@ def pack_dir(src: Path, name: str, root: Path) -> int:
     store.check_name(name)
     files, size = pack.contents(src)
     print(f"packing {files} files ({size / 1e6:.1f} MB) of {src} as data image {name!r}...", file=sys.stderr)
-    shown = StatusLine()
-    try:
+    with shown_progress() as shown:
         entry, new = pack.pack(src, name, root, shown)
-    finally:
-        shown.close()
     print(f"{entry.name}: sha256:{entry.sha256} ({entry.size / 1e6:.1f} MB, {entry.files} files) "
           f"{'stored' if new else 'already stored'} at {entry.path}")
     return 0
@@ -72,11 +69,13 @@ def main(argv: List[str]) -> int:
         return 0
     if args.command == "push":
         entry = store.verified(args.image, root)
-        refs = transport.push(entry, args.reference, args.plain_http)
+        with shown_progress() as shown:
+            refs = transport.push(entry, args.reference, args.plain_http, shown)
         print(f"pushed data image {entry.name} sha256:{entry.sha256} -> {' and '.join(refs)}")
         return 0
     if args.command == "pull":
-        entry, new = transport.pull(args.reference, args.plain_http, args.name, args.expect_sha256, root)
+        with shown_progress() as shown:
+            entry, new = transport.pull(args.reference, args.plain_http, args.name, args.expect_sha256, root, shown)
         print(f"{'pulled' if new else 'already in the store:'} {entry.name} sha256:{entry.sha256} -> {entry.path}")
         return 0
     if args.command == "list":

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import List
 
 from cluster_train.host.progress import Meter, Report, build_stage
-from cluster_train.host.status_line import StatusLine
+from cluster_train.host.status_line import shown_progress
 
 TAIL_LINES = 40  # of the log, shown when the build fails
 TICK_S = 1.0  # the status line's clock moves on while a step is quiet
@@ -63,11 +63,8 @@ def main(argv: List[str]) -> int:
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the build command")
     args = p.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    shown = StatusLine()
-    try:
+    with shown_progress() as shown:
         status = run_logged(command, args.log, args.label, shown)
-    finally:
-        shown.close()
     if status != 0:
         lines = args.log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
         print("\n".join(lines), file=sys.stderr)

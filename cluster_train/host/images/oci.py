@@ -6,14 +6,17 @@ checked against the digest before they enter the store (`pull_into_store`, with 
 cluster_train/host/images/sif.py). `plain_http` is Apptainer's `--no-https` (a registry on 127.0.0.1
 or a lab's own without TLS).
 """
+import os
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import apptainer
 from cluster_train.host.images import sif, store
+from cluster_train.host.progress import Meter, Report, ignore
 
 ORAS = re.compile(r"^oras://(?P<registry>[A-Za-z0-9.-]+(:\d+)?)/(?P<repo>[a-z0-9]+(?:[._/-][a-z0-9]+)*)"
                   r"(?P<ref>:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|@sha256:[0-9a-f]{64})?$")
@@ -33,32 +36,47 @@ def content_reference(reference: str, sha256: str) -> str:
     return f"oras://{parts['registry']}/{parts['repo']}:sha256-{sha256}"
 
 
-def push(sif: Path, sha256: str, reference: str, plain_http: bool) -> List[str]:
-    """Push to the digest tag, and to the reference's own tag if it has one; the references pushed."""
+def push(sif: Path, sha256: str, reference: str, plain_http: bool, report: Report = ignore) -> List[str]:
+    """Push to the digest tag, and to the reference's own tag if it has one; the references pushed. Apptainer says
+    nothing of a push's bytes: how long it has taken is reported."""
     refs = list(dict.fromkeys([content_reference(reference, sha256)]
                               + ([reference] if parse(reference)["ref"] else [])))
     for ref in refs:
-        _checked("push", ref, apptainer.push(sif, ref, plain_http))
+        meter = Meter(f"pushing {sif.stat().st_size / 1e6:.1f} MB to {ref}", unit="")
+        _checked("push", ref, apptainer.push(sif, ref, plain_http, lambda: report(meter.at())))
+        report(meter.at(final=True))
     return refs
 
 
-def pull(reference: str, plain_http: bool, into: Path) -> Path:
-    """Pull into a temporary file of `into` (the store's file system, so it is renamed, not copied, into place)."""
+def pull(reference: str, plain_http: bool, into: Path, report: Report = ignore) -> Path:
+    """Pull into a temporary file of `into` (the store's file system, so it is renamed, not copied, into place);
+    the bytes that arrived reported as they grow (Apptainer downloads into its TMPDIR, made here, then copies)."""
     parse(reference)
     into.mkdir(parents=True, exist_ok=True)
     tmp = into / f".pull.{abs(hash(reference))}.tmp.sif"
-    _checked("pull", reference, apptainer.pull(tmp, reference, plain_http))
+    meter = Meter(f"pulling {reference}")
+    with tempfile.TemporaryDirectory(dir=into, prefix=".pull-") as staging:
+        def tick() -> None:  # downloading into staging, then copying into tmp
+            report(meter.at(max(tmp.stat().st_size if tmp.exists() else 0, bytes_under(Path(staging)))))
+
+        done = apptainer.pull(tmp, reference, plain_http, tick, env={**os.environ, "TMPDIR": staging})
+    _checked("pull", reference, done)
+    report(meter.at(tmp.stat().st_size, final=True))
     return tmp
 
 
-def pull_into_store(reference: str, plain_http: bool, expect: Optional[str],
-                    root: Path) -> Tuple[store.ImageRecord, bool]:
+def bytes_under(top: Path) -> int:
+    return sum(path.stat().st_size for path in top.rglob("*") if path.is_file())
+
+
+def pull_into_store(reference: str, plain_http: bool, expect: Optional[str], root: Path,
+                    report: Report = ignore) -> Tuple[store.ImageRecord, bool]:
     """(the image, whether it is new): none pulled when the store already holds the expected digest; else pulled
     beside the store and admitted with every check, its reference recorded as where it was pushed."""
     known = store.find(expect.removeprefix("sha256:"), root) if expect else None
     if known is not None:
         return known, False
-    tmp = pull(reference, plain_http, root / store.STORE)
+    tmp = pull(reference, plain_http, root / store.STORE, report)
     try:
         return sif.admit(tmp, expect, root, [{"reference": reference, "plain_http": plain_http}], owned=True,
                          shown=f"the image pulled from {reference}")

@@ -7,12 +7,13 @@ import sys
 from pathlib import Path
 from typing import Dict, Generator, Optional
 
+from cluster_train.host.progress import ignore
 from cluster_train.host.runs import sweep_state
 from cluster_train.host.runs.ending import describe
 from cluster_train.host.runs.follow import Tail, watch
 from cluster_train.host.runs.queue import Followed
 from cluster_train.host.schedulers import State, adapter
-from cluster_train.host.status_line import StatusLine
+from cluster_train.host.status_line import StatusLine, shown_progress
 
 
 def follow_plan(followed: Followed, timeout_s: float) -> int:
@@ -30,19 +31,18 @@ def follow(scheduler, job_id: str, run_dir: Path, timeout_s: float) -> int:
 
 
 def follow_log(scheduler, job_id: str, run_dir: Path) -> None:
-    """`logs --follow`: the log printed as it grows until the job ends, then how it ended (on stderr)."""
-    state = echoed(scheduler, job_id, run_dir, None)
+    """`logs --follow`: the log printed as it grows until the job ends, then how it ended (on stderr); the status
+    line only on a terminal (piped, `logs --follow` is `tail -f`: the log alone)."""
+    state = echoed(scheduler, job_id, run_dir, None, on_terminal_only=True)
     print(f"run-cluster: job {job_id} {describe(state)}", file=sys.stderr)
 
 
-def echoed(scheduler, job_id: str, run_dir: Path, timeout_s: Optional[float]) -> Dict:
+def echoed(scheduler, job_id: str, run_dir: Path, timeout_s: Optional[float], on_terminal_only: bool = False) -> Dict:
     """The job's log printed as it grows, the status line under it; its end state. A reader that went away
     (`| head`) ends the wait with BrokenPipeError, which bin/run-cluster's main takes."""
-    shown = StatusLine()
-    try:
-        return printed(watch(scheduler, job_id, run_dir, timeout_s, Tail(run_dir / "logs"), report=shown), shown)
-    finally:
-        shown.close()
+    with shown_progress() as shown:
+        report = shown if shown.tty or not on_terminal_only else ignore
+        return printed(watch(scheduler, job_id, run_dir, timeout_s, Tail(run_dir / "logs"), report=report), shown)
 
 
 def printed(steps: Generator[str, None, Dict], shown: StatusLine) -> Dict:
@@ -70,11 +70,8 @@ def reader_gone() -> bool:
 
 def wait_sweep(sweep_dir: Path, timeout_s: float, poll_s: float = 2.0) -> int:
     """Until every element has ended, a status line of their counts; the table, and 0 when all completed."""
-    shown = StatusLine()
-    try:
+    with shown_progress() as shown:
         sweep_state.wait_elements(sweep_dir, timeout_s, poll_s, report=shown)
-    finally:
-        shown.close()
     rows = sweep_state.element_rows(sweep_dir)
     print(sweep_state.status_table(sweep_dir, rows))
     return 0 if all(r["state"] == "COMPLETED" for r in rows) else 1
