@@ -135,7 +135,7 @@ def test_a_wait_reports_the_state_and_the_last_whole_epoch_line_of_rank_0(tmp_pa
     said = []
     drain(watch(Ends(tmp_path / "logs" / "job.out", 3), "7", tmp_path, None, Tail(tmp_path / "logs"), 0, said.append))
     assert [p.stage for p in said] == ["RUNNING", "RUNNING, epoch 1/3 step 4 train/loss 1.0",
-                                       "COMPLETED"] and said[-1].final, said
+                                       "COMPLETED, epoch 3/3 step 12 train/loss 1.0"] and said[-1].final, said
 
 
 BUILD = """echo 'INFO:    Starting build...'

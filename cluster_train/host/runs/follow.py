@@ -22,24 +22,34 @@ def watch(scheduler, job_id: str, run_dir: Path, timeout_s: Optional[float], tai
     rank 0's last epoch line. WaitTimeout after timeout_s: the job goes on."""
     end = EndWatch(scheduler, job_id, run_dir)
     deadline = time.time() + timeout_s if timeout_s is not None else None
-    meter, epoch, partial = Meter(f"job {job_id}", unit=""), "", ""
+    meter, epochs = Meter(f"job {job_id}", unit=""), EpochLines()
     while True:
         if tail:
-            chunk = tail.read_new()
-            *whole, partial = (partial + chunk).rsplit("\n", 1) if chunk else ["", partial]
-            epoch = epoch_stage("".join(whole)) or epoch  # whole lines only: "step 4" may be half of "step 40"
-            yield chunk
+            yield epochs.read(tail.read_new())
         state = end.poll()
         if state is not None:
             if tail:
-                yield tail.read_new()  # what the job wrote as it ended
-            report(meter.at(stage=shown(state), final=True))
+                yield epochs.read(tail.read_new())  # what the job wrote as it ended
+            report(meter.at(stage=", ".join(filter(None, [shown(state), epochs.last])), final=True))
             return state
-        report(meter.at(stage=", ".join(filter(None, [shown(end.last), epoch]))))
+        report(meter.at(stage=", ".join(filter(None, [shown(end.last), epochs.last]))))
         if deadline is not None and time.time() > deadline:
             raise WaitTimeout(f"job {job_id} did not finish within {timeout_s:.0f} s (state "
                               f"{end.last['state'].value}); it goes on: bin/run-cluster status {run_dir}")
         time.sleep(poll_s)
+
+
+class EpochLines:
+    """Rank 0's last epoch line in a log read in pieces ("epoch 2/5 step 40 train/loss 0.6931"; "" before the
+    first), from whole lines only: "step 4" may be half of "step 40"."""
+
+    def __init__(self):
+        self.last, self.partial = "", ""
+
+    def read(self, chunk: str) -> str:
+        *whole, self.partial = (self.partial + chunk).rsplit("\n", 1)
+        self.last = epoch_stage("".join(whole)) or self.last
+        return chunk
 
 
 def drain(steps: Iterator[str]) -> Any:
