@@ -2,6 +2,7 @@
 (cluster_train/host/progress.py), and the command line's renderer (cluster_train/host/status_line.py): one line
 rewritten in place on a terminal, plain lines at a sane rate in a pipe."""
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -160,3 +161,38 @@ def test_make_image_shows_the_build_s_step_keeps_its_log_and_shows_its_end_when_
     assert said[2].startswith("building images/cpu.sif: step 4/7: %post")  # the final line
     assert said[3:] == log.read_text().splitlines()[-40:] + [f"sh failed (exit status 3); the whole log: {log}"]
     assert "pip: no matching distribution" in log.read_text() and "I: Retrieving InRelease" in log.read_text()
+
+
+class Scripted:
+    """A scheduler whose jobs go through the states given for each, one a poll, the last one staying."""
+
+    name = accounting_name = "fake"
+
+    def __init__(self, states):
+        self.states = states
+
+    def state(self, job_id, run_dir=None):
+        left = self.states[job_id]
+        return {"state": left.pop(0) if len(left) > 1 else left[0]}
+
+    def accounting(self, job_id):
+        return None
+
+    def with_cause(self, state, *_):
+        return state
+
+
+def test_a_sweep_s_wait_reports_how_many_are_done_running_failed_and_queued(tmp_path, monkeypatch):
+    from cluster_train.host.runs import sweep_state
+
+    elements = [{"index": n, "job_id": str(n), "run_dir": str(tmp_path / f"e{n}"), "values": {}} for n in range(3)]
+    (tmp_path / "sweep.json").write_text(json.dumps({"sweep_id": "sw", "scheduler": "fake", "elements": elements}))
+    R, P, C, F = State.RUNNING, State.PENDING, State.COMPLETED, State.FAILED
+    scheduler = Scripted({"0": [R, C], "1": [P, R, R, F], "2": [P, P, P, R, C]})
+    monkeypatch.setattr(sweep_state, "adapter", lambda name: scheduler)
+    said = []
+    assert sweep_state.wait_elements(tmp_path, 60, 0, said.append)
+    assert [p.stage for p in said] == ["0 done, 1 running, 0 failed, 2 queued", "1 done, 1 running, 0 failed, 1 queued",
+                                       "1 done, 1 running, 0 failed, 1 queued", "1 done, 1 running, 1 failed, 0 queued",
+                                       "2 done, 0 running, 1 failed, 0 queued"]
+    assert said[-1].final and not any(p.final for p in said[:-1]) and said[0].label == "sweep sw"
