@@ -30,7 +30,7 @@ class Plan:
     summary: str
     warnings: List[str]
     dry_run_text: str  # printed instead of queuing (the script, under a banner saying nothing was submitted)
-    queue: Callable[[], Any]  # writes and submits; returns what `follow` takes
+    queue: Callable[[], Any]  # writes and submits; returns what `followed` takes
     discard: Callable[[], None]  # a dry run: drop what preparing took (code snapshots)
     followed: Optional[Callable[[Any], Followed]] = None  # what `--wait` follows, from what `queue` returned
     follow_by_default: bool = False
