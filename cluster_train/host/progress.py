@@ -46,7 +46,7 @@ class Meter:
     def __init__(self, label: str, total: Optional[float] = None, unit: str = "B", resumed_from: float = 0,
                  clock: Callable[[], float] = time.monotonic):
         self.clock, self.started = clock, clock()
-        self.last = Progress(label, resumed_from, total, unit, resumed_from=resumed_from)
+        self.last = Progress(short(label), resumed_from, total, unit, resumed_from=resumed_from)
 
     def at(self, done: Optional[float] = None, stage: Optional[str] = None, final: bool = False) -> Progress:
         done = self.last.done if done is None else done
@@ -56,6 +56,11 @@ class Meter:
         self.last = replace(self.last, done=done, rate=rate, eta_s=max(0.0, left) if left is not None else None,
                             stage=self.last.stage if stage is None else stage, elapsed_s=elapsed, final=final)
         return self.last
+
+
+def short(text: str) -> str:
+    """Every sha256 in a label cut to its first 12 digits, as `images list` shows them: a status line is one line."""
+    return re.sub(r"\b([0-9a-f]{12})[0-9a-f]{52}\b", r"\1", text)
 
 
 # ---- the tools' own progress output ------------------------------------------------------------------------------

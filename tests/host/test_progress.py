@@ -3,6 +3,7 @@
 rewritten in place on a terminal, plain lines at a sane rate in a pipe."""
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,21 @@ def test_the_rate_and_time_left_count_only_what_arrived_since_a_resume():
     clock.now = 30
     assert describe(meter.at(100 * MB, final=True)) == ("sending cpu.sif: 100.0 MB of 100.0 MB (100 %), 2.0 MB/s, "
                                                         "in 30s, resuming from 40.0 MB")
+
+
+def test_a_label_names_an_image_by_the_first_12_digits_of_its_digest():
+    digest = "09f9fe0a33be" + "a" * 52
+    assert Meter(f"pushing {digest}.sif to oras://r/lab/x:sha256-{digest}").at().label == (
+        "pushing 09f9fe0a33be.sif to oras://r/lab/x:sha256-09f9fe0a33be")
+
+
+def test_a_push_reads_how_much_apptainer_has_read_of_its_file():
+    from cluster_train.host.images.oci import bytes_read
+
+    before = bytes_read(os.getpid())
+    (ROOT / "README.md").read_bytes()
+    assert bytes_read(os.getpid()) >= before + (ROOT / "README.md").stat().st_size
+    assert bytes_read(2**22 + 1) is None  # no such process (pid_max is at most 2**22)
 
 
 def test_a_stage_and_a_duration_read_as_words():

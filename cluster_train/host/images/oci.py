@@ -38,14 +38,33 @@ def content_reference(reference: str, sha256: str) -> str:
 
 def push(sif: Path, sha256: str, reference: str, plain_http: bool, report: Report = ignore) -> List[str]:
     """Push to the digest tag, and to the reference's own tag if it has one; the references pushed. Apptainer says
-    nothing of a push's bytes: how long it has taken is reported."""
+    nothing of a push's bytes: they are read from what it has read of the file (/proc/PID/io), which it reads twice,
+    once for its checksum, then to send it."""
     refs = list(dict.fromkeys([content_reference(reference, sha256)]
                               + ([reference] if parse(reference)["ref"] else [])))
+    size = sif.stat().st_size
     for ref in refs:
-        meter = Meter(f"pushing {sif.stat().st_size / 1e6:.1f} MB to {ref}", unit="")
-        _checked("push", ref, apptainer.push(sif, ref, plain_http, lambda: report(meter.at())))
-        report(meter.at(final=True))
+        meter = Meter(f"pushing {sif.name} to {ref}", size)
+
+        def tick(pid: int) -> None:
+            nonlocal meter
+            read = bytes_read(pid)
+            if read is not None and read > size and meter.last.stage != "sending":
+                meter = Meter(meter.last.label, size)  # the rate and time left of the sending alone
+            if read is not None:
+                report(meter.at(max(0, min(size, read - size)), "checksumming" if read <= size else "sending"))
+
+        _checked("push", ref, apptainer.push(sif, ref, plain_http, tick))
+        report(meter.at(size, final=True))
     return refs
+
+
+def bytes_read(pid: int) -> Optional[int]:
+    """How many bytes a process has read (Linux: rchar of /proc/PID/io); None where that cannot be read."""
+    try:
+        return int(Path(f"/proc/{pid}/io").read_text().split("rchar:")[1].split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def pull(reference: str, plain_http: bool, into: Path, report: Report = ignore) -> Path:
@@ -56,7 +75,7 @@ def pull(reference: str, plain_http: bool, into: Path, report: Report = ignore) 
     tmp = into / f".pull.{abs(hash(reference))}.tmp.sif"
     meter = Meter(f"pulling {reference}")
     with tempfile.TemporaryDirectory(dir=into, prefix=".pull-") as staging:
-        def tick() -> None:  # downloading into staging, then copying into tmp
+        def tick(_: int) -> None:  # downloading into staging, then copying into tmp
             report(meter.at(max(tmp.stat().st_size if tmp.exists() else 0, bytes_under(Path(staging)))))
 
         done = apptainer.pull(tmp, reference, plain_http, tick, env={**os.environ, "TMPDIR": staging})
