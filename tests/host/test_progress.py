@@ -174,7 +174,7 @@ def test_make_image_shows_the_build_s_step_keeps_its_log_and_shows_its_end_when_
     assert done.returncode == 3 and done.stdout == ""
     said = done.stderr.splitlines()
     assert said[:2] == ["building images/cpu.sif: step 1/7: bootstrap", "building images/cpu.sif: step 4/7: %post"]
-    assert said[2].startswith("building images/cpu.sif: step 4/7: %post")  # the final line
+    assert said[2].startswith("building images/cpu.sif: failed at step 4/7: %post")  # the final line
     assert said[3:] == log.read_text().splitlines()[-40:] + [f"sh failed (exit status 3); the whole log: {log}"]
     assert "pip: no matching distribution" in log.read_text() and "I: Retrieving InRelease" in log.read_text()
 

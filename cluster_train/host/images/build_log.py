@@ -39,7 +39,7 @@ def run_logged(argv: List[str], log: Path, label: str, report: Report) -> int:
                     report(meter.at(stage=stage))
             report(meter.at())
         status = build.wait()
-    report(meter.at(final=True))
+    report(meter.at(stage="done" if status == 0 else f"failed at {meter.last.stage or 'its start'}", final=True))
     return status
 
 
