@@ -4,7 +4,6 @@ does not warn about its own config, and ends by printing where the run's report 
 Chromium with its curves drawn. The run is conftest.py's `made_demo`/`demo_run`, trained once a session."""
 import pytest
 from conftest import manifest, sha256
-from cluster.conftest import DEMO_DONE
 from cluster.test_end_to_end import assert_trained
 from host.test_report import check_in_browser, curve_points, svg_lines
 
@@ -17,8 +16,8 @@ def test_make_demo_in_a_clean_clone_ends_with_its_report_which_opens(made_demo, 
     assert not (made_demo.clone / ".venv").exists() and " -m venv " not in done.stdout  # no host venv
     assert "input-bound" not in done.stdout + done.stderr, done.stdout[-3000:]  # the demo's config is not
     assert "matplotlib" in made_demo.refused, made_demo.refused  # the report was made without it
-    said = DEMO_DONE.findall(done.stdout)
-    assert done.stdout.rstrip().endswith(f"its report: {demo_run / 'report.html'}") and len(said) == 1, said
+    last = done.stdout.rstrip().splitlines()[-1]  # make demo's last word: where the report is
+    assert last == f"make demo: run {demo_run.name} finished; its report: {demo_run / 'report.html'}", last
 
     results = assert_trained(demo_run, world_size=2)
     recorded = manifest(demo_run)

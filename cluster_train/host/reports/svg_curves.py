@@ -41,7 +41,7 @@ def panel_svg(top: float, height: float, y_label: str, lines: List[Line], title:
     y_ticks = ticks([y for points in finite for _, y in points])
     place = placer(box, x_ticks, y_ticks)
     out = [axes_svg(box, x_ticks, y_ticks, place)]
-    for i, ((label, _, _), points) in enumerate(zip(lines, finite)):
+    for i, points in enumerate(finite):
         out.append(line_svg(points, COLOURS[i % len(COLOURS)], place))
     out.append(legend_svg(box, [label for label, _, _ in lines]))
     mid_x, mid_y = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
