@@ -124,7 +124,7 @@ def readme_host_env(refused: Path) -> dict:
     """This environment as a fresh machine's that has only what the README asks of the host: no CT_ settings, no make
     flags, no host venv on PATH, and a python3 that imports only the standard library, pyyaml and jinja2
     (tests/cluster/readme_host/sitecustomize.py, which lists each import it refused in `refused`)."""
-    venvs = (str(ROOT / ".venv"), sys.prefix)
+    venvs = (str(ROOT / ".venv"), *([sys.prefix] if sys.prefix != sys.base_prefix else []))  # never /usr itself
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CT_", "MAKE", "MFLAGS", "VIRTUAL_ENV"))}
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not p.startswith(venvs))
     env["PYTHONPATH"] = str(ROOT / "tests" / "cluster" / "readme_host")
