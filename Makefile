@@ -25,7 +25,7 @@ help:
 	@echo "make bench      throughput, step time and memory per model and strategy -> benchmarks/results/"
 	@echo "make image      build images/\$$FLAVOR.sif (FLAVOR=cpu|cuda12.8|cuda11.6) and record its sha256"
 	@echo "make docs       build the documentation site into build/docs/ (strict: a warning or a broken link fails)"
-	@echo "make golden     rewrite tests/golden/ from every profile's dry run, after a deliberate change (review the diff)"
+	@echo "make golden     rewrite tests/golden/ and docs/reference/refusals.yaml after a deliberate change (review the diff)"
 
 # No host venv: bin/run-cluster needs only python3 with pyyaml and jinja2, and the report draws its curves without
 # matplotlib where it is missing. The run id is chosen here so that the report, the last step, follows that run.
@@ -122,7 +122,7 @@ test test-all:
 
 # After a deliberate change to what a profile renders: rewrite the golden scripts, then review `git diff tests/golden`.
 golden: venv
-	CT_UPDATE_GOLDEN=1 $(PYTEST) -q tests/host/test_golden_scripts.py
+	CT_UPDATE_GOLDEN=1 $(PYTEST) -q tests/host/test_golden_scripts.py tests/host/test_bad_inputs.py
 
 clean:
 	rm -rf runs $(DEMO_DATA) $(VIDEO_DATA) $(PLANNER_DATA) $(MOTION_DATA) .pytest_cache

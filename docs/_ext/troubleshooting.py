@@ -16,6 +16,7 @@ DOCNAME = "reference/troubleshooting"
 MARKDOWN = re.compile(r"([\\*_\[\]<>|#{}])")  # what Markdown would read as markup in the code's plain text
 CODE = re.compile(r"(`[^`]+`)")
 ISSUE = re.compile(r"\s*\(issues? \d+[^)]*\)")  # "(issue 26 items 2, 3)": the project's history, not the reader's
+REFUSALS = Path(__file__).resolve().parents[1] / "reference" / "refusals.yaml"
 PLACEHOLDER = re.compile(r"\{\w+\}")  # a message's place for what the log or the scheduler said
 
 
@@ -45,14 +46,20 @@ def failure_causes() -> str:
 
 
 def refusals(corpus: Path) -> str:
-    """Each file of the bad-input corpus as a section: what it covers (its opening comment's first sentence), then each
-    case: its name and, where it has one, its note."""
-    if not sorted(corpus.glob("*.yaml")):
-        raise ExtensionError(f"{corpus} holds no bad-input cases: the troubleshooting page has no refusals to list")
+    """Each file of the bad-input corpus as a section: what it covers (its opening comment's first sentence), then
+    each case's one line as the command line says it (refusals.yaml, which tests/host/test_bad_inputs.py keeps
+    current): the value it names and the fix."""
+    said = yaml.safe_load(REFUSALS.read_text()) if REFUSALS.is_file() else {}
+    if not sorted(corpus.glob("*.yaml")) or not said:
+        raise ExtensionError(f"{corpus} or {REFUSALS} holds no bad-input cases: the page has no refusals to list")
     lines = []
     for path in sorted(corpus.glob("*.yaml")):
+        ids = [case["id"] for case in yaml.safe_load(path.read_text())["cases"]]
+        missing = [cid for cid in ids if cid not in said]
+        if missing:
+            raise ExtensionError(f"{REFUSALS.name} lacks {missing}: run make golden")
         lines += [f"### {path.stem.replace('_', ' ').capitalize()}", "", text(covers(path)), ""]
-        lines += [case_line(case) for case in yaml.safe_load(path.read_text())["cases"]] + [""]
+        lines += [f"- {text(line)}" for line in dict.fromkeys(said[cid] for cid in ids)] + [""]
     return "\n".join(lines)
 
 
@@ -65,12 +72,6 @@ def covers(path: Path) -> str:
         comment.append(line.lstrip("# "))
     first = re.split(r"(?<=[.:])\s", ISSUE.sub("", " ".join(comment)), maxsplit=1)[0]
     return first.rstrip(":.") + "."
-
-
-def case_line(case: Dict) -> str:
-    words = case["id"].replace("-", " ").replace("_", " ")
-    note = f": {text(' '.join(ISSUE.sub('', case['note']).split()))}" if case.get("note") else ""
-    return f"- {text(words)}{note}"
 
 
 def markers() -> Dict[str, str]:

@@ -56,6 +56,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 CORPUS = ROOT / "tests" / "bad_inputs"
+REFUSALS = ROOT / "docs" / "reference" / "refusals.yaml"
+RUN_ID = re.compile(r"\b\d{8}-\d{6}-[\w.-]+-[0-9a-f]{4}\b")  # a new run's id: its time and random suffix
 FLAVORS = ("cpu", "cuda11.6", "cuda12.8")
 FAKE_SCHEDULER_COMMANDS = ("sbatch", "bsub", "scontrol", "squeue", "bkill", "scancel", "bjobs")
 DEFAULT_SETTINGS = "clusters:\n  gilbreth: {account: lusu}\n"
@@ -98,6 +100,7 @@ class Result:
     stderr: str
     problems: List[str]
     api_skipped: str = ""  # why the case ran through the command line only
+    said: str = ""  # the one line, as docs/reference/refusals.yaml keeps it (the case's own paths made relative)
 
 
 def _fill(text: str, values: Dict[str, str]) -> str:
@@ -389,7 +392,17 @@ def judge(prepared: Prepared, case_root: Path, rc: Optional[int]) -> Result:
         if paths:
             problems.append(f"{what} under the case dir: {paths[:5]}{' ...' if len(paths) > 5 else ''}")
     api, skipped = api_problems(prepared, stderr)
-    return Result(rc, stdout, stderr, problems + api, skipped)
+    return Result(rc, stdout, stderr, problems + api, skipped, said_line(stderr, tmp))
+
+
+def said_line(stderr: str, tmp: Path) -> str:
+    """The error line without its prefix, the case's scratch directory written as the user's (`.`) and the checkout
+    as `<checkout>`: what the troubleshooting page shows for the case."""
+    first = next((line for line in stderr.splitlines() if line.strip()), "")
+    said = first.removeprefix("run-cluster: error: ")
+    for path, shown in ((str(tmp), "."), (str(ROOT), "<checkout>"), (str(tmp.parent.parent), "<tmp>")):
+        said = said.replace(path + "/", "" if shown == "." else shown + "/").replace(path, shown)
+    return RUN_ID.sub("<id>", said)
 
 
 def describe(case: dict, result: Result) -> str:
@@ -428,6 +441,20 @@ def test_only_what_the_api_cannot_express_is_skipped(results):
     expected = {cid: NO_API if by_id[cid]["argv"][0] in NO_API_COMMANDS else CLI_SYNTAX for cid in results
                 if by_id[cid]["argv"][0] in NO_API_COMMANDS or cid in CLI_SYNTAX_CASES}
     assert skipped == expected
+
+
+def test_the_troubleshooting_page_shows_each_refusal_as_it_is_said(results):
+    """docs/reference/refusals.yaml, which the troubleshooting page lists, holds each case's line as the command line
+    says it now: a changed message fails here until `make golden` writes it again (review the diff)."""
+    kept = yaml.safe_load(REFUSALS.read_text()) if REFUSALS.is_file() else {}
+    said = {cid: result.said for cid, result in results.items()}
+    if os.environ.get("CT_UPDATE_GOLDEN"):
+        every = {case["id"] for case in CASES}
+        kept = {cid: line for cid, line in {**kept, **said}.items() if cid in every}
+        REFUSALS.write_text(yaml.safe_dump(dict(sorted(kept.items())), width=10**6, allow_unicode=True))
+    stale = {cid: (kept.get(cid), line) for cid, line in said.items() if kept.get(cid) != line}
+    assert not stale, f"{REFUSALS} is not what the cases say now (make golden): {stale}"
+    assert set(kept) <= {case["id"] for case in CASES}, "refusals.yaml names cases the corpus no longer has"
 
 
 def main(ids: List[str]) -> int:
