@@ -19,7 +19,7 @@ FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^\s`]*)")
 # fences the convention forbids for commands: a command fenced so would escape the test
 SHELL_LIKE = {"console", "shell", "sh", "zsh", "shell-session", "shellsession", "bash-session", "terminal"}
 # a CommonMark indented code block that starts like a command: invisible to the test, so refused
-INDENTED_COMMAND = re.compile(r"^ {4,}(\$ |bin/run-cluster\b|make\b|apptainer\b|python3?\b|git\b|cd\b|export\b)")
+INDENTED_COMMAND = re.compile(r"^ {4,}(\$ |# |bin/run-cluster\b|make\b|apptainer\b|python3?\b|git\b|cd\b|export\b)")
 PLACEHOLDER = re.compile(r"<[a-z][a-z0-9-]*>")
 # placeholder -> what the test puts there; content writers use only these (or mark the block)
 PLACEHOLDERS = {
@@ -52,7 +52,7 @@ def pages(root: Path = ROOT) -> List[Path]:
 
 
 def extract(text: str, page: str) -> Tuple[List[Block], List[int]]:
-    """Every fenced block of a page, and the lines (1-based) outside fences that an indented code block holds."""
+    """Every fenced block of a page, and where (1-based) each indented code block that looks like commands starts."""
     lines = text.splitlines()
     blocks, outside, i = [], [], 0
     while i < len(lines):
@@ -68,8 +68,7 @@ def extract(text: str, page: str) -> Tuple[List[Block], List[int]]:
         above = lines[i - 1] if i and ANY_MARK.search(lines[i - 1]) else None
         blocks.append(Block(page, i + 1, opened["info"].lower(), "\n".join(body) + "\n", above))
         i = end + 1
-    indented = [n + 1 for n in outside if INDENTED_COMMAND.match(lines[n]) and (n == 0 or not lines[n - 1].strip()
-                                                                                or INDENTED_COMMAND.match(lines[n - 1]))]
+    indented = [n + 1 for n in outside if INDENTED_COMMAND.match(lines[n]) and (n == 0 or not lines[n - 1].strip())]
     return blocks, indented
 
 

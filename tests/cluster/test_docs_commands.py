@@ -1,0 +1,155 @@
+"""Every ```bash block of README.md and docs/**/*.md runs (issue 42): one test per block, named `page.md:LINE`.
+
+The rule: a command that would queue a job (`bin/run-cluster CLUSTER PROFILE ...`, `--rerun`, `resume`, `scaling`)
+runs with --dry-run, on every cluster (a real site is out of reach, and training on a test cluster is other tests'
+work and over this file's budget); every other command runs as written, for real, against this machine and the test
+clusters. A block marked `<!-- docs-test: not-run: REASON -->` on the line above its fence is not run, and counted.
+
+Each block runs in order, with `bash -euo pipefail`, in a sandbox: a clone of this checkout (with its uncommitted
+changes) holding a private image store (the CPU image, hard-linked), the data sets (linked), `runs/` with a real
+finished run (`runs/<id>`: demo_run), and a HOME of its own whose settings give every cluster the values its file
+needs. Nothing a block does reaches the checkout, the shared image store or ~/.config. Output need not match the
+```text block the page shows after it. tests/docs_blocks.py holds the extraction, the marks, the placeholders and the
+rule; the counts of blocks run for real, as --dry-run and not run close the suite's report.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict
+
+import pytest
+import suite_report
+from conftest import ROOT, run_cluster
+from docs_blocks import PLACEHOLDERS, collect, counts, fill, reason, runnable, with_dry_run
+from cluster.test_commands import clone_of_the_checkout
+
+from cluster_train.host.commands import BY_NAME
+
+pytestmark = pytest.mark.image
+COMMANDS = tuple(BY_NAME)
+BLOCKS, PROBLEMS = collect(ROOT)
+TIMEOUT_S = 60  # per block: `make image` once built, a dry run, a status answer in seconds
+
+
+@dataclass
+class Sandbox:
+    checkout: Path
+    env: Dict[str, str]
+    values: Dict[str, str]  # placeholder -> its value here
+
+
+@pytest.fixture(scope="session")
+def demo_run(cpu_image, demo_data, tmp_path_factory):
+    """STUB until the demo branch's tests/cluster/conftest.py fixture of this name (the run `make demo` made in a clean
+    clone) is merged: then delete this one. The smallest local run of the demo, 1 epoch of 4 steps."""
+    runs = tmp_path_factory.mktemp("docs-demo") / "runs"
+    done = run_cluster("local", "cpu_1proc", "demo", "--set", f"data.root={demo_data}", "--set", "data.num_workers=0",
+                       "--set", "trainer.max_epochs=1", "--set", "trainer.limit_train_batches=4",
+                       "--set", "trainer.limit_val_batches=2", "--run-id", "demo",
+                       env={**os.environ, "CT_RUNS_DIR": str(runs)})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    return runs / "demo"
+
+
+def private_store(shared: Path, dest: Path, flavor: str = "cpu") -> str:
+    """An image store holding the shared store's current image of one flavor, hard-linked (no copy of 700 MB): what a
+    block imports, derives, packs or verifies stays here. Returns that image's sha256."""
+    from dataclasses import asdict
+
+    from cluster_train.host.images import store
+
+    record = store.current(flavor, shared)
+    (dest / "store").mkdir(parents=True)
+    item = {**asdict(record), "path": f"store/{record.sha256}.sif"}
+    for link in (dest / item["path"], dest / f"{flavor}.sif"):
+        os.link(record.path, link)
+    shutil.copy2(shared / f"{flavor}.inputs", dest / f"{flavor}.inputs")  # so `make image` finds it fresh
+    (dest / "index.json").write_text(json.dumps([item], indent=2) + "\n")
+    return record.sha256
+
+
+def reader_settings(home: Path) -> None:
+    """The settings a reader has made by the time a page submits: each cluster file's `needs:` and the ${name} values
+    it refers to (a directory here), so a dry run for any cluster passes that check."""
+    from cluster_train.shared.yaml_file import load_yaml
+
+    per_cluster = {}
+    for path in sorted((ROOT / "clusters").glob("*.yaml")):
+        values = {key: "docs-test" for key in load_yaml(path, "cluster file").get("needs") or ()}
+        for name in set(re.findall(r"\$\{([a-z_]+)\}", path.read_text())):
+            values[name] = str((home / "settings-dirs" / name))
+            (home / "settings-dirs" / name).mkdir(parents=True, exist_ok=True)
+        if values:
+            per_cluster[path.stem] = values
+    (home / ".config" / "cluster-train").mkdir(parents=True)
+    (home / ".config" / "cluster-train" / "settings.yaml").write_text(json.dumps({"clusters": per_cluster}) + "\n")
+
+
+@pytest.fixture(scope="module")
+def sandbox(demo_run, cpu_image, tmp_path_factory):
+    base = tmp_path_factory.mktemp("docs-blocks")
+    checkout = base / "checkout"
+    clone_of_the_checkout(checkout)
+    (checkout / "data").symlink_to(ROOT / "data")  # the generated sets the experiments name (read, never written)
+    sha256 = private_store(ROOT / "images", checkout / "images")
+    runs = checkout / "runs"
+    shutil.copytree(demo_run, runs / demo_run.name, symlinks=True)
+    shutil.copytree(demo_run, runs / f"{demo_run.name}-again", symlinks=True)
+    reader_settings(base / "home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CT_", "MAKE", "MFLAGS", "XDG_CONFIG"))}
+    # the compiled host modules stay in the user's cache (bin/run-cluster puts them there; nothing else goes there)
+    env.update(HOME=str(base / "home"), XDG_CACHE_HOME=os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"))
+    values = {"<id>": demo_run.name, "<id2>": f"{demo_run.name}-again", "<sha256>": sha256}
+    assert set(values) == set(PLACEHOLDERS)
+    return Sandbox(checkout, env, values)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def block_counts():
+    """The three numbers the issue's resolution states, shown at the suite's end."""
+    tally = counts(BLOCKS, COMMANDS)
+    marked = [f"  {b.where}: {reason(b)}" for b in BLOCKS if b.info == "bash" and b.mark is not None]
+    suite_report.NOTES["docs blocks (tests/cluster/test_docs_commands.py)"] = [
+        f"{tally['real']} run for real, {tally['dry-run']} as --dry-run, {tally['not-run']} not run (marked):",
+        *marked]
+
+
+def test_every_command_is_in_a_bash_block_and_every_mark_says_why():
+    assert PROBLEMS == [], "\n".join(PROBLEMS)
+    assert runnable(BLOCKS), "no unmarked ```bash block in README.md or docs/: the docs test would run nothing"
+
+
+def run_block(script: str, sandbox: Sandbox) -> subprocess.CompletedProcess:
+    """bash -euo pipefail in the sandbox's checkout, in a process group of its own: a timeout ends all of it."""
+    proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=sandbox.checkout, env=sandbox.env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        err += f"\n(killed after {TIMEOUT_S} s)"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("block", runnable(BLOCKS), ids=lambda b: b.where)
+def test_the_block_runs(block, sandbox):
+    try:
+        filled = fill(block, sandbox.values)
+    except ValueError as err:
+        filled, refused = None, str(err)
+    if filled is None:  # outside the except: the report shows the refusal, not a chain of exceptions
+        pytest.fail(refused, pytrace=False)
+    script, dry = with_dry_run(filled, COMMANDS)
+    done = run_block(script, sandbox)
+    if done.returncode != 0:
+        pytest.fail(f"{block.where} failed (exit {done.returncode}; run {'as --dry-run' if dry else 'for real'} in "
+                    f"{sandbox.checkout}):\n{script}--- stdout (end) ---\n{done.stdout[-2000:]}\n--- stderr (end) ---\n"
+                    f"{done.stderr[-2000:]}\nfix the command, or mark the block on the line above its fence: "
+                    f"<!-- docs-test: not-run: REASON -->", pytrace=False)
