@@ -15,7 +15,7 @@ MOTION_DATA := data/smart-synthetic
 -include containers/images.mk
 -include benchmarks/bench.mk
 
-.PHONY: help demo deps apptainer slurm registry chromium sshd venv data test test-all test-fast golden clean
+.PHONY: help demo deps apptainer slurm registry chromium sshd venv data docs test test-all test-fast golden clean
 help:
 	@echo "make demo       install what is missing, build the CPU image, train the demo via bin/run-cluster local"
 	@echo "make test       every test: installs Apptainer and Slurm, builds the image, starts the test cluster"
@@ -23,6 +23,7 @@ help:
 	@echo "make test-all   make test, and the CUDA 12.8 image built and tested even if its inputs did not change"
 	@echo "make bench      throughput, step time and memory per model and strategy -> benchmarks/results/"
 	@echo "make image      build images/\$$FLAVOR.sif (FLAVOR=cpu|cuda12.8|cuda11.6) and record its sha256"
+	@echo "make docs       build the documentation site into build/docs/ (strict: a warning or a broken link fails)"
 	@echo "make golden     rewrite tests/golden/ from every profile's dry run, after a deliberate change (review the diff)"
 
 demo: deps image $(DEMO_DATA)/cifar-100-python/meta  # the demo's own data set, not every experiment's
@@ -54,12 +55,20 @@ sshd:  # a real OpenSSH server plays a cluster's login node; rsync sends code; t
 	      --no-install-recommends openssh-server openssh-client rsync python3-yaml python3-jinja2 >/dev/null; }; }
 
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml tests/requirements.txt
+$(VENV)/.installed: pyproject.toml tests/requirements.txt docs/requirements.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q uv
 	$(VENV)/bin/uv pip install -q --python $(PY) $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS)) \
 	  -r tests/requirements.txt
 	touch $@
+
+# The documentation site, strictly: -W a warning is an error (a broken link or cross-reference, a page in no toctree),
+# -n every reference checked, --keep-going all of them listed at once. build/docs/index.html is the site.
+# (DOCS_SRC, DOCS_OUT: tests/host/test_docs_site.py builds a copy, and into its own directory.)
+DOCS_SRC ?= docs
+DOCS_OUT ?= build/docs
+docs: venv
+	$(PY) -m sphinx -W -n --keep-going -q -b html $(DOCS_SRC) $(DOCS_OUT)
 
 # the generated sets the experiments read by default (experiments/*.yaml): CIFAR-100, UFC-10, seeds 003 and 004
 # An empty file under data/ is never data: it is a test session's stand-in (tests/conftest.py default_input_dirs) that

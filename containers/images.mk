@@ -117,7 +117,7 @@ $(addprefix lock-,$(IMAGE_FLAVORS)): lock-%:
 	echo "make lock: $$out: $$(grep -c '^[A-Za-z0-9]' "$$out") packages"
 
 # ---------------------------------------------------------------------------------------------------------------
-# A project's own packages, for `bin/run-cluster images derive` (README, "Your project's own packages"):
+# A project's own packages, for `bin/run-cluster images derive` (docs/how-to/images-across-machines.md):
 #   make lock-derived REQS=path/requirements.in [FLAVOR=cpu]   ->  path/requirements.lock
 # Resolved as FLAVOR's own lock is (its Python, platform, exclusions, Debian's torch for cpu), constrained to the
 # versions the image already holds (containers/FLAVOR.lock), which it then leaves out: the lock lists only what the

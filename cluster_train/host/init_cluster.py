@@ -82,8 +82,8 @@ def live_inventory(wanted: Optional[str]) -> Inventory:
     asked = {"slurm": "Slurm's sinfo", "lsf": "LSF's bqueues"}
     names = [asked[wanted]] if wanted else list(asked.values())
     raise UserError(f"no scheduler answers here ({' nor '.join(names)}): "
-                    f"run init-cluster on the cluster's login node, or write the file by hand (README, Adding a "
-                    f"cluster)")
+                    f"run init-cluster on the cluster's login node, or write the file by hand "
+                    f"(docs/how-to/add-cluster.md)")
 
 
 def associations(found: Inventory) -> List[str]:

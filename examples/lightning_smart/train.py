@@ -1,7 +1,7 @@
 """A standalone Lightning project laid out like seed 004's SMART code base: `python train.py --config
 configs/train/<shape>.yaml [--ckpt_path ...]`, a `Trainer:` and a `Dataset:` section, DDP hard-coded. It imports
-nothing of cluster-train; under run-cluster it reads the variables the job documents (README, "Bring your own
-training code"), and runs the same without them:
+nothing of cluster-train; under run-cluster it reads the variables the job documents (docs/how-to/own-code.md), and
+runs the same without them:
 
     CT_CHECKPOINT_DIR  where checkpoints live (default ./checkpoints); last.ckpt there is resumed from
     CT_RUN_DIR         where logs and metrics go (default .)

@@ -151,7 +151,7 @@ def check_builds() -> Check:
     return Check(WARNING, f"image builds: not here (not root, and /etc/subuid maps no ids for {user}, which "
                           f"--fakeroot needs)",
                  "build where you can (make image FLAVOR=...) and bring the SIF: bin/run-cluster images import "
-                 "FILE.sif --expect-sha256 SHA256 (README: Getting images onto a cluster)")
+                 "FILE.sif --expect-sha256 SHA256 (docs/how-to/images-across-machines.md)")
 
 
 def check_runs(tools: Tools, record: ImageRecord) -> Check:

@@ -35,6 +35,30 @@ CAUSES: List[Tuple[str, str]] = [
     (r"No space left on device", "disk full: free space where the run writes, or move the run directory"),
 ]
 
+# What ended a run where its log cannot tell, as `status` words it on its `cause:` line (ending.py fills in the
+# scheduler's own words), and what to do then. The troubleshooting page lists them (docs/_ext/troubleshooting.py).
+ENDED_BY: Dict[str, Tuple[str, str]] = {
+    "cancel": ("cancelled by bin/run-cluster cancel at {time}",
+               "bin/run-cluster resume RUN_DIR continues it from its last checkpoint"),
+    "outside": ("cancelled outside run-cluster ({said})",
+                "the job was cancelled with the scheduler's own command (scancel, bkill), by you or the site: the "
+                "scheduler's words in brackets say by whom; bin/run-cluster resume RUN_DIR continues it"),
+    "scheduler": ("ended by the scheduler ({said})",
+                  "the scheduler's words in brackets say why (NODE_FAIL: a node died; PREEMPTED; OUT_OF_MEMORY: "
+                  "raise mem_gb); bin/run-cluster resume RUN_DIR continues it, --profile on another shape"),
+    "waited": ("cancelled: waited on run {run_id}, which ended {how}",
+               "it waited (--after, a pipeline's earlier stage) on a run that did not complete: fix and rerun that "
+               "one, then submit this one again"),
+    "unrecorded": ("{scheduler} no longer knows job {job_id}, {accounting}, and the run's record ends with {record}",
+                   "nobody recorded how the job ended (its batch shell was killed, the accounting is off or late): "
+                   "bin/run-cluster logs RUN_DIR shows how far it got; bin/run-cluster resume RUN_DIR continues it"),
+}
+
+
+def ended_by(kind: str, **words: str) -> str:
+    """ENDED_BY's words for this kind of end, filled in."""
+    return ENDED_BY[kind][0].format(**words)
+
 
 def of_failed(run_dir: Path, state: str) -> str:
     """What `runs` shows of a FAILED run: the cause its logs name, else nothing."""
@@ -58,5 +82,5 @@ def waited_on(after: List[Dict[str, str]], ended: Callable[[Dict[str, str]], Opt
     for entry in after:
         how = ended(entry)
         if how and how != "COMPLETED":
-            return f"cancelled: waited on run {entry['run_id']}, which ended {how}"
+            return ended_by("waited", run_id=entry["run_id"], how=how)
     return ""

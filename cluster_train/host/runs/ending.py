@@ -38,7 +38,7 @@ def run_state(scheduler, job_id: str, run_dir: Path) -> Dict:
     cancel = segments.cancel_of(run_dir, job_id)
     if cancel:
         return {**live, "state": State.CANCELLED, "source": "run-cluster cancel", "gone": False,
-                "ended_by": f"cancelled by bin/run-cluster cancel at {cancel['time']}"}
+                "ended_by": causes.ended_by("cancel", time=cancel["time"])}
     said = scheduler.accounting(job_id)
     if said and said["state"] not in FINISHED and live["state"] == State.UNKNOWN and not live.get("gone"):
         return {**said, "source": scheduler.accounting_name}  # the scheduler did not answer; its accounting did
@@ -69,8 +69,8 @@ def with_cause(ended: Dict, said: Optional[Dict], scheduler, run_dir: Path) -> D
     state = {**{k: v for k, v in ended.items() if k != "said"},
              "source": scheduler.accounting_name if ended is said else ""}
     if ended["state"] == State.CANCELLED:
-        return {**state, "ended_by": waited_cause(run_dir) or f"cancelled outside run-cluster ({words})"}
-    return {**state, "ended_by": "" if ended["state"] == State.FAILED else f"ended by the scheduler ({words})"}
+        return {**state, "ended_by": waited_cause(run_dir) or causes.ended_by("outside", said=words)}
+    return {**state, "ended_by": "" if ended["state"] == State.FAILED else causes.ended_by("scheduler", said=words)}
 
 
 def waited_cause(run_dir: Path) -> str:
@@ -103,7 +103,7 @@ def unrecorded(scheduler, job_id: str, found) -> str:
                                                           if last.how == "TERMINATED" else ""))
     accounting = (f"{scheduler.accounting_name} has no record of it" if scheduler.accounting_name
                   else f"{scheduler.name} keeps no accounting")
-    return f"{scheduler.name} no longer knows job {job_id}, {accounting}, and the run's record ends with {record}"
+    return causes.ended_by("unrecorded", scheduler=scheduler.name, job_id=job_id, accounting=accounting, record=record)
 
 
 class EndWatch:

@@ -45,6 +45,6 @@ def adapter(name: str, where: str = "") -> Scheduler:
             SCHEDULERS[name] = known  # loaded once per process: a status of many runs imports it once
     if known is None:
         said = unknown_name("scheduler", name, sorted(SCHEDULERS))
-        raise UserError(f"{where + ': ' if where else ''}{said}, or add your site's own (README.md: \"Your site's "
-                        f"own scheduler\")")
+        raise UserError(f"{where + ': ' if where else ''}{said}, or add your site's own "
+                        f"(docs/how-to/add-scheduler.md#your-sites-own-scheduler)")
     return known

@@ -1,5 +1,6 @@
-"""README's "Python API" section: its code blocks compile, and every name they take from the API is a real one (a
-name of the package, or an attribute of one of its public classes), so a renamed or dropped API name fails here."""
+"""The Python API's guide (docs/how-to/python-api.md): its code blocks compile, and every name they take from the API
+is a real one (a name of the package, or an attribute of one of its public classes), so a renamed or dropped API name
+fails here."""
 import re
 from dataclasses import fields, is_dataclass
 
@@ -9,6 +10,7 @@ from conftest import ROOT
 from cluster_train.host.api.job import Job, Sweep
 from cluster_train.host.api.values import DryRun
 
+PAGE = ROOT / "docs" / "how-to" / "python-api.md"
 PUBLIC = (Job, Sweep, DryRun, ct.Run, ct.RunStatus, ct.Pipeline, ct.Executor, ct.FunctionRun, ct.FunctionError)
 
 
@@ -17,20 +19,19 @@ def attributes(cls: type) -> list:
     return [*dir(cls), *(f.name for f in fields(cls))] if is_dataclass(cls) else dir(cls)
 
 
-def api_section() -> str:
-    readme = (ROOT / "README.md").read_text()
-    return readme.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
+def api_page() -> str:
+    return PAGE.read_text()
 
 
 def code_blocks() -> list:
-    return re.findall(r"^```python\n(.*?)^```$", api_section(), re.M | re.S)
+    return re.findall(r"^```python\n(.*?)^```$", api_page(), re.M | re.S)
 
 
-def test_the_readmes_api_code_compiles_and_names_only_real_api_names():
+def test_the_guides_api_code_compiles_and_names_only_real_api_names():
     blocks = code_blocks()
     assert len(blocks) >= 3 and blocks[0].startswith("import cluster_train as ct\n"), blocks[:1]
     for block in blocks:
-        compile(block, "README.md", "exec")
+        compile(block, str(PAGE), "exec")
     code = re.sub(r'"[^"\n]*"', '""', "\n".join(blocks))  # dotted config keys in strings are no API names
     unknown_names = {name for name in re.findall(r"\bct\.(\w+)", code) if not hasattr(ct, name)}
     members = {name for cls in PUBLIC for name in attributes(cls)}
@@ -39,6 +40,6 @@ def test_the_readmes_api_code_compiles_and_names_only_real_api_names():
     assert not unknown_names and not unknown_attributes, (unknown_names, unknown_attributes)
 
 
-def test_the_readmes_api_section_links_the_examples_a_test_runs():
+def test_the_guide_names_the_examples_a_test_runs():
     for example in ("seed_sweep.py", "seed001_pipeline.py", "function_call.py"):
-        assert f"(examples/api/{example})" in api_section() and (ROOT / "examples" / "api" / example).is_file()
+        assert f"`examples/api/{example}`" in api_page() and (ROOT / "examples" / "api" / example).is_file()
