@@ -4,7 +4,7 @@ A command a user types is fenced as ```bash; every such block is run. The line r
 `<!-- docs-test: not-run: REASON -->` (a block that can neither run here nor as a dry run: it installs on a real
 cluster, needs `ssh login.example.edu`, ...): it is not run, and counted. What else a block may hold:
 - the placeholders of PLACEHOLDERS, filled with real values (`runs/<id>`: a real finished run);
-- commands that would queue a job (QUEUING): they get --dry-run (the mode rule, `with_dry_run`).
+- commands that would queue a job: they get --dry-run (the mode rule, `with_dry_run`).
 Pure text work: no cluster, no image (tests/host/test_docs_blocks.py checks it in make test-fast).
 """
 import re
@@ -27,9 +27,11 @@ PLACEHOLDERS = {
     "<id2>": "the id of a second finished run (the same run copied under another id): compare runs/<id> runs/<id2>",
     "<sha256>": "the sha256 of the CPU image in the sandbox's image store (images list shows it)",
 }
-# bin/run-cluster commands that queue a job besides a submission (CLUSTER PROFILE ...) and --rerun
-QUEUING = ("resume", "scaling")
-RUN_CLUSTER = re.compile(r"(?<![\w/.-])(?:\./)?bin/run-cluster(?P<gap>(?:[ \t]|\\\n)+)(?P<first>[^\s;|&)`\"']*)"
+# bin/run-cluster commands that queue a job besides a submission (CLUSTER PROFILE ...) and --rerun; doctor only with
+# --node (a short job on the nodes)
+QUEUING = ("resume", "scaling", "doctor")
+# bin/run-cluster by any path (../../bin/run-cluster from a project's directory), or on PATH
+RUN_CLUSTER = re.compile(r"(?<![\w./~-])[\w./~-]*run-cluster(?P<gap>(?:[ \t]|\\\n)+)(?P<first>[^\s;|&)`\"']*)"
                          r"(?P<rest>(?:\\\n|[^\n;|&)`])*)")
 MODES = ("real", "dry-run", "not-run")
 
@@ -122,7 +124,8 @@ def fill(block: Block, values: Dict[str, str]) -> str:
 
 def with_dry_run(script: str, commands: Tuple[str, ...]) -> Tuple[str, bool]:
     """The mode rule: each bin/run-cluster command that would queue a job (a submission CLUSTER PROFILE ..., --rerun,
-    or one of QUEUING) gets --dry-run, unless it has it or asks for --help; `commands` are the CLI's command names.
+    resume, scaling, doctor --node) gets --dry-run, unless it has it or asks for --help (doctor --node has no dry run:
+    the block fails, and is marked); `commands` are the CLI's command names.
     Returns the script and whether anything was added."""
     inserts = []
     for found in RUN_CLUSTER.finditer(script):
@@ -130,7 +133,7 @@ def with_dry_run(script: str, commands: Tuple[str, ...]) -> Tuple[str, bool]:
         words = rest.split()
         if not first or first in ("-h", "--help") or {"-h", "--help", "--dry-run"} & {first, *words}:
             continue
-        if first in QUEUING:
+        if first in QUEUING and (first != "doctor" or "--node" in words):
             inserts.append(found.end("first"))
         elif first == "--rerun" or (first not in commands and not first.startswith("-")):
             inserts.append(found.start("gap"))

@@ -1,12 +1,13 @@
 """Every ```bash block of README.md and docs/**/*.md runs (issue 42): one test per block, named `page.md:LINE`.
 
-The rule: a command that would queue a job (`bin/run-cluster CLUSTER PROFILE ...`, `--rerun`, `resume`, `scaling`)
-runs with --dry-run, on every cluster (a real site is out of reach, and training on a test cluster is other tests'
-work and over this file's budget); every other command runs as written, for real, against this machine and the test
-clusters. A block marked `<!-- docs-test: not-run: REASON -->` on the line above its fence is not run, and counted.
+The rule: a command that would queue a job (`bin/run-cluster CLUSTER PROFILE ...`, `--rerun`, `resume`, `scaling`,
+`doctor --node`) runs with --dry-run, on every cluster (a real site is out of reach, and training on a test cluster
+is other tests' work and over this file's budget); every other command runs as written, for real, against this
+machine and the test clusters. A block marked `<!-- docs-test: not-run: REASON -->` on the line above its fence is not run, and counted.
 
 Each block runs in order, with `bash -euo pipefail`, in a sandbox: a clone of this checkout (with its uncommitted
-changes) holding a private image store (the CPU image, hard-linked), the data sets (linked), `runs/` with a real
+changes) holding a private image store (each flavor's current image, hard-linked), data/ with stand-ins of the sets
+the experiments read (enough for preflight; a block that generates a set writes it there), `runs/` with a real
 finished run (`runs/<id>`: demo_run), and a HOME of its own whose settings give every cluster the values its file
 needs. Nothing a block does reaches the checkout, the shared image store or ~/.config. Output need not match the
 ```text block the page shows after it. tests/docs_blocks.py holds the extraction, the marks, the placeholders and the
@@ -24,7 +25,7 @@ from typing import Dict
 
 import pytest
 import suite_report
-from conftest import ROOT, run_cluster
+from conftest import DEFAULT_INPUTS, ROOT, run_cluster, stand_in_data
 from docs_blocks import PLACEHOLDERS, collect, counts, fill, reason, runnable, with_dry_run
 from cluster.test_commands import clone_of_the_checkout
 
@@ -56,21 +57,27 @@ def demo_run(cpu_image, demo_data, tmp_path_factory):
     return runs / "demo"
 
 
-def private_store(shared: Path, dest: Path, flavor: str = "cpu") -> str:
-    """An image store holding the shared store's current image of one flavor, hard-linked (no copy of 700 MB): what a
-    block imports, derives, packs or verifies stays here. Returns that image's sha256."""
+def private_store(shared: Path, dest: Path) -> str:
+    """An image store holding the shared store's current image of each flavor, hard-linked (no copy of gigabytes): what
+    a block imports, derives, packs or verifies stays here. Returns the CPU image's sha256."""
     from dataclasses import asdict
 
     from cluster_train.host.images import store
 
-    record = store.current(flavor, shared)
     (dest / "store").mkdir(parents=True)
-    item = {**asdict(record), "path": f"store/{record.sha256}.sif"}
-    for link in (dest / item["path"], dest / f"{flavor}.sif"):
-        os.link(record.path, link)
-    shutil.copy2(shared / f"{flavor}.inputs", dest / f"{flavor}.inputs")  # so `make image` finds it fresh
-    (dest / "index.json").write_text(json.dumps([item], indent=2) + "\n")
-    return record.sha256
+    items = []
+    for flavor in sorted({record.flavor for record in store.records(shared)}):
+        record = store.current(flavor, shared)
+        items.append({**asdict(record), "path": f"store/{record.sha256}.sif"})
+        for link in (dest / items[-1]["path"], dest / f"{flavor}.sif"):
+            try:
+                os.link(record.path, link)
+            except OSError:  # another file system: a link to it (a block never writes into a stored image)
+                link.symlink_to(record.path)
+        if (shared / f"{flavor}.inputs").is_file():  # so `make image` finds it fresh
+            shutil.copy2(shared / f"{flavor}.inputs", dest / f"{flavor}.inputs")
+    (dest / "index.json").write_text(json.dumps(items, indent=2) + "\n")
+    return store.current("cpu", dest).sha256
 
 
 def reader_settings(home: Path) -> None:
@@ -95,7 +102,8 @@ def sandbox(demo_run, cpu_image, tmp_path_factory):
     base = tmp_path_factory.mktemp("docs-blocks")
     checkout = base / "checkout"
     clone_of_the_checkout(checkout)
-    (checkout / "data").symlink_to(ROOT / "data")  # the generated sets the experiments name (read, never written)
+    for path, data_set in DEFAULT_INPUTS.items():  # the sets the experiments name: stand-ins that pass preflight
+        stand_in_data(checkout / "data" / path.name, data_set)
     sha256 = private_store(ROOT / "images", checkout / "images")
     runs = checkout / "runs"
     shutil.copytree(demo_run, runs / demo_run.name, symlinks=True)

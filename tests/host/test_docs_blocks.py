@@ -78,6 +78,10 @@ def test_a_list_item_indented_as_text_is_not_taken_for_code():
                                                                  "trainer.max_epochs=8"),
     ("cd ~/p && bin/run-cluster dtu default \\\n    --set a=1  # a comment", "cd ~/p && bin/run-cluster --dry-run dtu "
                                                                            "default \\\n    --set a=1  # a comment"),
+    ("cd examples/p && ../../bin/run-cluster gilbreth n1 -- python train.py",
+     "cd examples/p && ../../bin/run-cluster --dry-run gilbreth n1 -- python train.py"),
+    ("bin/run-cluster doctor ci-slurm --node n2_gpu2", "bin/run-cluster doctor --dry-run ci-slurm --node n2_gpu2"),
+    ("bin/run-cluster doctor ci-slurm", None),
     ("bin/run-cluster gilbreth single_node_4gpu --dry-run", None),  # dry already: run as written
     ("bin/run-cluster status runs/x && bin/run-cluster logs runs/x | tail -3", None),
     ('eval "$(bin/run-cluster completion bash)"', None),
