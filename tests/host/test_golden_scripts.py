@@ -20,7 +20,8 @@ GOLDEN = ROOT / "tests" / "golden"
 ACCOUNTS = "clusters:\n  gilbreth: {account: lusu}\n  perlmutter: {account: m1234}\n  narval: {account: def-someprof}\n"
 SMALL_CLUSTERS = {"local", "ci-slurm", "ci-lsf"}  # this machine's clusters train the small demo
 # seed 001's packing trains experts, then fusion heads (by cluster, or cluster/profile)
-EXPERIMENT = {"slurm-4gpu": "cifar100_fusion", "ci-slurm/experts_4x1": "cifar100_experts",
+EXPERIMENT = {"slurm-4gpu": "cifar100_fusion", "slurm-4gpu/experts_4gpu": "cifar100_experts",
+              "ci-slurm/experts_4x1": "cifar100_experts",
               "ci-slurm/fusion_4x1": "cifar100_fusion"}
 
 
