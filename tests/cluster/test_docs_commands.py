@@ -3,7 +3,8 @@
 The rule: a command that would queue a job (`bin/run-cluster CLUSTER PROFILE ...`, `--rerun`, `resume`, `scaling`,
 `doctor --node`) runs with --dry-run, on every cluster (a real site is out of reach, and training on a test cluster
 is other tests' work and over this file's budget); every other command runs as written, for real, against this
-machine and the test clusters. A block marked `<!-- docs-test: not-run: REASON -->` on the line above its fence is not run, and counted.
+machine and the test clusters. A block marked `<!-- docs-test: not-run: REASON -->` on the line above its fence is
+not run, and counted.
 
 Each block runs in order, with `bash -euo pipefail`, in a sandbox: a clone of this checkout (with its uncommitted
 changes) holding a private image store (each flavor's current image, hard-linked), data/ with stand-ins of the sets
