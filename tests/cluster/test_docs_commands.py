@@ -34,7 +34,7 @@ from cluster_train.host.commands import BY_NAME
 
 pytestmark = pytest.mark.image
 COMMANDS = tuple(BY_NAME)
-BLOCKS, PROBLEMS = collect(ROOT)
+BLOCKS = collect(ROOT)[0]  # their problems: tests/host/test_docs_blocks.py (make test-fast)
 TIMEOUT_S = 60  # per block: `make image` once built, a dry run, a status answer in seconds
 
 
@@ -126,11 +126,6 @@ def block_counts():
     suite_report.NOTES["docs blocks (tests/cluster/test_docs_commands.py)"] = [
         f"{tally['real']} run for real, {tally['dry-run']} as --dry-run, {tally['not-run']} not run (marked):",
         *marked]
-
-
-def test_every_command_is_in_a_bash_block_and_every_mark_says_why():
-    assert PROBLEMS == [], "\n".join(PROBLEMS)
-    assert runnable(BLOCKS), "no unmarked ```bash block in README.md or docs/: the docs test would run nothing"
 
 
 def run_block(script: str, sandbox: Sandbox) -> subprocess.CompletedProcess:

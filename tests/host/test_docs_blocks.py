@@ -1,4 +1,5 @@
-"""The docs test's extraction and mode rule (tests/docs_blocks.py) on small pages: no cluster, no image."""
+"""The docs test's extraction and mode rule (tests/docs_blocks.py) on small pages, and the real pages' blocks checked
+against the convention (bash fences, marks with reasons): no cluster, no image."""
 import pytest
 from docs_blocks import PLACEHOLDERS, collect, counts, extract, fill, mode, problems, runnable, with_dry_run
 
@@ -111,3 +112,9 @@ def test_pages_are_the_readme_and_every_page_under_docs(tmp_path):
     assert [(b.where, b.info) for b in blocks] == [("README.md:1", "bash"), ("docs/how-to/x.md:1", "bash"),
                                                    ("docs/how-to/x.md:4", "python")]
     assert found == []
+
+
+def test_every_command_of_the_readme_and_docs_is_in_a_bash_block_and_every_mark_says_why():
+    blocks, found = collect()
+    assert found == [], "\n".join(found)
+    assert runnable(blocks), "no unmarked ```bash block in README.md or docs/: the docs test would run nothing"
