@@ -10,9 +10,10 @@ Each block runs in order, with `bash -euo pipefail`, in a sandbox: a clone of th
 changes) holding a private image store (each flavor's current image, hard-linked), data/ with stand-ins of the sets
 the experiments read (enough for preflight; a block that generates a set writes it there), `runs/` with a real
 finished run (`runs/<id>`: demo_run), and a HOME of its own whose settings give every cluster the values its file
-needs. Nothing a block does reaches the checkout, the shared image store or ~/.config. Output need not match the
-```text block the page shows after it. tests/docs_blocks.py holds the extraction, the marks, the placeholders and the
-rule; the counts of blocks run for real, as --dry-run and not run close the suite's report.
+needs. Nothing a block does reaches the checkout, the shared image store (both checked once all ran) or ~/.config.
+Output need not match the ```text block the page shows after it. tests/docs_blocks.py holds the extraction, the
+marks, the placeholders and the rule; the counts of blocks run for real, as --dry-run and not run close the suite's
+report.
 """
 import json
 import os
@@ -115,7 +116,16 @@ def sandbox(demo_run, cpu_image, tmp_path_factory):
     env.update(HOME=str(base / "home"), XDG_CACHE_HOME=os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"))
     values = {"<id>": demo_run.name, "<id2>": f"{demo_run.name}-again", "<sha256>": sha256}
     assert set(values) == set(PLACEHOLDERS)
-    return Sandbox(checkout, env, values)
+    before = outside_the_sandbox()
+    yield Sandbox(checkout, env, values)
+    assert outside_the_sandbox() == before, "a docs block changed the checkout or the shared image store"
+
+
+def outside_the_sandbox() -> tuple:
+    """What no block may change: the checkout's files (git's view of them) and the shared image store's index."""
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True)
+    index = ROOT / "images" / "index.json"
+    return status.stdout, index.read_bytes() if index.is_file() else b""
 
 
 @pytest.fixture(scope="module", autouse=True)
