@@ -15,9 +15,10 @@ MOTION_DATA := data/smart-synthetic
 -include containers/images.mk
 -include benchmarks/bench.mk
 
-.PHONY: help demo deps apptainer slurm registry chromium sshd venv data docs test test-all test-fast golden clean
+.PHONY: help demo host-python apptainer slurm registry chromium sshd venv data docs test test-all test-fast golden clean
 help:
-	@echo "make demo       install what is missing, build the CPU image, train the demo via bin/run-cluster local"
+	@echo "make demo       install what is missing, build the CPU image, train the demo via bin/run-cluster local,"
+	@echo "                write its report and print where it is"
 	@echo "make test       every test: installs Apptainer and Slurm, builds the image, starts the test cluster"
 	@echo "make test-fast  unit tests only (no image, no Slurm), under 2 minutes"
 	@echo "make test-all   make test, and the CUDA 12.8 image built and tested even if its inputs did not change"
@@ -26,10 +27,21 @@ help:
 	@echo "make docs       build the documentation site into build/docs/ (strict: a warning or a broken link fails)"
 	@echo "make golden     rewrite tests/golden/ from every profile's dry run, after a deliberate change (review the diff)"
 
-demo: deps image $(DEMO_DATA)/cifar-100-python/meta  # the demo's own data set, not every experiment's
-	bin/run-cluster local cpu_2proc demo
+# No host venv: bin/run-cluster needs only python3 with pyyaml and jinja2, and the report draws its curves without
+# matplotlib where it is missing. The run id is chosen here so that the report, the last step, follows that run.
+demo: apptainer host-python image $(DEMO_DATA)/cifar-100-python/meta  # the demo's own data set, not every experiment's
+	@set -e; run="demo-$$(date +%Y%m%d-%H%M%S)"; \
+	  echo "bin/run-cluster local cpu_2proc demo --run-id $$run"; bin/run-cluster local cpu_2proc demo --run-id "$$run"; \
+	  echo "bin/run-cluster report $$run"; report=$$(bin/run-cluster report "$$run"); \
+	  echo "make demo: run $$run finished; its report: $${report#wrote }"
 
-deps: apptainer venv
+host-python:  # bin/run-cluster's two packages: Debian's, installed where they are missing (a 0.05 s check after)
+	@$(HOST_PYTHON) -c "import yaml, jinja2" 2>/dev/null || \
+	  { apt-get -y -q -o DPkg::Lock::Timeout=120 install --no-install-recommends python3-yaml python3-jinja2 \
+	      >/dev/null 2>&1 || { apt-get -y -q update >/dev/null && apt-get -y -q install --no-install-recommends \
+	      python3-yaml python3-jinja2 >/dev/null; }; } && $(HOST_PYTHON) -c "import yaml, jinja2" || \
+	  { echo "make demo: $(HOST_PYTHON) cannot import yaml and jinja2; install them: python3 -m pip install --user" \
+	      "pyyaml jinja2" >&2; exit 1; }
 
 apptainer:  # a 0.05 s no-op once installed and configured
 	bash containers/install-apptainer.sh

@@ -28,6 +28,9 @@ IMAGE_DEF = containers/$(FLAVOR).def
 IMAGE_LOCK = containers/$(FLAVOR).lock
 IMAGE_SIF = $(IMAGES_DIR)/$(FLAVOR).sif
 IMAGE_STAMP = $(IMAGES_DIR)/$(FLAVOR).inputs
+# apptainer build's whole output, kept; the terminal (or CI log) shows its current step, and the log's end if it fails
+# (cluster_train/host/images/build_log.py)
+IMAGE_BUILD_LOG = $(IMAGES_DIR)/$(FLAVOR).apptainer.log
 # "fresh" when the stamp holds the current key and the store an image built from it; anything else (stale, no stamp,
 # the store copy gone, an error) rebuilds
 IMAGE_STATUS := $(if $(wildcard $(IMAGE_DEF)),$(shell $(HOST_PYTHON) -m cluster_train.host.images.content_key inputs \
@@ -71,7 +74,8 @@ $(IMAGE_SIF): $(if $(filter fresh,$(IMAGE_STATUS)),,_image_rebuild)
 	if [ "$$(id -u)" = 0 ]; then export APPTAINER_DROP_CAPS=CAP_SYS_RESOURCE; fi; \
 	echo "make image: building $@ from $(IMAGE_DEF) (git $$commit)"; \
 	start=$$(date +%s); \
-	$(APPTAINER) build --force $(IMAGE_SQUASHFS_$(FLAVOR)) $(IMAGE_BUILD_BINDS) "$$@" "$$tmp" $(IMAGE_DEF); \
+	$(HOST_PYTHON) -m cluster_train.host.images.build_log --log $(IMAGE_BUILD_LOG) --label "building $@" -- \
+	  $(APPTAINER) build --force $(IMAGE_SQUASHFS_$(FLAVOR)) $(IMAGE_BUILD_BINDS) "$$@" "$$tmp" $(IMAGE_DEF); \
 	mv -f "$$tmp" $@; \
 	echo "make image: built $@ in $$(( $$(date +%s) - start )) s"; \
 	$(HOST_PYTHON) -m cluster_train.host.images.content_key record --flavor $(FLAVOR) --sif $@ --def $(IMAGE_DEF) \

@@ -20,7 +20,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from cluster_train.shared.errors import UserError
 
@@ -72,6 +72,21 @@ def run(*args: str, capture: bool = True, **options) -> subprocess.CompletedProc
     return subprocess.run(command(*args, path=options.pop("path", None)), text=True, **options)
 
 
+def run_ticking(*args: str, tick: Callable[[int], None], every_s: float = 1.0,
+                **options) -> subprocess.CompletedProcess:
+    """`apptainer ARGS` with its output captured, `tick(its pid)` called every `every_s` while it runs (a long push
+    or pull whose progress the caller measures: Apptainer shows none for oras://)."""
+    with subprocess.Popen(command(*args), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          **options) as proc:
+        while True:
+            tick(proc.pid)
+            try:
+                out, err = proc.communicate(timeout=every_s)  # asked again after a timeout, it loses nothing
+                return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+            except subprocess.TimeoutExpired:
+                continue
+
+
 def version(path: Optional[str] = None) -> str:
     exe = command(path=path)[0]
     return version_of(exe, os.stat(exe).st_mtime_ns)
@@ -105,12 +120,15 @@ def sign(sif: Path, keyidx: Optional[int], interactive: bool) -> subprocess.Comp
     return run("sign", *keys, str(sif), stdout=None if interactive else subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def push(sif: Path, reference: str, plain_http: bool) -> subprocess.CompletedProcess:
-    return run("push", *no_https(plain_http), str(sif), reference)
+def push(sif: Path, reference: str, plain_http: bool, tick: Callable[[int], None] = lambda pid: None
+         ) -> subprocess.CompletedProcess:
+    return run_ticking("push", *no_https(plain_http), str(sif), reference, tick=tick)
 
 
-def pull(into: Path, reference: str, plain_http: bool) -> subprocess.CompletedProcess:
-    return run("pull", "--force", "--disable-cache", *no_https(plain_http), str(into), reference)
+def pull(into: Path, reference: str, plain_http: bool, tick: Callable[[int], None] = lambda pid: None,
+         env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    return run_ticking("pull", "--force", "--disable-cache", *no_https(plain_http), str(into), reference, tick=tick,
+                       env=env)
 
 
 def no_https(plain_http: bool) -> Tuple[str, ...]:

@@ -17,6 +17,7 @@ from cluster_train.host.runs.pipeline import pipeline_plan
 from cluster_train.host.runs.queue import one_run
 from cluster_train.host.runs.rerun import rerun_submission
 from cluster_train.host.runs.showing import show_and_queue
+from cluster_train.host.status_line import shown_progress
 from cluster_train.host.usage import Parser
 
 USAGE = """run-cluster CLUSTER PROFILE [EXPERIMENT] [--set KEY=VALUE ...] [--dry-run] [options]
@@ -102,7 +103,8 @@ def over_ssh(job: Job, site: Site, args, argv: List[str]) -> int:
     sending = checked(job, site, args.dry_run, args.after, first_to_start=bool(args.first_to_start))
     for line in sending.warnings:
         print(f"run-cluster: {line}", file=sys.stderr)
-    reach, sent = remote.send(site, args.dry_run, sending.image, sending.data)
+    with shown_progress() as shown:
+        reach, sent = remote.send(site, args.dry_run, sending.image, sending.data, shown)
     print(sent, flush=True)
     return remote.launch(reach, argv, sending.run_id, args.dry_run).returncode
 

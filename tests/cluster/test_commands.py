@@ -1,19 +1,17 @@
 """What a user runs after submitting, end to end on the real components: `logs --follow`, `--sweep-file`, `compare`
 and a sweep's `report` on runs that really trained on the test Slurm cluster (one 2-element sweep shared by them),
-`cancel` of a Slurm job, an LSF job (the stand-in) and a sweep's array (three long jobs queued together), and
-`make demo` from a clean clone of this checkout."""
+`cancel` of a Slurm job, an LSF job (the stand-in) and a sweep's array (three long jobs queued together).
+`make demo` from a clean clone is tests/cluster/test_demo.py."""
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import forked
 import pytest
-from conftest import ROOT, job_logs, manifest, only_run, run_cluster, sha256, wait_for_slurm_job
-from cluster.test_end_to_end import assert_trained
+from conftest import ROOT, job_logs, manifest, run_cluster, sha256, wait_for_slurm_job
 from host.test_report import check_curves, check_in_browser, csv_points, curve_points, drawn, images_of
 
 from cluster_train.host.runs import segments
@@ -311,57 +309,3 @@ def test_cancel_ends_the_job_everywhere_and_status_says_cancelled(long_jobs, kin
     for run_dir in job["training"]:  # every rank saved and exited 75 as asked: the cause is the cancel, not a rank
         status = run_cluster("status", run_dir, env=job["env"]).stdout
         assert "cause: cancelled by bin/run-cluster cancel at " in status and "died" not in status, status
-
-
-# ---- make demo from a clean clone ----------------------------------------------------------------------------------
-
-def clone_of_the_checkout(dest: Path) -> None:
-    """`git clone` of this checkout, with its uncommitted changes (tracked and untracked, not ignored) copied over:
-    nothing ignored (.venv, images/, data/, runs/) comes along."""
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(dest)], check=True)
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout
-    for name in filter(None, listed.decode().split("\0")):
-        src, dst = ROOT / name, dest / name
-        if not src.exists() and not src.is_symlink():  # deleted in the working tree
-            if dst.is_file():
-                dst.unlink()
-        elif src.is_file() and not src.is_symlink() and (not dst.is_file() or dst.read_bytes() != src.read_bytes()):
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst)
-
-
-@pytest.mark.image
-def test_make_demo_from_a_clean_clone_trains_in_the_image(cpu_image, tmp_path):
-    """`make demo` in a fresh clone: the stored CPU image is fresh (nothing built), the data is generated, two ranks
-    train in the image, and the run records the image that ran."""
-    clone = tmp_path / "clone"
-    clone_of_the_checkout(clone)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CT_", "MAKE", "MFLAGS"))}
-    env["CT_IMAGES"] = str(ROOT / "images")  # the store make test built the image into
-    # The host venv (make demo's `deps`) is the checkout's: its stamp is newer than the inputs it was built from, and
-    # the clone's copies of those (the same bytes) keep the checkout's times, so make rebuilds nothing there.
-    venv = ROOT / ".venv"
-    make = ["make", "--no-print-directory", "demo"]
-    inputs = ("pyproject.toml", "tests/requirements.txt")
-    if all((clone / f).read_bytes() == (ROOT / f).read_bytes() for f in inputs):
-        for f in inputs:
-            shutil.copystat(ROOT / f, clone / f)
-        if subprocess.run(["make", "-q", "venv", f"VENV={venv}"], cwd=clone, env=env).returncode == 0:
-            make.append(f"VENV={venv}")
-    stamp = (venv / ".installed").stat().st_mtime if (venv / ".installed").exists() else None
-    started = time.time()
-    done = subprocess.run(make, cwd=clone, env=env, capture_output=True, text=True, timeout=900)
-    print(f"make demo ({' '.join(make[3:]) or 'its own venv'}) took {time.time() - started:.0f} s")
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
-    assert "make image: building" not in done.stdout, done.stdout[:3000]  # the stored image was fresh
-    if f"VENV={venv}" in make:
-        assert " -m venv " not in done.stdout and (venv / ".installed").stat().st_mtime == stamp, done.stdout[:3000]
-    run_dir = only_run(clone / "runs")
-    results = assert_trained(run_dir, world_size=2)
-    recorded = manifest(run_dir)
-    assert recorded["image"]["sha256"] == cpu_image.sha256 == sha256(recorded["image"]["path"])
-    assert results["image_sha256"] == cpu_image.sha256  # the job saw the same digest inside
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
-    assert recorded["config"]["trainer"]["devices"] == 2 and recorded["cluster"] == "local"
-    assert recorded["git"]["commit"] == head

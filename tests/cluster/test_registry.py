@@ -27,12 +27,15 @@ def test_push_then_pull_by_digest_into_an_empty_store(oci_registry, store, tmp_p
     assert done.returncode == 0, done.stderr
     by_digest = f"oras://{oci_registry}/lab/cluster-train:sha256-{digest}"
     assert by_digest in done.stdout and ":latest" in done.stdout
+    short = f"oras://{oci_registry}/lab/cluster-train:sha256-{digest[:12]}"  # a status line names digests short
+    assert f"pushing {digest[:12]}.sif to {short}: " in done.stderr  # its progress (its final line, piped)
     assert json.loads((store / "index.json").read_text())[0]["pushed"] == [{"reference": by_digest, "plain_http": True}]
     elsewhere = tmp_path / "elsewhere"  # another machine's store
     pulled = run_cluster("images", "pull", by_digest, "--plain-http", "--expect-sha256", digest,
                          env={**os.environ, "CT_IMAGES": str(elsewhere)})
     assert pulled.returncode == 0, pulled.stderr
     assert f"pulled cpu image sha256:{digest}" in pulled.stdout
+    assert f"pulling {short}: 0.0 MB" in pulled.stderr  # its progress: the bytes that arrived (a tiny image)
     assert (elsewhere / "store" / f"{digest}.sif").read_bytes() == (store / "store" / f"{digest}.sif").read_bytes()
     assert [p.name for p in (elsewhere / "store").iterdir()] == [f"{digest}.sif"]  # no temporary file left
 

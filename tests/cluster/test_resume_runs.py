@@ -2,6 +2,7 @@
 with more epochs and on another number of ranks for the strategies whose checkpoints re-shard (ddp, fsdp); the others
 (DeepSpeed ZeRO) are refused before anything is queued."""
 import json
+import re
 
 import pytest
 from conftest import manifest, run_cluster
@@ -20,6 +21,8 @@ def test_resume_with_more_epochs_on_two_ranks_continues_from_the_saved_step(cpu_
     first = run_cluster("local", "cpu_1proc", "demo", *common, "--set", "trainer.max_epochs=2", "--run-id", "r",
                         "--wait")
     assert first.returncode == 0, first.stdout[-3000:]
+    assert re.search(r"^job \S+: COMPLETED, epoch 2/2 step \d+ train/loss [\d.]+, in \d+", first.stderr, re.M), \
+        first.stderr  # --wait's status, piped: plain lines ending with the job's state and rank 0's last epoch
     run_dir = runs_dir / "r"
     again = run_cluster("resume", run_dir, "--profile", "cpu_2proc", "--set", "trainer.max_epochs=4", *common,
                         "--wait")

@@ -121,6 +121,11 @@ def test_wait_times_out_on_a_running_job_and_logs_follow_yields_lines_until_it_e
     assert list(run.logs(follow=True)) == ["first\n", "second\n", "third\n"]
     writer.join()
     assert run.wait(timeout=5).state == State.COMPLETED
+    with log.open("a") as f:
+        f.write("[cluster-train] epoch 1/1 step 3 train/loss 0.5000 val/loss - (1.0 s)\n")
+    said = []  # a script's own progress callback: the state and rank 0's last epoch line
+    assert run.wait(timeout=5, progress=said.append).state == State.COMPLETED
+    assert said[-1].final and said[-1].stage == "COMPLETED, epoch 1/1 step 3 train/loss 0.5000", said
 
 
 def sweep_of(tmp_path: Path, exit_codes) -> Path:

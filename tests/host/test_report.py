@@ -8,7 +8,9 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import numpy as np
 import pytest
@@ -17,11 +19,13 @@ from PIL import Image
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import cli
+from cluster_train.host.reports.curves import pyplot_figure
 from cluster_train.host.reports.report import choose_metric, group_members, sort_by, write_report
 
 DIGEST = "ab12" * 16
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CURVE_BLUE = (31, 119, 180)  # matplotlib's first line colour
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 def lightning_csv(path: Path, epochs: int, steps_per_epoch: int, lr: float) -> None:
@@ -216,11 +220,31 @@ def test_bad_input_is_one_line_naming_the_value_and_the_fix(sweep, tmp_path, cap
     assert not (sweep / "report.html").exists()
 
 
-def test_without_matplotlib_report_names_the_install(tmp_path, monkeypatch):
-    run_dir = fake_run(tmp_path, "one", lr=0.02)
-    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # import matplotlib raises ImportError
+def svg_lines(page: str) -> dict:
+    """Every <img> of the page as SVG decoded from its data: URI: id -> how many points each of its lines has."""
+    found = {}
+    for image_id, data in re.findall(r'<img id="curve-(\d+)"[^>]*src="data:image/svg\+xml;base64,([^"]+)"', page):
+        svg = ElementTree.fromstring(base64.b64decode(data))
+        assert svg.get("width") == "750", svg.attrib  # the PNGs' width: the page lays out the same
+        found[int(image_id)] = [len(line.get("points").split()) for line in svg.iter(SVG + "polyline")]
+    assert len(found) == page.count("<img "), "an image that is not an embedded SVG"
+    return found
+
+
+def test_without_matplotlib_the_report_draws_its_curves_as_svg(sweep, monkeypatch):
+    """A login node's or a laptop's python3 with only pyyaml and jinja2: the report is still made, each curve a line
+    of as many points as its CSV column has values; only `scaling` names the install."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    page = write_report(sweep / "lr-0.02").read_text()
+    points = curve_points(page)
+    lines = svg_lines(page)
+    assert list(lines) == [1] and sorted(lines[1]) == sorted(p["points"] for p in points) and len(points) == 4
+    for p in points:
+        assert p["points"] == csv_points(sweep / "lr-0.02" / p["source"], p["column"]), p
+    group = write_report(sweep).read_text()
+    assert sorted(svg_lines(group).values()) == [[4] * 4] * 2 + [[15] * 4] * 2  # val/*: 4 points, train/*: 15
     with pytest.raises(UserError, match=r"matplotlib is not installed; .*pip install --user matplotlib"):
-        write_report(run_dir)
+        pyplot_figure()
 
 
 # ---- in a browser -------------------------------------------------------------------------------------------------
@@ -263,6 +287,9 @@ def check_in_browser(report: Path, tmp_path: Path, expect_images: int, expect_ta
 
 
 @pytest.mark.slow
-def test_run_and_group_reports_render_in_headless_chromium(sweep, tmp_path):
+@pytest.mark.parametrize("drawn_by", ["matplotlib", "svg"])
+def test_run_and_group_reports_render_in_headless_chromium(sweep, tmp_path, monkeypatch, drawn_by):
+    if drawn_by == "svg":
+        monkeypatch.setitem(sys.modules, "matplotlib", None)
     check_in_browser(write_report(sweep / "lr-0.02"), tmp_path, expect_images=1, expect_tables=5)
     check_in_browser(write_report(sweep), tmp_path, expect_images=4, expect_tables=2)

@@ -56,7 +56,9 @@ def test_the_cuda_image_passed_its_test_with_exactly_these_inputs():
     start_build()
     rc = BUILD["process"].wait(timeout=3600)
     suite_report.PHASES["CUDA 12.8 image build, beside the tests"] = time.time() - BUILD["started"]
-    log = LOG.read_text(errors="replace")
+    log = LOG.read_text(errors="replace")  # make's own lines; apptainer's, with the %test's, in the kept log:
+    kept = ROOT / "images" / f"{FLAVOR}.apptainer.log"
+    log += kept.read_text(errors="replace") if kept.is_file() else ""
     assert rc == 0, log[-4000:]
     record = store.current(FLAVOR, ROOT / "images")
     assert record is not None and record.inputs_sha256

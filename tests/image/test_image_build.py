@@ -109,6 +109,7 @@ def test_interrupted_build_leaves_no_half_image(repo, tmp_path):
     index_before = (repo / "images" / "index.json").read_text()
     done = make("image", f"APPTAINER={fake}", cwd=repo)
     assert done.returncode != 0
+    assert f"{fake} failed (exit status 1); the whole log: images/cpu.apptainer.log" in done.stderr, done.stderr
     assert (repo / "images" / "cpu.sif").read_bytes() == b"a fake image\n"
     assert (repo / "images" / "cpu.inputs").read_text() == stamp_before
     assert (repo / "images" / "index.json").read_text() == index_before
@@ -124,6 +125,7 @@ def test_successful_build_is_renamed_into_place_recorded_and_then_fresh(repo, tm
     assert done.returncode == 0, done.stdout + done.stderr
     assert (repo / "images" / "cpu.sif").read_bytes() == b"a new image\n"
     assert "recorded cpu image sha256:" in done.stdout
+    assert "building images/cpu.sif: done" in done.stderr  # the build's status, piped: its last plain line
     assert is_fresh(repo)
     again = make("image", f"APPTAINER={fake}", cwd=repo)
     assert again.returncode == 0 and "recorded" not in again.stdout, again.stdout

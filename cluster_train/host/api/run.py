@@ -7,10 +7,11 @@ import json
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Union, overload
+from typing import Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence, Union, overload
 
 from cluster_train.shared.errors import UserError as ClusterTrainError
 from cluster_train.host import runs as run_dirs
+from cluster_train.host.progress import Progress, ignore
 from cluster_train.host.runs import follow as following, sweep_state
 from cluster_train.host.runs.ending import cancel_run
 from cluster_train.host.runs.follow import drain, lines_of
@@ -108,18 +109,23 @@ class Run:
             return sweep_state.sweep_status(self.path)
         return status_of(self.manifest, adapter(self.manifest["scheduler"]["name"]), self.path)
 
-    def wait(self, timeout: Optional[float] = None, poll_s: float = 1.0) -> RunStatus:
+    def wait(self, timeout: Optional[float] = None, poll_s: float = 1.0,
+             progress: Optional[Callable[[Progress], None]] = None) -> RunStatus:
         """Until the run has ended (a requeued run has not; a sweep: every element), its final status. TimeoutError
-        (a ClusterTrainError too) after `timeout` seconds: the job goes on."""
+        (a ClusterTrainError too) after `timeout` seconds: the job goes on. `progress`, if given, is called at each
+        poll with a Progress (cluster_train.host.progress): its `stage` says the job's state and rank 0's last epoch
+        line ("RUNNING, epoch 2/5 step 40 train/loss 0.6931"; a sweep: "2 done, 1 running, 0 failed, 3 queued")."""
         if self._remote is not None:
             return self._wait_there(timeout, max(poll_s, remote().POLL_S))
+        report = progress or ignore
         if self.is_sweep:
-            if not sweep_state.wait_elements(self.path, timeout, poll_s):
+            if not sweep_state.wait_elements(self.path, timeout, poll_s, report):
                 raise following.WaitTimeout(f"sweep {self.id} did not end within {timeout:.0f} s; it goes on: "
                                             f"bin/run-cluster status {self.path}")
         else:
             scheduler, job_id = adapter(self.manifest["scheduler"]["name"]), self.manifest["scheduler"]["job_id"]
-            drain(following.watch(scheduler, job_id, self.path, timeout, poll_s=poll_s))
+            tail = following.Tail(self.path / "logs") if progress else None  # read for its epoch lines
+            drain(following.watch(scheduler, job_id, self.path, timeout, tail, poll_s, report))
         return self.status()
 
     def _wait_there(self, timeout: Optional[float], poll_s: float) -> RunStatus:

@@ -1,6 +1,7 @@
 """`run-cluster data pack|import|push|pull|list|verify`: packed data sets in the data store, which lives inside the
 image store a command uses (this checkout's images/, $CT_IMAGES, your settings' or a cluster file's `images:`;
 `--cluster C`: that cluster's). One line per data image."""
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -8,6 +9,7 @@ from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.host import project
 from cluster_train.host.data import pack, store, transport
 from cluster_train.host.images.locations import STORE_FIX, command_store
+from cluster_train.host.status_line import shown_progress
 from cluster_train.host.usage import Parser
 
 WRITES = ("pack", "import", "pull")  # the commands that add to the store
@@ -41,14 +43,25 @@ def parser() -> Parser:
     return p
 
 
+def pack_dir(src: Path, name: str, root: Path) -> int:
+    """`data pack`: what it packs, mksquashfs's progress as a status line (plain lines in a pipe), what it stored."""
+    store.check_name(name)
+    files, size = pack.contents(src)
+    print(f"packing {files} files ({size / 1e6:.1f} MB) of {src} as data image {name!r}...", file=sys.stderr)
+    with shown_progress() as shown:
+        entry, new = pack.pack(src, name, root, shown)
+    print(f"{entry.name}: sha256:{entry.sha256} ({entry.size / 1e6:.1f} MB, {entry.files} files) "
+          f"{'stored' if new else 'already stored'} at {entry.path}")
+    return 0
+
+
 def main(argv: List[str]) -> int:
     args = parser().parse_args(argv)
     root = store.data_root(command_store(args.cluster))
     if args.command in WRITES:
         project.check_writable(root, "the data store", STORE_FIX)
     if args.command == "pack":
-        pack.pack(args.dir, args.name or args.dir.resolve().name, root)
-        return 0
+        return pack_dir(args.dir, args.name or args.dir.resolve().name, root)
     if args.command == "import":
         entry, new = store.admit(args.file, args.name or args.file.name.removesuffix(store.SUFFIX), root,
                                  args.expect_sha256)
@@ -56,11 +69,13 @@ def main(argv: List[str]) -> int:
         return 0
     if args.command == "push":
         entry = store.verified(args.image, root)
-        refs = transport.push(entry, args.reference, args.plain_http)
+        with shown_progress() as shown:
+            refs = transport.push(entry, args.reference, args.plain_http, shown)
         print(f"pushed data image {entry.name} sha256:{entry.sha256} -> {' and '.join(refs)}")
         return 0
     if args.command == "pull":
-        entry, new = transport.pull(args.reference, args.plain_http, args.name, args.expect_sha256, root)
+        with shown_progress() as shown:
+            entry, new = transport.pull(args.reference, args.plain_http, args.name, args.expect_sha256, root, shown)
         print(f"{'pulled' if new else 'already in the store:'} {entry.name} sha256:{entry.sha256} -> {entry.path}")
         return 0
     if args.command == "list":

@@ -6,36 +6,47 @@ mksquashfs does the work (the tool Apptainer itself uses for SIFs); what is writ
 mode normalised as git does: directories and executables 0755, other files 0644, so a `chmod 600` changes nothing and
 every file is readable by the job's user) and the checks that keep a packed image readable: a symbolic link must
 stay inside the directory, else the image would hold a link to nothing on the compute node."""
+import contextlib
 import os
 import re
 import shutil
 import subprocess
-import sys
+import tempfile
 from pathlib import Path
 from typing import Tuple
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.data import store
 from cluster_train.host.images.store import sha256_file
+from cluster_train.host.progress import Meter, Report, ignore
 
 REPRODUCIBLE = ["-noappend", "-reproducible", "-mkfs-time", "0", "-all-time", "0", "-all-root", "-no-xattrs",
                 "-root-mode", "0755"]
 
 
-def squash(src: Path, out: Path, progress: bool = False) -> None:
-    """Write `src`'s contents as the root of the SquashFS file `out` (replaced), reproducibly."""
+def squash(src: Path, out: Path, report: Report = ignore, label: str = "packing", poll_s: float = 0.5) -> None:
+    """Write `src`'s contents as the root of the SquashFS file `out` (replaced), reproducibly; the bytes written so
+    far reported every poll_s (mksquashfs 4.5's own progress bar reaches a pipe or a pty only at its end)."""
     if shutil.which("mksquashfs") is None:
         raise UserError("mksquashfs is not installed; install squashfs-tools (apt-get install squashfs-tools)")
-    shown = ["-progress"] if progress else []  # -quiet hides mksquashfs's summary; -progress keeps its bar
     modes = out.with_name(out.name + ".modes")
+    meter = Meter(label)
     try:
         modes.write_bytes(mode_definitions(src))
-        done = subprocess.run(["mksquashfs", str(src), str(out), *REPRODUCIBLE, "-pf", str(modes), "-quiet", *shown],
-                              stdout=None if progress else subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with tempfile.TemporaryFile("w+") as errors:
+            squashing = subprocess.Popen(["mksquashfs", str(src), str(out), *REPRODUCIBLE, "-pf", str(modes),
+                                          "-quiet"], stdout=subprocess.DEVNULL, stderr=errors)
+            while squashing.poll() is None:
+                report(meter.at(out.stat().st_size if out.exists() else 0))
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    squashing.wait(poll_s)  # returns as soon as it ends
+            errors.seek(0)
+            said = errors.read().strip().splitlines()[-1:]
     finally:
         modes.unlink(missing_ok=True)
-    if done.returncode != 0:
-        raise UserError(f"mksquashfs could not pack {src}: {done.stderr.strip().splitlines()[-1:] or done.returncode}")
+    if squashing.returncode != 0:
+        raise UserError(f"mksquashfs could not pack {src}: {said or squashing.returncode}")
+    report(meter.at(out.stat().st_size, final=True))
 
 
 def mode_definitions(src: Path) -> bytes:
@@ -84,21 +95,16 @@ def outside(link: Path, src: Path) -> None:
                         f"make it a relative link inside {src}, or pack the directory it leads into")
 
 
-def pack(src: Path, name: str, root: Path) -> store.DataRecord:
-    """Pack `src` into the data store at `root` under `name`; the record of the stored image."""
+def pack(src: Path, name: str, root: Path, report: Report = ignore) -> Tuple[store.DataRecord, bool]:
+    """Pack `src` into the data store at `root` under `name`, reporting how far mksquashfs is; the record of the
+    stored image, and whether it is new (the same bytes may be stored already)."""
     store.check_name(name)
-    files, size = contents(src)
+    files, _ = contents(src)
     where = root / store.STORE
     where.mkdir(parents=True, exist_ok=True)
     tmp = where / f".{name}.{os.getpid()}.tmp"
-    progress = sys.stderr.isatty()
-    print(f"packing {files} files ({size / 1e6:.1f} MB) of {src} as data image {name!r}...", file=sys.stderr)
     try:
-        squash(src, tmp, progress)
-        entry, new = store.add(name, tmp, sha256_file(tmp), root, str(src.resolve()), files)
+        squash(src, tmp, report, f"packing {name}")
+        return store.add(name, tmp, sha256_file(tmp), root, str(src.resolve()), files)
     finally:
         tmp.unlink(missing_ok=True)
-    state = "stored" if new else "already stored"
-    print(f"{entry.name}: sha256:{entry.sha256} ({entry.size / 1e6:.1f} MB, {entry.files} files) {state} at "
-          f"{entry.path}")
-    return entry

@@ -15,6 +15,7 @@ from cluster_train.host import apptainer
 from cluster_train.host.data import store
 from cluster_train.host.images import oci
 from cluster_train.host.images.store import sha256_file
+from cluster_train.host.progress import Report, ignore
 
 # sif add's numbers: a partition (4) of SquashFS (1), used as data (3); the architecture SIF insists on (amd64, 2)
 # says nothing of a data set, which any architecture reads
@@ -22,23 +23,23 @@ PARTITION = ["--datatype", "4", "--partfs", "1", "--parttype", "3", "--partarch"
 DATA_PARTITION = re.compile(r"^(\d+)\s*\|.*\|\s*FS \(Squashfs/Data/", re.M)
 
 
-def push(entry: store.DataRecord, reference: str, plain_http: bool) -> List[str]:
+def push(entry: store.DataRecord, reference: str, plain_http: bool, report: Report = ignore) -> List[str]:
     with tempfile.TemporaryDirectory(dir=Path(entry.path).parent) as tmp:
         wrapper = Path(tmp) / "data.sif"
         sif("new", str(wrapper))
         sif("add", *PARTITION, "--filename", f"{entry.name}.sqsh", str(wrapper), entry.path)
-        return oci.push(wrapper, entry.sha256, reference, plain_http)
+        return oci.push(wrapper, entry.sha256, reference, plain_http, report)
 
 
-def pull(reference: str, plain_http: bool, name: str, expect: Optional[str],
-         root: Path) -> Tuple[store.DataRecord, bool]:
+def pull(reference: str, plain_http: bool, name: str, expect: Optional[str], root: Path,
+         report: Report = ignore) -> Tuple[store.DataRecord, bool]:
     """(the data image, whether it is new): the store's own copy where it has the expected digest already."""
     store.check_name(name)
     expect = expect.removeprefix("sha256:") if expect else None
     known = store.find(expect, root) if expect else None
     if known is not None:
         return known, False
-    wrapper = oci.pull(reference, plain_http, root / store.STORE)
+    wrapper = oci.pull(reference, plain_http, root / store.STORE, report)
     packed = wrapper.with_suffix(".sqsh")
     try:
         listed = sif("list", str(wrapper))

@@ -16,6 +16,7 @@ from cluster_train.host import project
 from cluster_train.host.images import derive, oci, signing, store
 from cluster_train.host.images.locations import STORE_FIX, command_store
 from cluster_train.host.images.sif import admit
+from cluster_train.host.status_line import shown_progress
 from cluster_train.host.usage import Parser
 
 WRITES = ("import", "pull", "sign", "derive")  # the commands that add to the store
@@ -67,7 +68,8 @@ def main(argv: List[str]) -> int:
     elif args.command == "push":
         return push_image(args.image, args.reference, args.plain_http, root)
     elif args.command == "pull":
-        entry, new = oci.pull_into_store(args.reference, args.plain_http, args.expect_sha256, root)
+        with shown_progress() as shown:
+            entry, new = oci.pull_into_store(args.reference, args.plain_http, args.expect_sha256, root, shown)
         print(f"{'pulled' if new else 'already in the store:'} {describe(entry)}")
     elif args.command == "sign":
         entry, new = signing.sign(store.named(args.image, root), root, args.keyidx)
@@ -110,7 +112,8 @@ def list_images(root: Path) -> int:
 
 def push_image(image: str, reference: str, plain_http: bool, root: Path) -> int:
     entry = store.named(image, root)
-    refs = oci.push(Path(entry.path), entry.sha256, reference, plain_http)
+    with shown_progress() as shown:
+        refs = oci.push(Path(entry.path), entry.sha256, reference, plain_http, shown)
     store.note_push(entry.sha256, refs[0], plain_http, root)
     print(f"pushed {entry.flavor} image sha256:{entry.sha256} -> {' and '.join(refs)}")
     return 0

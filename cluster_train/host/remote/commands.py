@@ -13,6 +13,7 @@ from cluster_train.host import project
 from cluster_train.host.data import store as data_store
 from cluster_train.host.images import store
 from cluster_train.host.jobs.job import new_run_id
+from cluster_train.host.progress import Report, ignore
 from cluster_train.host.remote import ssh, sync
 from cluster_train.host.reach import Reach, of
 
@@ -20,16 +21,16 @@ RECORD = "remote.json"  # in the laptop's runs/<id>: where the run lives
 ERROR = "run-cluster: error: "  # how the launcher there says each problem
 
 
-def send(site, dry_run: bool, image: Optional[store.ImageRecord],
-         data: Optional[data_store.DataRecord] = None) -> Tuple[Reach, str]:
+def send(site, dry_run: bool, image: Optional[store.ImageRecord], data: Optional[data_store.DataRecord] = None,
+         report: Report = ignore) -> Tuple[Reach, str]:
     """What a submission on the cluster's login node needs there: the code, the settings, the image (this machine's
     current one of the flavor the job needs) and the data image the run names (a dry run too: the cluster renders
-    its bind). Its reach, and a line saying what was sent."""
+    its bind); the transfers' progress reported. Its reach, and a line saying what was sent."""
     reach = of(site.cluster.name, site.user)
     files, sent = sync.send_code(reach)
     sync.send_settings(reach, site.user)
-    image_bytes = 0 if dry_run else sync.send_image(reach, image)
-    data_sent = f"; data image sent, {sync.send_data(reach, data)} bytes" if data else ""
+    image_bytes = 0 if dry_run else sync.send_image(reach, image, report)
+    data_sent = f"; data image sent, {sync.send_data(reach, data, report)} bytes" if data else ""
     return reach, (f"[cluster-train] {ssh.where(reach)}: code sent, {files} changed files, {sent} bytes; image sent, "
                    f"{image_bytes} bytes{data_sent}")
 

@@ -3,10 +3,12 @@ snapshot holds: tracked, and untracked that git does not ignore) through rsync o
 compares checksums and sends only what differs; the user's settings for that cluster, less how to reach it; and the
 image and data image a job needs, by digest, where the cluster's stores lack them."""
 import json
+import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -18,6 +20,7 @@ from cluster_train.host import reach as reach_keys
 from cluster_train.host.data import store as data_store
 from cluster_train.host.images import oci, store
 from cluster_train.host.jobs.code_snapshot import project_files
+from cluster_train.host.progress import Meter, Report, ignore, pieces, rsync_done
 from cluster_train.host.reach import Reach
 from cluster_train.host.remote import ssh
 
@@ -56,7 +59,7 @@ def send_settings(reach: Reach, user: Dict[str, Any], batch: bool = False) -> st
     return reach.settings_file
 
 
-def send_image(reach: Reach, image: Optional[store.ImageRecord]) -> int:
+def send_image(reach: Reach, image: Optional[store.ImageRecord], report: Report = ignore) -> int:
     """The image the job needs, by digest: nothing when the cluster's store holds it; else pulled there from a
     registry it was pushed to (`images push`: the cluster's own network, checked by digest there); else the SIF
     copied with rsync (an interrupted copy resumes from what arrived) and entered into that store by `images import`,
@@ -68,10 +71,10 @@ def send_image(reach: Reach, image: Optional[store.ImageRecord]) -> int:
     if f"sha256:{image.sha256}" in listed or pulled_there(reach, image):
         return 0
     return sent_and_imported(reach, image.path, f"{image.sha256}.sif",
-                             ["images", "import", "{}", "--expect-sha256", image.sha256])
+                             ["images", "import", "{}", "--expect-sha256", image.sha256], report)
 
 
-def send_data(reach: Reach, entry: Optional[data_store.DataRecord]) -> int:
+def send_data(reach: Reach, entry: Optional[data_store.DataRecord], report: Report = ignore) -> int:
     """The data image the run names (data.image), as the image is sent: nothing when the cluster's data store holds
     it under that name; else copied with rsync and entered there by `data import`, which checks its sha256 against
     this one. The bytes sent. With none here under that name, the cluster's own store decides."""
@@ -85,22 +88,46 @@ def send_data(reach: Reach, entry: Optional[data_store.DataRecord]) -> int:
         raise UserError(f"the data image {entry.name} here ({entry.path}) {damaged}; restore it, or pack the data "
                         f"again (bin/run-cluster data pack DIR --name {entry.name}); nothing was queued")
     return sent_and_imported(reach, entry.path, f"{entry.sha256}{data_store.SUFFIX}",
-                             ["data", "import", "{}", "--name", entry.name, "--expect-sha256", entry.sha256])
+                             ["data", "import", "{}", "--name", entry.name, "--expect-sha256", entry.sha256], report)
 
 
-def sent_and_imported(reach: Reach, path: str, name: str, importer: List[str]) -> int:
+def sent_and_imported(reach: Reach, path: str, name: str, importer: List[str], report: Report = ignore) -> int:
     """A file copied with rsync into remote_dir/.incoming (an interrupted copy resumes from what arrived), then
     entered into the cluster's store by `importer` ({} is the copy there, which is removed after): bytes sent."""
     incoming = f"{reach.remote_dir}/.incoming/{name}"
-    ssh.run(reach, ["mkdir", "-p", f"{reach.remote_dir}/.incoming"], capture=True)
-    argv = ["rsync", "--partial", "--inplace", "--stats", "--protect-args", "-e", shlex.join(ssh.ssh_argv(reach)),
-            path, f"{reach.destination}:{incoming}"]
-    done = subprocess.run(argv, text=True, capture_output=True)
-    if done.returncode != 0:
-        raise UserError(ssh.failure_line(reach, done.stderr) + " (nothing was queued; a retry sends only the rest)")
+    sent = transfer(reach, path, incoming, report)
     launcher_line(reach, [incoming if word == "{}" else word for word in importer] + ["--cluster", reach.cluster])
     ssh.run(reach, ["rm", "-f", incoming], capture=True)
-    return _stat(done.stdout, "Total bytes sent")
+    return sent
+
+
+def transfer(reach: Reach, path: str, remote: str, report: Report = ignore) -> int:
+    """One file copied with rsync to `remote` (its directory created), resuming from what an interrupted copy left
+    there; its progress reported as rsync says it (bytes, rate, time left; "resuming from N MB"). Bytes sent."""
+    there = ssh.run(reach, ["sh", "-c", 'mkdir -p "$(dirname "$1")" && { stat -c %s "$1" 2>/dev/null || echo 0; }',
+                            "sh", remote], capture=True)
+    words = there.stdout.split()
+    arrived = int(words[-1]) if words and words[-1].isdigit() else 0
+    meter = Meter(f"sending {Path(path).name} to {reach.cluster}", os.path.getsize(path), resumed_from=arrived)
+    argv = ["rsync", "--partial", "--inplace", "--stats", "--info=progress2", "--protect-args", "-e",
+            shlex.join(ssh.ssh_argv(reach)), path, f"{reach.destination}:{remote}"]
+    report(meter.at())
+    with tempfile.TemporaryFile("w+") as errors:
+        rsync = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors)
+        said = []
+        for piece in pieces(iter(lambda: os.read(rsync.stdout.fileno(), 65536), b"")):
+            done = rsync_done(piece)
+            if done is None:
+                said.append(piece)
+            elif done > meter.last.done:  # rsync restarts its count when it checks what arrived
+                report(meter.at(done))
+        rsync.wait()
+        errors.seek(0)
+        if rsync.returncode != 0:
+            raise UserError(f"{ssh.failure_line(reach, errors.read())} (nothing was queued; a retry sends only the "
+                            f"rest)")
+    report(meter.at(meter.last.total, final=True))
+    return _stat("\n".join(said), "Total bytes sent")
 
 
 def pulled_there(reach: Reach, image: store.ImageRecord) -> bool:

@@ -1,5 +1,6 @@
 """Training and validation curves from a run's CSV logs, drawn as PNG bytes with matplotlib (imported only here,
-and only when a report is made: the host side runs on login nodes without it)."""
+and only when a report is made), or as SVG with the standard library where matplotlib is not installed (svg_curves.py:
+the host side runs on login nodes and laptops with only pyyaml and jinja2)."""
 import csv
 import io
 import re
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import List, Sequence, Tuple
 
 from cluster_train.shared.errors import UserError
+from cluster_train.host.reports import svg_curves
 
 # Where tasks write CSV logs: classify's metrics.csv, the multi-model tasks' logs/<model>/metrics.csv, seed 001's
 # csv_logs/<arch>_fusions/<arch>_<fusion>_training_log.csv.
@@ -87,16 +89,25 @@ def panel(column: str) -> str:
     return "metrics"
 
 
-def pyplot_figure():
+def matplotlib_figure():
+    """matplotlib's Figure class, or None where matplotlib is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")  # no display on a login node
         from matplotlib.figure import Figure
     except ImportError:
-        raise UserError("matplotlib is not installed; reports need it: python3 -m pip install --user matplotlib") \
-            from None
+        return None
     return Figure
+
+
+def pyplot_figure():
+    """matplotlib's Figure class, for a figure only matplotlib draws (scaling.py)."""
+    figure = matplotlib_figure()
+    if figure is None:
+        raise UserError("matplotlib is not installed; scaling figures need it: python3 -m pip install --user "
+                        "matplotlib")
+    return figure
 
 
 def png(fig) -> bytes:
@@ -109,8 +120,12 @@ def run_figure(series: Sequence[Series], title: str) -> bytes:
     """One CSV's curves: one panel per kind (loss, metrics, learning rate), x = step (or epoch)."""
     panels = {name: [s for s in series if panel(s.column) == name] for name in PANELS}
     panels = {name: members for name, members in panels.items() if members}
+    figure = matplotlib_figure()
+    if figure is None:
+        return svg_curves.figure([(name, [(s.column, s.x, s.y) for s in members]) for name, members in panels.items()],
+                                 title, series[0].x_name)
     height = FIGSIZE[1] if len(panels) == 1 else FIGSIZE[1] * 0.75 * len(panels)
-    fig = pyplot_figure()(figsize=(FIGSIZE[0], height), layout="constrained")  # labels never overlap a panel
+    fig = figure(figsize=(FIGSIZE[0], height), layout="constrained")  # labels never overlap a panel
     for i, (name, members) in enumerate(panels.items()):
         ax = fig.add_subplot(len(panels), 1, i + 1)
         for s in members:
@@ -122,7 +137,11 @@ def run_figure(series: Sequence[Series], title: str) -> bytes:
 
 def overlay_figure(lines: Sequence[Tuple[str, Series]], title: str) -> bytes:
     """One column of one CSV across several runs: one line per run."""
-    fig = pyplot_figure()(figsize=FIGSIZE, layout="constrained")
+    figure = matplotlib_figure()
+    if figure is None:
+        return svg_curves.figure([(lines[0][1].column, [(label, s.x, s.y) for label, s in lines])], title,
+                                 lines[0][1].x_name)
+    fig = figure(figsize=FIGSIZE, layout="constrained")
     ax = fig.add_subplot(1, 1, 1)
     for label, s in lines:
         draw(ax, s, label)

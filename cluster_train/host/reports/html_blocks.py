@@ -1,6 +1,7 @@
-"""The HTML building blocks of report.html (report.py): escaping, tables, sections, the PNGs as data: URIs with the
-JSON block recording how many points each curve drew, and the page around them with its style sheet. No script: the
-page is static and opens from a mail attachment or a copy off the cluster."""
+"""The HTML building blocks of report.html (report.py): escaping, tables, sections, the figures (PNG, or SVG where
+matplotlib is missing) as data: URIs with the JSON block recording how many points each curve drew, and the page
+around them with its style sheet. No script: the page is static and opens from a mail attachment or a copy off the
+cluster."""
 import base64
 import html
 import json
@@ -14,6 +15,7 @@ table{border-collapse:collapse;margin:.5em 0 1.2em}td,th{border:1px solid #ccc;p
 font-size:.9em;vertical-align:top}th{background:#eef}pre{background:#f6f6f6;padding:.8em;font-size:.85em;overflow:auto}
 img{margin:.4em .4em 1em 0;max-width:100%;vertical-align:top}
 .curves img{max-width:49%}.note{color:#666;font-size:.9em}"""
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"  # matplotlib's figures; svg_curves.py's begin "<svg"
 
 
 def esc(value) -> str:
@@ -37,7 +39,7 @@ def section(title: str, body: str) -> str:
 
 
 class Images:
-    """The page's PNGs as data: URIs, and how many points each curve in them drew (checked by the tests)."""
+    """The page's figures as data: URIs, and how many points each curve in them drew (checked by the tests)."""
 
     def __init__(self):
         self.points: List[Dict] = []
@@ -48,7 +50,8 @@ class Images:
         for run, s in drawn:
             self.points.append({"image": self.count, "run": run, "source": s.source, "column": s.column,
                                 "points": s.points})
-        uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+        kind = "image/png" if data.startswith(PNG_SIGNATURE) else "image/svg+xml"
+        uri = f"data:{kind};base64," + base64.b64encode(data).decode("ascii")
         return f'<img id="curve-{self.count}" alt="{esc(alt)}" src="{uri}">'
 
     def json_block(self) -> str:

@@ -14,7 +14,7 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
 from cluster_train.host.jobs.build import Request, Site, build
 from cluster_train.host.reports.curves import pyplot_figure
-from cluster_train.host.runs.follow import wait
+from cluster_train.host.runs.follow import drain, watch
 from cluster_train.host.runs.queue import queue, submitted
 from cluster_train.host.schedulers import State, adapter
 from cluster_train.host.usage import Parser
@@ -84,7 +84,7 @@ def measure(sub, timeout_s: float) -> Dict[str, Any]:
     job_id = queue(sub)
     print(submitted(sub, job_id))  # run-cluster scaling: a command, it says what it queued
     run_dir = Path(sub.job.work.run_dir)
-    state = wait(adapter(sub.job.scheduler), job_id, run_dir, timeout_s)["state"]
+    state = drain(watch(adapter(sub.job.scheduler), job_id, run_dir, timeout_s))["state"]
     results = run_dir / "results.json"
     if state != State.COMPLETED or not results.is_file():
         raise UserError(f"the {sub.job.profile} job ended {state.value} without results; see bin/run-cluster logs "

@@ -10,7 +10,8 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
 from cluster_train.host.runs import sweep, sweep_state
 from cluster_train.host.runs.ending import cancel_run
-from cluster_train.host.runs.follow import follow_log, logs_text
+from cluster_train.host.runs.follow import logs_text
+from cluster_train.host.runs.waiting import follow_log
 from cluster_train.host.runs.queue import one_run
 from cluster_train.host.runs.resume import prepare_resume, queue_resume, resumed_line
 from cluster_train.host.runs.run_status import status_lines, status_of

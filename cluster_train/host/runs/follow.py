@@ -1,68 +1,55 @@
 """Follow a job's log while it runs, and wait for it to end (cluster_train/host/runs/ending.py says when and how it
-ended): `watch`, the one polling loop, prints nothing; `wait` and `follow` print for the command line."""
-import select
-import sys
+ended): `watch`, the one polling loop, prints nothing; it yields the log as it grows and reports the job's state and
+rank 0's last epoch line as Progress (the command line's `--wait` and `logs --follow` print both:
+cluster_train/host/runs/waiting.py)."""
 import time
 from pathlib import Path
 from typing import Any, Dict, Generator, Iterator, List, Optional
 
 from cluster_train.shared.errors import UserError
-from cluster_train.host.runs.ending import EndWatch, describe
-from cluster_train.host.schedulers import State
+from cluster_train.host.progress import Meter, Report, epoch_stage, ignore
+from cluster_train.host.runs.ending import EndWatch, shown
 
 
 class WaitTimeout(UserError, TimeoutError):
     """The job did not end in time (it goes on): one line for the command line, a TimeoutError for a script."""
 
 
-def follow(scheduler, job_id: str, run_dir: Path, timeout_s: float) -> int:
-    """Wait for the job, echoing its log as it grows; the exit status is the job's."""
-    state = wait(scheduler, job_id, run_dir, timeout_s, Tail(run_dir / "logs"))
-    print(f"job {job_id} {describe(state)}; results in {run_dir}")
-    return 0 if state["state"] == State.COMPLETED else 1
-
-
-def follow_log(scheduler, job_id: str, run_dir: Path) -> None:
-    """`logs --follow`: the log printed as it grows until the job ends, then how it ended (on stderr)."""
-    state = wait(scheduler, job_id, run_dir, None, Tail(run_dir / "logs"))
-    print(f"run-cluster: job {job_id} {describe(state)}", file=sys.stderr)
-
-
-def wait(scheduler, job_id: str, run_dir: Path, timeout_s: Optional[float], tail: Optional["Tail"] = None,
-         poll_s: float = 1.0) -> Dict:
-    """Poll until the job ends, printing its logs as they grow if given a Tail; its end state. Printing happens
-    here, in the one thread: a reader that went away (`| head`) ends the wait with BrokenPipeError, which
-    bin/run-cluster's main takes."""
-    steps = watch(scheduler, job_id, run_dir, timeout_s, tail, poll_s)
-    while True:
-        try:
-            chunk = next(steps)
-        except StopIteration as end:
-            return end.value
-        if chunk:
-            print(chunk, end="", flush=True)
-        if tail and reader_gone():
-            raise BrokenPipeError("the reader of standard output has gone")  # as `tail -f | head` ends
-
-
 def watch(scheduler, job_id: str, run_dir: Path, timeout_s: Optional[float], tail: Optional["Tail"] = None,
-          poll_s: float = 1.0) -> Generator[str, None, Dict]:
+          poll_s: float = 1.0, report: Report = ignore) -> Generator[str, None, Dict]:
     """Poll until the job ends (sbatch --wait polls only every ~10 s); yields what the logs gained since the last
-    poll (with a Tail; "" when nothing) and returns the end state. WaitTimeout after timeout_s: the job goes on."""
+    poll (with a Tail; "" when nothing) and returns the end state; each poll reports the job's state and, with a Tail,
+    rank 0's last epoch line. WaitTimeout after timeout_s: the job goes on."""
     end = EndWatch(scheduler, job_id, run_dir)
     deadline = time.time() + timeout_s if timeout_s is not None else None
+    meter, epochs = Meter(f"job {job_id}", unit=""), EpochLines()
     while True:
         if tail:
-            yield tail.read_new()
+            yield epochs.read(tail.read_new())
         state = end.poll()
         if state is not None:
             if tail:
-                yield tail.read_new()  # what the job wrote as it ended
+                yield epochs.read(tail.read_new())  # what the job wrote as it ended
+            report(meter.at(stage=", ".join(filter(None, [shown(state), epochs.last])), final=True))
             return state
+        report(meter.at(stage=", ".join(filter(None, [shown(end.last), epochs.last]))))
         if deadline is not None and time.time() > deadline:
             raise WaitTimeout(f"job {job_id} did not finish within {timeout_s:.0f} s (state "
                               f"{end.last['state'].value}); it goes on: bin/run-cluster status {run_dir}")
         time.sleep(poll_s)
+
+
+class EpochLines:
+    """Rank 0's last epoch line in a log read in pieces ("epoch 2/5 step 40 train/loss 0.6931"; "" before the
+    first), from whole lines only: "step 4" may be half of "step 40"."""
+
+    def __init__(self):
+        self.last, self.partial = "", ""
+
+    def read(self, chunk: str) -> str:
+        *whole, self.partial = (self.partial + chunk).rsplit("\n", 1)
+        self.last = epoch_stage("".join(whole)) or self.last
+        return chunk
 
 
 def drain(steps: Iterator[str]) -> Any:
@@ -82,17 +69,6 @@ def lines_of(chunks: Iterator[str]) -> Iterator[str]:
         yield from (line + "\n" for line in whole)
     if pending:
         yield pending
-
-
-def reader_gone() -> bool:
-    """Whether standard output is a pipe whose reader has gone: a write would fail, but a quiet log writes nothing
-    (Linux reports POLLERR on such a pipe, whatever was asked)."""
-    try:
-        waiting = select.poll()
-        waiting.register(sys.stdout.fileno(), 0)
-        return any(events & select.POLLERR for _, events in waiting.poll(0))
-    except (OSError, ValueError):  # no file descriptor behind sys.stdout
-        return False
 
 
 def logs_text(run_dir: Path) -> str:

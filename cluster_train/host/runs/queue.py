@@ -10,8 +10,17 @@ from cluster_train.shared import config as cfg
 from cluster_train.host import runs
 from cluster_train.host.jobs import code_snapshot
 from cluster_train.host.jobs.build import Submission
-from cluster_train.host.runs.follow import follow
 from cluster_train.host.schedulers import adapter
+
+
+@dataclass(frozen=True)
+class Followed:
+    """What `--wait` waits for: one job (its scheduler's name, its id, its run directory) or a sweep (its directory,
+    no job id)."""
+
+    run_dir: Path
+    job_id: str = ""
+    scheduler: str = ""
 
 
 @dataclass
@@ -21,9 +30,9 @@ class Plan:
     summary: str
     warnings: List[str]
     dry_run_text: str  # printed instead of queuing (the script, under a banner saying nothing was submitted)
-    queue: Callable[[], Any]  # writes and submits; returns what `follow` takes
+    queue: Callable[[], Any]  # writes and submits; returns what `followed` takes
     discard: Callable[[], None]  # a dry run: drop what preparing took (code snapshots)
-    follow: Optional[Callable[[Any, float], int]] = None  # waits until it ends; its exit status
+    followed: Optional[Callable[[Any], Followed]] = None  # what `--wait` follows, from what `queue` returned
     follow_by_default: bool = False
     said: Callable[[Any], List[str]] = lambda queued: []  # what the command line says of what `queue` returned
     run_dirs: List[Path] = field(default_factory=list)  # the run directories `queue` creates (a sweep: its own)
@@ -35,7 +44,7 @@ def one_run(sub: Submission, submit: Optional[Callable[[Submission], str]] = Non
     return Plan(sub.summary, sub.warnings, f"--- {sub.job.scheduler} script (dry run: nothing submitted) ---\n"
                                            f"{sub.script}",
                 queue=lambda: (submit or queue)(sub), discard=sub.discard,
-                follow=lambda job_id, timeout_s: follow(scheduler, job_id, Path(sub.job.work.run_dir), timeout_s),
+                followed=lambda job_id: Followed(Path(sub.job.work.run_dir), job_id, sub.job.scheduler),
                 follow_by_default=scheduler.follow_by_default,
                 said=lambda job_id: [] if submit else [submitted(sub, job_id)], run_dirs=[Path(sub.job.work.run_dir)])
 

@@ -5,6 +5,7 @@ import sys
 from typing import Optional
 
 from cluster_train.host.runs.queue import Plan
+from cluster_train.host.runs.waiting import follow_plan
 
 
 def show_and_queue(plan: Plan, dry_run: bool, wait: Optional[bool], timeout_s: float) -> int:
@@ -18,6 +19,6 @@ def show_and_queue(plan: Plan, dry_run: bool, wait: Optional[bool], timeout_s: f
     queued = plan.queue()
     for line in plan.said(queued):
         print(line)
-    if plan.follow and (wait if wait is not None else plan.follow_by_default):
-        return plan.follow(queued, timeout_s)
+    if plan.followed and (wait if wait is not None else plan.follow_by_default):
+        return follow_plan(plan.followed(queued), timeout_s)
     return 0

@@ -16,9 +16,9 @@ from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.host import project, runs
 from cluster_train.host.jobs.build import Request, Site, Submission, build
 from cluster_train.host.jobs.job import new_run_id
-from cluster_train.host.runs.queue import Plan, write_manifest, write_run
+from cluster_train.host.runs.queue import Followed, Plan, write_manifest, write_run
 from cluster_train.host.runs.showing import show_and_queue
-from cluster_train.host.runs.sweep_state import SWEEP, ArrayView, ended_uncompleted, read_sweep, status_table, wait
+from cluster_train.host.runs.sweep_state import SWEEP, ArrayView, ended_uncompleted, read_sweep, status_table
 from cluster_train.host.schedulers import adapter
 from cluster_train.shared.yaml_file import load_yaml
 
@@ -238,7 +238,7 @@ def plan_of(sweep: Sweep, sweep_file: Optional[str] = None) -> Plan:
     return Plan(f"{head}\n{sweep.elements[0].summary}", [w for sub in sweep.elements for w in sub.warnings],
                 dry_run_text(sweep), queue=lambda: queue_sweep(sweep),
                 discard=lambda: [sub.discard() for sub in sweep.elements],
-                follow=lambda _, timeout_s: wait(sweep.sweep_dir, timeout_s),
+                followed=lambda _: Followed(Path(sweep.sweep_dir)),
                 follow_by_default=adapter(sweep.elements[0].job.scheduler).follow_by_default,
                 said=lambda array_ids: [submitted(sweep, array_ids)],
                 run_dirs=[Path(sub.job.work.run_dir) for sub in sweep.elements])

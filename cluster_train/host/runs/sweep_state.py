@@ -1,13 +1,14 @@
 """A queued sweep seen afterwards: its record (sweep.json), each element's state, segments and best metric as one
-table, waiting for every element, cancelling the array, every
-element's logs (cluster_train/host/runs/sweep.py queues it)."""
+table, waiting for every element (reporting how many are done, running, failed and queued), cancelling the array,
+every element's logs (cluster_train/host/runs/sweep.py queues it)."""
 import json
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
+from cluster_train.host.progress import Meter, Report, ignore
 from cluster_train.host.runs import ending
 from cluster_train.host.runs.ending import EndWatch, has_ended, run_state
 from cluster_train.host.runs.segments import read as read_segments
@@ -148,32 +149,46 @@ def cancel(sweep_dir: Path) -> str:
             f"{len(record['elements'])} runs had not ended)")
 
 
-def wait(sweep_dir: Path, timeout_s: float, poll_s: float = 2.0) -> int:
-    """Until every element has ended; the table, and 0 when all completed."""
-    wait_elements(sweep_dir, timeout_s, poll_s)
-    rows = element_rows(sweep_dir)
-    print(status_table(sweep_dir, rows))
-    return 0 if all(r["state"] == "COMPLETED" for r in rows) else 1
-
-
 def ended_uncompleted(scheduler, run_dir: Path) -> bool:
     """Whether the element's current job (a resumed element's own) ended without completing."""
     state = run_state(scheduler, runs.read_manifest(run_dir)["scheduler"]["job_id"], run_dir)
     return has_ended(state) and state["state"] != State.COMPLETED
 
 
-def wait_elements(sweep_dir: Path, timeout_s: Optional[float], poll_s: float = 2.0) -> bool:
-    """Poll until every element has ended (None: however long that takes); whether they all have."""
+def wait_elements(sweep_dir: Path, timeout_s: Optional[float], poll_s: float = 2.0, report: Report = ignore) -> bool:
+    """Poll until every element has ended (None: however long that takes), each poll reporting how many are done,
+    running, failed and queued; whether they all have."""
     record = read_sweep(sweep_dir)
     scheduler = adapter(record["scheduler"])
     watching = [EndWatch(scheduler, e["job_id"], Path(e["run_dir"])) for e in record["elements"]]
+    ended: Dict[int, State] = {}
+    meter = Meter(f"sweep {record['sweep_id']}", unit="")
     deadline = time.time() + timeout_s if timeout_s is not None else None
     while deadline is None or time.time() < deadline:
-        watching = [watch for watch in watching if watch.poll() is None]
-        if not watching:
+        for number, watch in enumerate(watching):
+            state = None if number in ended else watch.poll()
+            if state is not None:
+                ended[number] = state["state"]
+        states = [ended.get(number) or watch.last["state"] for number, watch in enumerate(watching)]
+        report(meter.at(stage=counts_stage(sweep_counts(states)), final=len(ended) == len(watching)))
+        if len(ended) == len(watching):
             return True
         time.sleep(poll_s)
     return False
+
+
+def sweep_counts(states: Iterable[State]) -> Dict[str, int]:
+    """How many elements are done (completed), running, failed (ended otherwise) and queued (all else)."""
+    counts = {"done": 0, "running": 0, "failed": 0, "queued": 0}
+    for state in states:
+        counts["done" if state == State.COMPLETED else "running" if state == State.RUNNING
+               else "failed" if state in FINISHED else "queued"] += 1
+    return counts
+
+
+def counts_stage(counts: Dict[str, int]) -> str:
+    """'2 done, 1 running, 0 failed, 3 queued'"""
+    return ", ".join(f"{n} {name}" for name, n in counts.items())
 
 
 def logs_text(sweep_dir: Path) -> str:
