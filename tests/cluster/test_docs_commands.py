@@ -9,11 +9,11 @@ not run, and counted.
 Each block runs in order, with `bash -euo pipefail`, in a sandbox: a clone of this checkout (with its uncommitted
 changes) holding a private image store (each flavor's current image, hard-linked), data/ with stand-ins of the sets
 the experiments read (enough for preflight; a block that generates a set writes it there), `runs/` with a real
-finished run (`runs/<id>`: demo_run), and a HOME of its own whose settings give every cluster the values its file
-needs. Nothing a block does reaches the checkout, the shared image store (both checked once all ran) or ~/.config.
-Output need not match the ```text block the page shows after it. tests/docs_blocks.py holds the extraction, the
-marks, the placeholders and the rule; the counts of blocks run for real, as --dry-run and not run close the suite's
-report.
+finished run (`runs/<id>`: demo_run, the run `make demo` made in a clean clone; tests/cluster/conftest.py), and a
+HOME of its own whose settings give every cluster the values its file needs. Nothing a block does reaches the
+checkout, the shared image store (both checked once all ran) or ~/.config. Output need not match the ```text block
+the page shows after it. tests/docs_blocks.py holds the extraction, the marks, the placeholders and the rule; the
+counts of blocks run for real, as --dry-run and not run close the suite's report.
 """
 import json
 import os
@@ -27,9 +27,9 @@ from typing import Dict
 
 import pytest
 import suite_report
-from conftest import DEFAULT_INPUTS, ROOT, run_cluster, stand_in_data
+from conftest import DEFAULT_INPUTS, ROOT, stand_in_data
 from docs_blocks import PLACEHOLDERS, collect, counts, fill, reason, runnable, with_dry_run
-from cluster.test_commands import clone_of_the_checkout
+from cluster.conftest import clone_of_the_checkout
 
 from cluster_train.host.commands import BY_NAME
 
@@ -44,19 +44,6 @@ class Sandbox:
     checkout: Path
     env: Dict[str, str]
     values: Dict[str, str]  # placeholder -> its value here
-
-
-@pytest.fixture(scope="session")
-def demo_run(cpu_image, demo_data, tmp_path_factory):
-    """STUB until the demo branch's tests/cluster/conftest.py fixture of this name (the run `make demo` made in a clean
-    clone) is merged: then delete this one. The smallest local run of the demo, 1 epoch of 4 steps."""
-    runs = tmp_path_factory.mktemp("docs-demo") / "runs"
-    done = run_cluster("local", "cpu_1proc", "demo", "--set", f"data.root={demo_data}", "--set", "data.num_workers=0",
-                       "--set", "trainer.max_epochs=1", "--set", "trainer.limit_train_batches=4",
-                       "--set", "trainer.limit_val_batches=2", "--run-id", "demo",
-                       env={**os.environ, "CT_RUNS_DIR": str(runs)})
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    return runs / "demo"
 
 
 def private_store(shared: Path, dest: Path) -> str:
