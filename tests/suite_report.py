@@ -4,6 +4,7 @@
   unless ALLOWED_SKIPS names it, with the reason the same check runs elsewhere. Every skip is listed (-rs).
 - Where the time went: the set-up steps `make test` timed before pytest (CT_TIMES, "name seconds" per line), the
   Slurm cluster's start, the CUDA image's build or key check, pytest's whole run and its ten slowest tests.
+- What a test asked to be shown (NOTES): the docs test's counts of blocks run for real, as --dry-run and not run.
 """
 import fnmatch
 import os
@@ -17,6 +18,7 @@ ALLOWED_SKIPS = {"tests/image/test_models.py::*[[]vgg]": IN_IMAGE,
                  "tests/image/test_models.py::*[[]efficientnet]": IN_IMAGE,
                  "tests/image/test_experiment_sizes.py::*": IN_IMAGE}
 PHASES = {}  # name -> seconds, measured by fixtures (the Slurm cluster's start)
+NOTES = {}  # section title -> its lines, printed at the end (tests/cluster/test_docs_commands.py's counts)
 _durations = defaultdict(float)
 _skips = {}
 _started = time.time()
@@ -51,6 +53,10 @@ def pytest_terminal_summary(terminalreporter):
             write(f"{nodeid}: {why} -> {verdict}")
         if os.environ.get("CT_NO_SKIPS") == "1" and unexpected_skips():
             write(f"{len(unexpected_skips())} skip(s) not allowed by name: the run fails")
+    for title, lines in NOTES.items():
+        terminalreporter.section(title)
+        for line in lines:
+            write(line)
     terminalreporter.section("where the time went")
     rows = [*_setup_times(), *PHASES.items(), ("pytest, whole run", time.time() - _started)]
     rows += [(f"  {nodeid}", s) for nodeid, s in sorted(_durations.items(), key=lambda kv: -kv[1])[:10]]

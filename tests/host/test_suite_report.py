@@ -1,6 +1,6 @@
 """The suite's own closing report (tests/suite_report.py), on a throwaway suite run by pytest in a child process: a skip
 not allowed by name fails the run under CT_NO_SKIPS=1, an allowed one does not, and the time table lists the set-up
-steps `make test` timed, pytest's whole run and its slowest tests."""
+steps `make test` timed, pytest's whole run and its slowest tests, after the notes a test left."""
 import os
 import subprocess
 import sys
@@ -8,6 +8,7 @@ import sys
 from conftest import ROOT
 
 SUITE = "import pytest\n\ndef test_passes():\n    pass\n\ndef test_skips():\n    pytest.skip('not here')\n"
+NOTE = "import suite_report\n\ndef test_counts():\n    suite_report.NOTES['docs blocks'] = ['3 run for real']\n"
 
 
 def run_suite(folder, **env):
@@ -19,12 +20,14 @@ def run_suite(folder, **env):
 def test_a_skip_fails_the_run_unless_allowed_by_name_and_the_time_table_closes_it(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_anything.py").write_text(SUITE)
+    (tmp_path / "tests" / "test_notes.py").write_text(NOTE)  # a section a test asked for, before the time table
     (tmp_path / "times").write_text("installs: Apptainer, Slurm 12\nhost venv and CPU image, side by side 345\n")
     failed = run_suite(tmp_path, CT_NO_SKIPS="1", CT_TIMES=str(tmp_path / "times"))
     assert failed.returncode == 1, failed.stdout
     assert "tests/test_anything.py::test_skips: not here -> NOT ALLOWED" in failed.stdout, failed.stdout
     assert "1 skip(s) not allowed by name: the run fails" in failed.stdout
-    table = failed.stdout.split("where the time went", 1)[1]
+    notes, table = failed.stdout.split("where the time went", 1)
+    assert "docs blocks" in notes.split("3 run for real")[0].splitlines()[-1], notes
     for row in ("12.0 s  installs: Apptainer, Slurm", "345.0 s  host venv and CPU image, side by side",
                 "s  pytest, whole run", "s    tests/test_anything.py::test_passes"):
         assert row in table, table
