@@ -25,7 +25,7 @@ help:
 	@echo "make bench      throughput, step time and memory per model and strategy -> benchmarks/results/"
 	@echo "make image      build images/\$$FLAVOR.sif (FLAVOR=cpu|cuda12.8|cuda11.6) and record its sha256"
 	@echo "make docs       build the documentation site into build/docs/ (strict: a warning or a broken link fails)"
-	@echo "make golden     rewrite tests/golden/ and docs/reference/refusals.yaml after a deliberate change (review the diff)"
+	@echo "make golden     rewrite tests/golden/ and docs/reference/refusals.yaml after a deliberate change (review diff)"
 
 # No host venv: bin/run-cluster needs only python3 with pyyaml and jinja2, and the report draws its curves without
 # matplotlib where it is missing. The run id is chosen here so that the report, the last step, follows that run.

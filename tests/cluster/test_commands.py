@@ -11,7 +11,7 @@ from pathlib import Path
 
 import forked
 import pytest
-from conftest import ROOT, job_logs, manifest, run_cluster, sha256, wait_for_slurm_job
+from conftest import ROOT, job_logs, manifest, run_cluster, wait_for_slurm_job
 from host.test_report import check_curves, check_in_browser, csv_points, curve_points, drawn, images_of
 
 from cluster_train.host.runs import segments

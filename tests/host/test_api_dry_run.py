@@ -2,8 +2,8 @@
 cluster, the seeds' experiments, the sweeps), Job(...).dry_run().script is byte for byte the script `run-cluster ...
 --dry-run` prints, with the same summary and warnings, and writes nothing."""
 import pytest
-# noqa: F401
-from host.test_golden_scripts import EXPERIMENT, ROOT, SEED_RUNS, SMALL_CLUSTERS, SWEEP_RUNS, env, every_profile
+from host.test_golden_scripts import (  # noqa: F401 (env: the golden tests' fixture, used by name)
+    EXPERIMENT, ROOT, SEED_RUNS, SMALL_CLUSTERS, SWEEP_RUNS, env, every_profile)
 
 from cluster_train.host import cli, submit
 from cluster_train.host.api.job import DryRun, Job

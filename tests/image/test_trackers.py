@@ -195,7 +195,6 @@ def test_each_model_of_a_multi_model_task_is_its_own_wandb_run(tmp_path, monkeyp
 def test_your_own_command_continues_one_tracked_run_through_the_trackers_variables(tmp_path, monkeypatch):
     """A `command:` run: rank 0's own mlflow.start_run() and wandb.init(), given nothing, continue the run's one
     MLflow run and one W&B id in every segment; rank 1 gets neither, nor the credentials the job forwarded."""
-    import os
 
     from host.test_user_code import runner
 
