@@ -177,7 +177,7 @@ def assert_resumed_to_the_same_result(long_dir: Path, reference: Path, found: li
     assert f"waited for data {long['input']['wait_fraction']:.0%}" in status.stdout, status.stdout
 
 
-# The Lightning example (examples/lightning_smart) with ~100 s of training under requeue_1x1's 2-minute limit.
+# The Lightning example (examples/lightning_smart) with ~80 s of training under requeue_1x1's 2-minute limit.
 LIGHTNING = Path(__file__).resolve().parents[2] / "examples" / "lightning_smart" / "experiment.yaml"
 LIGHTNING_LONG = ["--", "python", "train.py", "--config", "configs/train/requeue_1x1.yaml"]
 
