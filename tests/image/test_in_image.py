@@ -35,7 +35,7 @@ def test_every_strategy_trains_resumes_and_exports_in_the_image(cpu_image, tmp_p
          "--pwd", str(tmp_path), cpu_image.path,
          "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
          "--rootdir", "/opt/ct-tests", "/opt/ct-tests/image/test_strategies.py",
-         "/opt/ct-tests/image/test_resume_export.py"],
+         "/opt/ct-tests/image/test_resume_export.py", "/opt/ct-tests/image/test_zero_layout.py"],
         capture_output=True, text=True, timeout=1800,
     )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]

@@ -151,30 +151,3 @@ def test_compile_trains_under_ddp_and_keeps_checkpoint_keys(tiny_cifar, tmp_path
     assert torch.isfinite(torch.tensor(results["final_val_loss"]))
     keys = set(torch.load(results["weights"]))
     assert keys == set(MODELS.build("resnet_cifar", num_classes=100, **TINY).state_dict())  # no _orig_mod. prefix
-
-
-def zero_channels_last_rank(rank):
-    """One step of ZeRO-2 with channels-last on: DeepSpeed broadcasts each weight as bytes at its start, which a
-    channels-last weight cannot be viewed as (every ZeRO run on the H200 failed there, 2026-11-26)."""
-    from cluster_train.image.speed import FastLayout
-    from cluster_train.shared.strategies import STRATEGIES
-
-    t = cfg.TrainerConfig(accelerator="cpu", devices=1, strategy="zero2")
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(144, 4))
-    seen = []
-    net[0].register_forward_hook(lambda layer, args,
-                                 out: seen.append(out.is_contiguous(memory_format=torch.channels_last)))
-    layout = FastLayout(channels_last=True, compile=False)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, strategy=STRATEGIES.build("zero2", accelerator="cpu", trainer=t),
-                         max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[layout])
-    data = TensorDataset(torch.randn(4, 3, 8, 8), torch.randint(0, 4, (4,)))
-    trainer.fit(Classifier(net, cfg.OptimConfig(scheduler="none")), DataLoader(data, batch_size=4))
-    return layout.converted, net[0].weight.is_contiguous(), seen
-
-
-@pytest.mark.slow  # DeepSpeed's start in its own process
-def test_channels_last_under_zero_reaches_the_convolutions_through_their_inputs(monkeypatch):
-    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
-    converted, weight_contiguous, seen = spawn(zero_channels_last_rank, 1)[0]
-    assert converted == 1 and weight_contiguous and seen[-1] is True
