@@ -21,7 +21,8 @@ def pytest_configure(config):
                             "registry: needs Debian's docker-registry (make registry); not in make test-fast")
     config.addinivalue_line("markers", "cuda_image: builds the CUDA 12.8 image beside the other tests (minutes)")
     config.addinivalue_line("markers", "image_copy: test_in_image.py runs this module again inside the image, where "
-                                       "jobs run; make test runs only that copy, make test-fast neither")
+                                       "jobs run; make test runs only that copy, make test-fast the host one "
+                                       "unless slow")
     config.addinivalue_line("markers", "after_min_job_age: checks jobs after the test cluster has forgotten them: "
                                        "runs at the session's end, waiting only for what of MinJobAge is left")
 

@@ -11,6 +11,10 @@ from conftest import ROOT  # noqa: E402
 from cluster_train.shared import config as cfg  # noqa: E402
 from cluster_train.shared.models import MODELS  # noqa: E402
 
+# make test runs this module inside the image (test_in_image.py), by the torch and torchvision jobs use, and
+# not again here; make test-fast runs it here
+pytestmark = pytest.mark.image_copy
+
 M = 1_000_000
 # seed 001's four CIFAR-100 experts at their published sizes (parameters at 100 classes)
 CIFAR_EXPERTS = {

@@ -28,14 +28,16 @@ def test_every_registered_model_passes_the_model_tests_in_the_image(cpu_image, t
 @pytest.mark.image
 def test_every_strategy_trains_resumes_and_exports_in_the_image(cpu_image, tmp_path):
     """Issue 5's acceptance where it must hold: the multi-process strategy, resume and export tests, run by the
-    image's own torch, Lightning and DeepSpeed (which JIT-compiles its CPU comm op there with the image's g++)."""
+    image's own torch, Lightning and DeepSpeed (which JIT-compiles its CPU comm op there with the image's g++); with
+    them channels-last under ZeRO and torch.compile under DDP (the op and inductor's kernels cached under /tmp)."""
     done = subprocess.run(
         ["apptainer", "exec", "--cleanenv", "--no-home", "-B", f"{ROOT / 'tests'}:/opt/ct-tests:ro", "-B",
          str(tmp_path),
          "--pwd", str(tmp_path), cpu_image.path,
          "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
          "--rootdir", "/opt/ct-tests", "/opt/ct-tests/image/test_strategies.py",
-         "/opt/ct-tests/image/test_resume_export.py"],
+         "/opt/ct-tests/image/test_resume_export.py", "/opt/ct-tests/image/test_zero_layout.py",
+         "/opt/ct-tests/image/test_compile_ddp.py"],
         capture_output=True, text=True, timeout=1800,
     )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]

@@ -29,6 +29,7 @@ def accuracy_after_training(name, data, epochs, lr, **params):
         return torch.cat([(model(x).argmax(1) == y).float() for x, y in data.val_dataloader()]).mean().item()
 
 
+@pytest.mark.slow  # trains to an accuracy floor: in make test, not in make test-fast
 def test_cifar_model_learns_the_generated_cifar100_set(tmp_path):
     from cluster_train.image.data.cifar100 import Cifar100DataModule, generate_cifar100
 
@@ -40,6 +41,7 @@ def test_cifar_model_learns_the_generated_cifar100_set(tmp_path):
     assert acc >= 0.08
 
 
+@pytest.mark.slow  # trains to an accuracy floor: in make test, not in make test-fast
 def test_action_recognition_model_learns_the_generated_video_set(tmp_path):
     pytest.importorskip("PIL")
     from cluster_train.image.data.ufc10 import VideoDataModule, generate_ufc10

@@ -7,6 +7,10 @@ torch = pytest.importorskip("torch")
 from cluster_train.image.models.examples import example_batch, training_loss  # noqa: E402
 from cluster_train.shared.models import MODELS  # noqa: E402
 
+# make test runs this module inside the image (test_in_image.py), by the torch and torchvision jobs use, and
+# not again here; make test-fast runs it here
+pytestmark = pytest.mark.image_copy
+
 # models whose defaults are the seeds' real sizes (experiments/*.yaml), shrunk here
 SMALL = {"resnet_cifar": {"depth": 8, "width": 4},
          "hydra_mdp": {"dim": 16, "heads": 2, "encoder_layers": 1, "decoder_layers": 1},

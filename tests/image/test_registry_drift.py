@@ -13,6 +13,10 @@ from cluster_train.shared.catalog import REGISTRIES  # noqa: E402
 from cluster_train.shared.data import GENERATORS  # noqa: E402
 from cluster_train.shared.registry import NOT_LITERAL, REQUIRED  # noqa: E402
 
+# make test runs this module inside the image (test_in_image.py), by the torch and torchvision jobs use, and
+# not again here; make test-fast runs it here
+pytestmark = pytest.mark.image_copy
+
 ALL = dict(REGISTRIES, **{"data generators": GENERATORS})
 ENTRIES = [(title, name) for title, registry in ALL.items() for name in registry.names()
            if registry.target(name)]  # precisions are names only

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
@@ -68,13 +69,15 @@ def test_classify_stopped_twice_mid_epoch_ends_bit_identical(tmp_path, cifar):
     loader's position, the RNG streams and each sample's augmentation seed travel with the checkpoint, so the run
     ends with the same metrics.csv and the same weights as without the stops (issue 24)."""
     whole, cut = (classify_config(tmp_path, name, cifar, log_every_n_steps=2) for name in ("whole", "cut"))
-    codes, out = fit(whole)
-    assert codes == [0], out[-3000:]
-    for segment, step in ((1, 1), (2, 3)):  # step 2 writes a metrics row after the batch: the stop waits a step
-        codes, out = fit(cut, signal_on="[cluster-train] rank 0/1 on host", env={"CT_SEGMENT": str(segment)})
-        assert codes == [exit_codes.REQUEUE] and f"at step {step} (epoch 1)" in out, out[-3000:]
-    codes, out = fit(cut, env={"CT_SEGMENT": "3"})
-    assert codes == [0] and "[cluster-train] epoch 3/3 step 21 train/loss" in out, out[-3000:]
+    with ThreadPoolExecutor(1) as pool:  # the uninterrupted run beside the stopped one: its own process and directory
+        uninterrupted = pool.submit(fit, whole)
+        for segment, step in ((1, 1), (2, 3)):  # step 2 writes a metrics row after the batch: the stop waits a step
+            codes, out = fit(cut, signal_on="[cluster-train] rank 0/1 on host", env={"CT_SEGMENT": str(segment)})
+            assert codes == [exit_codes.REQUEUE] and f"at step {step} (epoch 1)" in out, out[-3000:]
+        codes, out = fit(cut, env={"CT_SEGMENT": "3"})
+        assert codes == [0] and "[cluster-train] epoch 3/3 step 21 train/loss" in out, out[-3000:]
+        codes, out = uninterrupted.result()
+        assert codes == [0], out[-3000:]
     a, b = (json.loads((tmp_path / n / "results.json").read_text()) for n in ("whole", "cut"))
     for key in ("initial_val_loss", "final_val_loss", "final_val_acc", "best_val_loss", "epochs"):
         assert a[key] == b[key], key

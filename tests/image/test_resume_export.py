@@ -1,6 +1,8 @@
 """A run stopped after epoch 1 on 2 ranks resumes on 1 and on 2 ranks (zero2) or on the other rank count (zero3,
 fsdp), with the weights it stopped with; its exported plain weights file gives the same predictions as the live model
 that wrote the checkpoint."""
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 
@@ -63,12 +65,14 @@ def stopped_after_epoch_1(tmp_path_factory):
 def test_resumes_on_other_rank_counts_with_the_weights_it_stopped_with(strategy, ranks, stopped_after_epoch_1,
                                                                        tmp_path):
     ckpt, first = stopped_after_epoch_1(strategy)
-    resumed = spawn(worker, ranks, strategy, ranks, tmp_path, 2, str(ckpt))
+    with ThreadPoolExecutor(1) as pool:  # resumed without a training batch, beside the resumed run: own processes
+        frozen = pool.submit(spawn, worker, ranks, strategy, ranks, tmp_path / "frozen", 2, str(ckpt), 0)
+        resumed = spawn(worker, ranks, strategy, ranks, tmp_path / "resumed", 2, str(ckpt))
+        frozen = frozen.result()
     assert resumed[0]["epoch"] == 2
     # 64 samples: 4 steps/epoch on 2 ranks x 8; on 1 rank epoch 2 takes 8 steps of 8
     assert resumed[0]["step"] == first[0]["step"] + 64 // (8 * ranks)
-    # resumed without a training batch: the weights it resumed with are the weights it stopped with
-    frozen = spawn(worker, ranks, strategy, ranks, tmp_path / "frozen", 2, str(ckpt), 0)
+    # the weights it resumed with are the weights it stopped with
     torch.testing.assert_close(frozen[0]["logits"], first[0]["logits"], rtol=1e-5, atol=1e-5)
 
 

@@ -109,6 +109,7 @@ def fit_tiny(tmp_path, task, model, params, data, root):
     }))
 
 
+@pytest.mark.slow  # trains to an accuracy floor: in make test, not in make test-fast
 def test_trajectory_planning_learns_the_expert_candidate(tmp_path, planner_root):
     record = fit_tiny(tmp_path, "trajectory_planning", "hydra_mdp", TINY_PLANNER, "planner_scenes", planner_root)
     val = np.load(planner_root / "val" / "shard_000.npz")["imitation"]
@@ -120,6 +121,7 @@ def test_trajectory_planning_learns_the_expert_candidate(tmp_path, planner_root)
     assert {"precision", "input", "gpu", "collision_acc"} <= set(record)
 
 
+@pytest.mark.slow  # trains to an accuracy floor: in make test, not in make test-fast
 def test_motion_tokens_learns_the_next_token(tmp_path, motion_root):
     record = fit_tiny(tmp_path, "motion_tokens", "smart", TINY_SMART, "motion_tokens", motion_root)
     print(f"next-token acc {record['next_token_acc']:.3f} (chance {record['chance_acc']}, "

@@ -1,6 +1,7 @@
 """GPU speed by default (cluster_train/image/speed.py): precision `auto`, channels-last convolution weights,
 torch.compile, and the measured input wait in results.json. The GPU side (bf16, Tensor Core layouts) runs in `make
-bench` on a GPU; here the same code paths run on the CPU."""
+bench` on a GPU; here the same code paths run on the CPU (torch.compile under DDP and channels-last under ZeRO: in
+test_compile_ddp.py and test_zero_layout.py, which make test runs inside the image)."""
 import time
 import types
 
@@ -14,7 +15,6 @@ from cluster_train.image.cli import make_data
 from cluster_train.shared.errors import UserError
 from cluster_train.image.fit import fit
 from cluster_train.image.lit import Classifier
-from cluster_train.image.localrun import spawn
 from cluster_train.shared.models import MODELS
 from cluster_train.image.speed import InputWait, batch_size, precision_for, resolved, to_channels_last
 
@@ -130,51 +130,3 @@ def assert_host_memory(results, ranks):
         assert 0 < rank["peak_gb"] <= rank["total_peak_gb"], memory
     assert memory["rank_peak_gb"] == max(r["peak_gb"] for r in memory["ranks"])
     assert memory["worker_peak_gb"] == max(r["worker_peak_gb"] for r in memory["ranks"])
-
-
-def compiled_rank(rank, data, out):
-    # Without inductor's layout optimisation: torch 2.13's CPU inductor turns this ResNet's saved activations
-    # channels-last and its aten.convolution_backward then dies of SIGSEGV (pytorch/pytorch#189239 is that lowering);
-    # what this test proves is ours, that a compiled model trains under DDP and saves plain keys
-    import torch._inductor.config as inductor  # read at torch's import, so its environment variable would be too late
-
-    inductor.layout_optimization = False
-    inductor.compile_threads = 1  # the two ranks fill both cores: a pool of compile workers each only adds interpreters
-    return fit(tiny_run(data, out, devices=2, strategy="ddp", compile=True, limit_val_batches=1))
-
-
-@pytest.mark.slow  # inductor compiles C++ kernels on the CPU: about a minute on 2 cores
-def test_compile_trains_under_ddp_and_keeps_checkpoint_keys(tiny_cifar, tmp_path):
-    results = spawn(compiled_rank, 2, tiny_cifar, tmp_path)[0]
-    assert results["compiled"] and results["world_size"] == 2 and results["epochs"] == 1
-    assert_host_memory(results, ranks=2)  # rank 1's figures gathered into rank 0's results
-    assert torch.isfinite(torch.tensor(results["final_val_loss"]))
-    keys = set(torch.load(results["weights"]))
-    assert keys == set(MODELS.build("resnet_cifar", num_classes=100, **TINY).state_dict())  # no _orig_mod. prefix
-
-
-def zero_channels_last_rank(rank):
-    """One step of ZeRO-2 with channels-last on: DeepSpeed broadcasts each weight as bytes at its start, which a
-    channels-last weight cannot be viewed as (every ZeRO run on the H200 failed there, 2026-11-26)."""
-    from cluster_train.image.speed import FastLayout
-    from cluster_train.shared.strategies import STRATEGIES
-
-    t = cfg.TrainerConfig(accelerator="cpu", devices=1, strategy="zero2")
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(144, 4))
-    seen = []
-    net[0].register_forward_hook(lambda layer, args,
-                                 out: seen.append(out.is_contiguous(memory_format=torch.channels_last)))
-    layout = FastLayout(channels_last=True, compile=False)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, strategy=STRATEGIES.build("zero2", accelerator="cpu", trainer=t),
-                         max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[layout])
-    data = TensorDataset(torch.randn(4, 3, 8, 8), torch.randint(0, 4, (4,)))
-    trainer.fit(Classifier(net, cfg.OptimConfig(scheduler="none")), DataLoader(data, batch_size=4))
-    return layout.converted, net[0].weight.is_contiguous(), seen
-
-
-@pytest.mark.slow  # DeepSpeed's start in its own process
-def test_channels_last_under_zero_reaches_the_convolutions_through_their_inputs(monkeypatch):
-    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
-    converted, weight_contiguous, seen = spawn(zero_channels_last_rank, 1)[0]
-    assert converted == 1 and weight_contiguous and seen[-1] is True

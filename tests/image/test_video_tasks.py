@@ -33,6 +33,7 @@ def _accuracy_after_training(name, data, epochs, seed=0):
     return torch.cat(pairs).mean().item()
 
 
+@pytest.mark.slow  # trains to an accuracy floor: in make test, not in make test-fast
 def test_temporal_model_learns_motion_a_per_frame_model_cannot(tmp_path):
     root = generate_ufc10(tmp_path, train_per_class=12, val_per_class=6, test_per_class=1, size=16)
     data = VideoDataModule(DataConfig(root=str(root), batch_size=16, num_workers=0, augment=False))
@@ -44,6 +45,7 @@ def test_temporal_model_learns_motion_a_per_frame_model_cannot(tmp_path):
     assert temporal > per_frame + 0.3
 
 
+@pytest.mark.slow  # trains each of the six models: in make test, not in make test-fast
 def test_video_suite_writes_the_seeds_files(tmp_path, capsys):
     root = generate_ufc10(tmp_path / "data", train_per_class=2, val_per_class=1, test_per_class=1, frames=8, size=16)
     run = cfg.resolve({
