@@ -17,7 +17,7 @@ def test_dry_run_renders_srun_per_rank_and_submits_nothing(store):
         assert line in out
     assert "srun --kill-on-bad-exit=1" in out and "apptainer exec --cleanenv" in out
     assert "2 node(s) x 1 rank(s) = 2 rank(s)" in out
-    assert "32 per rank x 2 rank(s) x 1 accumulation = 64 effective" in out
+    assert "64 per rank x 2 rank(s) x 1 accumulation = 128 effective" in out
     assert list((store / "runs").iterdir()) == []
 
 

@@ -30,7 +30,7 @@ SIX_MODELS = ("PerFrameAggregation2D", "LateFusion2D", "EarlyFusion2D", "PerFram
               "EarlyFusion3D")
 # (epochs, batch size per rank) each experiment must state; demo is the CPU demo and stays small
 SCHEDULES = {"cifar100_experts": (100, 128), "cifar100_fusion": (100, 128), "action_recognition": (100, 16),
-             "ufc10_six_models": (10, 16), "cifar100_resnet": (30, 128), "demo": (4, 32),
+             "ufc10_six_models": (10, 16), "cifar100_resnet": (30, 128), "demo": (4, 64),
              "navsim_planner": (40, 22), "smart_motion": (32, 16)}
 # seed 003's Hydra-MDP v8192 (83 M) and seed 004's SMART at SMART-7M's scale: (vocabulary, parameter range)
 SEED_MODELS = {"navsim_planner": (8192, (82 * M, 84 * M)), "smart_motion": (2025, (7 * M, 8 * M))}
