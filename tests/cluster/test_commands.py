@@ -145,7 +145,7 @@ def test_a_sweep_file_runs_each_listed_run_as_one_slurm_array(sweep_file_done):
     assert [e["job_id"] for e in record["elements"]] == [f"{record['array_job_id']}_{i}" for i in range(2)]
     e0, e1 = (manifest(Path(e["run_dir"])) for e in record["elements"])
     assert e0["config"]["optim"]["lr"] == 0.05 and e0["config"]["model"]["params"]["width"] == 4
-    assert e1["config"]["optim"]["lr"] == 0.1 and e1["config"]["model"]["params"]["width"] == 12  # the experiment's
+    assert e1["config"]["optim"]["lr"] == 0.1 and e1["config"]["model"]["params"]["width"] == 16  # the experiment's
     for e in record["elements"]:
         results = json.loads((Path(e["run_dir"]) / "results.json").read_text())
         assert results["world_size"] == 1 and results["epochs"] == 1, results
@@ -168,7 +168,7 @@ def test_compare_two_real_runs(sweep_file_done, cpu_image):
     assert rows["image"] == ["cpu", cpu_image.sha256[:12]] * 2
     code = m[0]["git"]["commit"][:10] + ("+dirty" if m[0]["git"]["dirty"] else "")
     assert rows["code"] == [code, code]
-    assert rows["optim.lr"] == ["0.05", "0.1"] and rows["model.params.width"] == ["4", "12"]
+    assert rows["optim.lr"] == ["0.05", "0.1"] and rows["model.params.width"] == ["4", "16"]
     assert "trainer.max_epochs" not in rows and "output_dir" not in rows  # the same in both / each run's own
     losses = [json.loads((d / "results.json").read_text())["final_val_loss"] for d in dirs]
     expected = []
