@@ -8,6 +8,8 @@ from unittest import mock
 
 from sphinx.errors import ExtensionError
 
+from generated_page import generate
+
 from cluster_train.host import commands
 from cluster_train.host.submit import parser as submit_parser
 
@@ -69,20 +71,5 @@ def reference() -> str:
     return "\n".join(lines)
 
 
-def fill(app, docname: str, source: List[str]) -> None:
-    if docname != DOCNAME:
-        return
-    if MARKER not in source[0]:
-        raise ExtensionError(f"docs/{DOCNAME}.md lost its line {MARKER}: the generated reference has no place")
-    source[0] = source[0].replace(MARKER, reference())
-
-
-def always_read(app, env, added, changed, removed) -> List[str]:
-    """Read the page again at every build: the code changes, not the page."""
-    return [DOCNAME] if DOCNAME in env.found_docs else []
-
-
 def setup(app):
-    app.connect("source-read", fill)
-    app.connect("env-get-outdated", always_read)
-    return {"parallel_read_safe": True, "parallel_write_safe": True}
+    return generate(app, DOCNAME, lambda: {MARKER: reference()})

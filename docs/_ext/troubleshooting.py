@@ -4,10 +4,12 @@ what ended a run (cluster_train/host/runs/causes.py ENDED_BY), why a failed run 
 bad-input corpus, tests/bad_inputs/*.yaml, which the tests hold to one line naming the value and the fix)."""
 import re
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 import yaml
 from sphinx.errors import ExtensionError
+
+from generated_page import generate
 
 from cluster_train.host import project
 from cluster_train.host.runs import causes
@@ -80,21 +82,5 @@ def markers() -> Dict[str, str]:
             "<!-- generated: refusals -->": refusals(project.ROOT / "tests" / "bad_inputs")}
 
 
-def fill(app, docname: str, source: List[str]) -> None:
-    if docname != DOCNAME:
-        return
-    for marker, generated in markers().items():
-        if marker not in source[0]:
-            raise ExtensionError(f"docs/{DOCNAME}.md lost its line {marker}: that generated list has no place")
-        source[0] = source[0].replace(marker, generated)
-
-
-def always_read(app, env, added, changed, removed) -> List[str]:
-    """Read the page again at every build: the code's tables change, not the page."""
-    return [DOCNAME] if DOCNAME in env.found_docs else []
-
-
 def setup(app):
-    app.connect("source-read", fill)
-    app.connect("env-get-outdated", always_read)
-    return {"parallel_read_safe": True, "parallel_write_safe": True}
+    return generate(app, DOCNAME, markers)
