@@ -53,7 +53,7 @@ def test_probe_data_measures_the_workers_before_the_first_run_and_preflight_budg
                                                                                        runs_dir):
     done = run_cluster("probe-data", "demo", *data_args(demo_data), "--set", "data.num_workers=2", "--batches", "4")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("probe-data demo: 2 workers x batch 32, 4 batches: ") and done.stdout.count("\n") == 1
+    assert done.stdout.startswith("probe-data demo: 2 workers x batch 64, 4 batches: ") and done.stdout.count("\n") == 1
     (entry,) = json.loads((runs_dir / "probes" / "demo.json").read_text()).values()
     assert entry["workers_seen"] == 2 and 0 < entry["worker_peak_gb"] < 2 and entry["image_sha256"] == cpu_image.sha256
     dry = run_cluster("local", "cpu_2proc", "demo", *data_args(demo_data), "--dry-run")
