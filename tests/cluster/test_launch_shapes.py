@@ -19,8 +19,10 @@ SMALL = ["--set", "trainer.max_epochs=2", "--set", "data.num_workers=0", "--set"
 def test_independent_tasks_pack_one_per_gpu(cpu_image, slurm_cluster, demo_data, runs_dir):
     """Four 1-CPU tasks on one node (seed 001's shape): each its own model and directory, and each rank computes on
     one thread (issue 24: with PyTorch's default every rank would run a thread per core of the node)."""
+    # batches of 32 (the demo's are 64): epochs of 32 steps, long enough for the four tasks to be counted side by side
     done = run_cluster("ci-slurm", "pack_4x1", "demo", "--set", f"data.root={demo_data}", *SMALL,
-                       "--set", "trainer.limit_train_batches=60", "--run-id", "pack", "--no-wait")
+                       "--set", "trainer.limit_train_batches=60", "--set", "data.batch_size=32", "--run-id", "pack",
+                       "--no-wait")
     assert done.returncode == 0, done.stderr
     run_dir = runs_dir / "pack"
     names = ["task-0-resnet-w4", "task-1-resnet-w6", "task-2-resnet-w8", "task-3-resnet-d14"]
