@@ -6,12 +6,14 @@ Three kinds of rows, each case in fresh processes:
 - strategy: every registered strategy trains the first model with the run defaults (on a GPU: bf16 + channels-last),
   on `ranks` ranks (1 for `single`);
 - variant: each model, one rank, through the registered training loop (the Classifier in the Trainer `fit` builds
-  for `task: classify`: its options, callbacks and loggers, cluster_train/image/speed.py included): fp32, bf16,
+  for `task: classify`: its options, callbacks and loggers, cluster_train/image/speed.py and trainer.cuda_graphs'
+  decision included, which the row records): fp32, bf16,
   bf16+channels_last, bf16+channels_last+compile (GPU only but fp32);
 - plain: the same model, batch and data in a hand-written PyTorch loop (autocast, the same optimizer), at the
   settings of the fastest eager variant: `loop_vs_plain` in each row is the framework's cost as a ratio.
 
-`steps` timed steps after `warmup` (default 20 after 3 on a GPU; 100 after 3 on the CPU, whose ~20 ms steps would
+`steps` timed steps after `warmup` (default 50 after 15 on a GPU, where the warm-up holds trainer.cuda_graphs'
+probe, the compile it may start and the graphs' recording; 100 after 3 on the CPU, whose ~20 ms steps would
 otherwise be timed over 0.4 s). `repeats` (default 1 on a GPU, 5 on the CPU): the plain case and the variant at its
 settings run alternately that many times, each run in fresh processes, so both sides see the same drift of a shared
 machine; their rows keep every run's figures (`samples_per_s_runs`, `step_ms_runs`) and the medians as
@@ -26,6 +28,8 @@ import json
 import os
 import socket
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -126,6 +130,7 @@ def lightning_rank(rank, case):
     from pytorch_lightning.callbacks import Callback
 
     from cluster_train.shared.config import OptimConfig, RunConfig, TrainerConfig
+    from cluster_train.image.cuda_graphs import CudaGraphs
     from cluster_train.image.lit import Classifier
     from cluster_train.image.memory import peak_host_mb, state_bytes
     from cluster_train.image.trainer import build_trainer
@@ -152,9 +157,10 @@ def lightning_rank(rank, case):
         trainer = build_trainer(run, Path(out), callbacks=[Clock()],
                                 use_distributed_sampler=False)  # each rank its own batches, as the plain loop
         trainer.fit(module, _loader(case))
+    graphs = next(c for c in trainer.callbacks if isinstance(c, CudaGraphs)).facts()
     return {"step_s": (marks["end"] - marks["start"]) / case["steps"], "host_peak_mb": peak_host_mb(),
             "device_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
-            **state_bytes(module, trainer.optimizers[0])}
+            "cuda_graphs": graphs, **state_bytes(module, trainer.optimizers[0])}
 
 
 def plain_rank(rank, case):
@@ -198,6 +204,8 @@ def run_case(case) -> dict:
            "image_size": case["size"], "samples_per_s": round(case["batch"] * case["ranks"] / step, 1),
            "step_ms": round(step * 1000, 2), "host_peak_mb_per_rank": round(max(r["host_peak_mb"] for r in ranks), 1),
            "device_peak_mb_per_rank": round(max(peak), 1) if peak else None, "wall_s": round(time.time() - started, 1)}
+    if ranks[0].get("cuda_graphs"):  # the registered loop's decision (trainer.cuda_graphs: auto) and its probe
+        row["cuda_graphs"] = ranks[0]["cuda_graphs"]
     if "total_bytes" in ranks[0]:
         row.update(state_bytes_per_rank=max(r["total_bytes"] for r in ranks),
                    param_bytes_per_rank=max(r["param_bytes"] for r in ranks),
@@ -283,7 +291,7 @@ def median_row(runs: list) -> dict:
     return row
 
 
-def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=None, steps=None, warmup: int = 3,
+def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=None, steps=None, warmup=None,
           repeats=None, out_dir: str = "benchmarks/results") -> Path:
     cuda = torch.cuda.is_available()
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if cuda else "cpu")
@@ -296,7 +304,9 @@ def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=Non
     variants = (list(VARIANTS) if cuda else ["fp32"]) if variants is None else _names(variants)
     strategies = STRATEGY_ORDER if strategies is None else _names(strategies)
     repeats = max(1, int(repeats if repeats is not None else 1 if cuda else 5))
-    steps = int(steps if steps is not None else 20 if cuda else 100)  # the CPU's steps are short: a longer window
+    steps = int(steps if steps is not None else 50 if cuda else 100)  # short steps: a longer window
+    # on a GPU the warm-up holds trainer.cuda_graphs' probe, the compile it may start and the graphs' recording
+    warmup = int(warmup if warmup is not None else 15 if cuda else 3)
     started, rows = time.time(), []
     out = Path(out_dir) / f"{socket.gethostname()}{_device_tag(cuda)}-{datetime.date.today().isoformat()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -336,13 +346,24 @@ def _write(out: Path, cuda: bool, started: float, steps: int, warmup: int, repea
     result = {
         "host": socket.gethostname(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name(0) if cuda else "cpu", "cpu_count": os.cpu_count(),
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu", "driver": _driver() if cuda else None,
+        "cpu_count": os.cpu_count(), "command": " ".join(["python", "-m", "train", *sys.argv[1:]]),
         "torch": torch.__version__, "cuda": torch.version.cuda, "total_s": round(time.time() - started, 1),
         "steps": steps, "warmup": warmup, "repeats": repeats, "rows": compare(rows),
         "note": "CPU: gloo; fsdp and zero* = Lightning's FSDP and DeepSpeed strategies with their CUDA checks "
                 "relaxed; state bytes = live parameter + optimizer tensors on the rank (cluster_train.image.memory)",
     }
     out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def _driver():
+    """The NVIDIA driver's version (torch reports the CUDA runtime's, not the driver's)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out[0] if out else None
 
 
 def _device_tag(cuda: bool) -> str:

@@ -12,6 +12,7 @@
 - compile: `torch.compile` of the LightningModule's submodules in place (nn.Module.compile, so checkpoint keys stay
   the same); the strategies it cannot work under are refused before anything runs
   (cluster_train.image.strategies.check_compile).
+- cuda_graphs: CUDA graphs where the step is bound by kernel launches (cluster_train/image/cuda_graphs.py).
 - InputWait: the time the training loop waits for its next batch against the whole step, per rank.
 - HostMemory (cluster_train/image/pss.py): the peak host memory of each rank and of its dataloader workers, gathered
   over ranks: what a job's ranks and workers took, which preflight budgets for the experiment's next job.
@@ -26,6 +27,7 @@ from pytorch_lightning.strategies import DeepSpeedStrategy
 
 from cluster_train.shared.config import TrainerConfig
 from cluster_train.shared.errors import UserError
+from cluster_train.image.cuda_graphs import CudaGraphs, compile_for_graphs
 from cluster_train.image.pss import HostMemory, host_memory_facts
 
 BF16_CAPABILITY = (8, 0)  # Ampere: A100, A10, A40, L40S, H100, H200
@@ -51,16 +53,22 @@ def precision_for(precision: str, accelerator: str) -> str:
     return precision
 
 
-def speed_callbacks(t: TrainerConfig) -> list:
+def speed_callbacks(t: TrainerConfig, accelerator: str) -> list:
     """The callbacks every Trainer of a run carries (t: resolved for this device)."""
-    return [FastLayout(t.channels_last, t.compile), InputWait(), HostMemory()]
+    gpu = accelerator in GPU_ACCELERATORS
+    if t.cuda_graphs == "always" and not gpu:
+        raise UserError(f"trainer.cuda_graphs=always but this run has no GPU (accelerator {accelerator}); "
+                        f"set trainer.cuda_graphs=auto, or run it on a GPU partition")
+    graphs = CudaGraphs(t.cuda_graphs, t.strategy, t.accumulate_grad_batches, t.compile, gpu)
+    return [FastLayout(t.channels_last, t.compile, graphs=t.cuda_graphs == "always"), graphs, InputWait(),
+            HostMemory()]
 
 
 class FastLayout(Callback):
     """Channels-last convolutions and torch.compile, applied once before the strategy wraps the module."""
 
-    def __init__(self, channels_last: bool, compile: bool):
-        self.channels_last, self.compile = channels_last, compile
+    def __init__(self, channels_last: bool, compile: bool, graphs: bool = False):
+        self.channels_last, self.compile, self.graphs = channels_last, compile, graphs
         self.converted = 0  # convolution layers run channels-last
 
     def setup(self, trainer, pl_module, stage):
@@ -70,7 +78,9 @@ class FastLayout(Callback):
         if self.channels_last:
             zero = isinstance(trainer.strategy, DeepSpeedStrategy)
             self.converted = channels_last_inputs(pl_module) if zero else to_channels_last(pl_module)
-        if self.compile:
+        if self.graphs:
+            compile_for_graphs(pl_module)
+        elif self.compile:
             for child in pl_module.children():
                 child.compile()
 
@@ -186,5 +196,6 @@ def speed_facts(trainer, num_workers: int) -> dict:
               f"time; raise data.num_workers ({num_workers} now) or make the data set faster to read", flush=True)
     return {"precision": str(trainer.precision), "channels_last_layers": layout.converted,
             "compiled": layout.compile, "input": wait,
+            "cuda_graphs": next(c for c in trainer.callbacks if isinstance(c, CudaGraphs)).facts(),
             "throughput": next(c for c in trainer.callbacks if isinstance(c, InputWait)).throughput(trainer.world_size),
             "host_memory": host_memory_facts(trainer, num_workers)}

@@ -66,7 +66,7 @@ def trainer_options(run: cfg.RunConfig) -> dict:
         enable_progress_bar=False,  # batch-job logs are files: a progress bar only fills them with carriage returns
         num_sanity_val_steps=0,  # the tasks validate explicitly before training
         profiler=NoProfiler(),
-        callbacks=speed_callbacks(t),
+        callbacks=speed_callbacks(t, accelerator),
     )
 
 

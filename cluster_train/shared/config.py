@@ -66,6 +66,9 @@ class TrainerConfig:
     channels_last: bool = True
     # torch.compile the model (single and ddp; cluster_train.image.strategies.check_compile says why not others)
     compile: bool = False
+    # CUDA graphs (torch.compile mode reduce-overhead) for steps bound by kernel launches: auto tries them where the
+    # first steps' timing shows the GPU waiting for the host (cluster_train/image/cuda_graphs.py); always | never
+    cuda_graphs: str = field(default="auto", metadata={"choices": ("auto", "always", "never")})
     accumulate_grad_batches: int = field(default=1, metadata={"min": 1})
     gradient_clip_val: Optional[float] = field(default=None, metadata={"min": 0})
     limit_train_batches: Optional[Union[int, float]] = field(default=None, metadata={"min": 0})
@@ -127,7 +130,7 @@ def resolve(raw: Mapping[str, Any], overrides: Union[Mapping[str, Any], List[str
     from cluster_train.shared.strategies import check_compile, check_precision  # torch-free
 
     run.trainer.precision = check_precision(run.trainer.precision)
-    check_compile(run.trainer.strategy, run.trainer.compile)
+    check_compile(run.trainer.strategy, run.trainer.compile, run.trainer.cuda_graphs)
     check_tracker(run.tracker)
     return run
 
@@ -216,6 +219,8 @@ def _build(cls, raw: Mapping[str, Any], prefix: str, errors: Optional[List[UserE
         try:
             if dataclasses.is_dataclass(hints[name]):
                 values[name] = _build(hints[name], raw[name] or {}, f"{prefix}{name}.", errors)
+            elif "choices" in f.metadata and not isinstance(raw[name], str):  # YAML's on/off/yes arrive as bools
+                raise UserError(unknown_name(f"value of {prefix}{name}", raw[name], list(f.metadata["choices"])))
             else:
                 values[name] = _in_range(_coerce(raw[name], hints[name], prefix + name), f.metadata, prefix + name)
         except UserError as err:

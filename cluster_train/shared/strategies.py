@@ -34,7 +34,10 @@ COMPILE_REFUSED = {
 }
 
 
-def check_compile(strategy: str, compile: bool) -> None:
+def check_compile(strategy: str, compile: bool, cuda_graphs: str = "auto") -> None:
     if compile and strategy in COMPILE_REFUSED:
         raise UserError(f"trainer.compile=true with strategy {strategy!r}: {COMPILE_REFUSED[strategy]}; "
                         f"set trainer.compile=false, or strategy ddp or single")
+    if cuda_graphs == "always" and strategy in COMPILE_REFUSED:  # graphs are recorded through torch.compile
+        raise UserError(f"trainer.cuda_graphs=always with strategy {strategy!r}: {COMPILE_REFUSED[strategy]}; "
+                        f"set trainer.cuda_graphs=auto (it leaves this strategy eager), or strategy ddp or single")

@@ -205,6 +205,15 @@ def gpu_has_bf16(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
                         f"capability {capability}), which have no bf16; set trainer.precision=16-mixed, 32 or auto")
 
 
+def graphs_have_a_gpu(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+    """trainer.cuda_graphs=always would end the job at its start where no CUDA GPU runs the step."""
+    place, flavor = job.placement, base_flavor(job.image.flavor)
+    if run.trainer.cuda_graphs == "always" and (place.gpus_per_node == 0 or flavor == "cpu"):
+        raise UserError(f"trainer.cuda_graphs=always but {place.partition!r} runs the job without a CUDA GPU "
+                        f"({place.gpus_per_node} GPUs per node, the {flavor} image); set trainer.cuda_graphs=auto, "
+                        f"or choose a GPU partition and a CUDA image")
+
+
 def workers_have_cpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     place, ranks = job.placement, job.work.ranks_per_node
     cpus = place.cpus_per_task if place.tasks_per_node >= ranks else place.cpus_per_task // ranks
@@ -277,4 +286,4 @@ CLUSTER_RULES: List[Callable] = [
     driver_runs_the_image,
 ]
 # then host RAM, by the figures check() gets
-RULES: List[Callable] = CLUSTER_RULES + [gpu_has_bf16, workers_have_cpus, image_has_the_trackers]
+RULES: List[Callable] = CLUSTER_RULES + [gpu_has_bf16, graphs_have_a_gpu, workers_have_cpus, image_has_the_trackers]
