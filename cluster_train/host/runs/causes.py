@@ -24,6 +24,8 @@ CAUSES: List[Tuple[str, str]] = [
      "NCCL could not start the network NCCL_NET names (on HPE Slingshot the aws-ofi-nccl plugin with libfabric's cxi "
      "provider); logs/nccl-*.log names the library it could not load: check the partition's nccl_plugin, libfabric "
      "and fabric_libs"),
+    (r"\[cluster-train\] error: (rank \d+ on host \S+ made no step for [^\n]*)",
+     "HANG: {1}: the progress watchdog ended the job; the stacks show where the rank stopped"),
     (r"(NCCL|gloo)[^\n]*([Tt]imed? ?out|[Tt]imeout)", "a collective timed out (NCCL/gloo): a rank hung or died; "
                                                       "check the other ranks' lines above"),
     (r"oom[-_ ]kill|Out Of Memory|OUT_OF_MEMORY", "host RAM exhausted (OOM kill): lower data.num_workers "
@@ -36,8 +38,26 @@ CAUSES: List[Tuple[str, str]] = [
 ]
 
 # What ended a run where its log cannot tell, as `status` words it on its `cause:` line (ending.py fills in the
-# scheduler's own words), and what to do then. The troubleshooting page lists them (docs/_ext/troubleshooting.py).
+# scheduler's own words; failures.py the run's record of its hangs and restart budget) or on a segment's line, and
+# what to do then. The troubleshooting page lists them (docs/_ext/troubleshooting.py).
 ENDED_BY: Dict[str, Tuple[str, str]] = {
+    "hang": ("HANG: rank {rank} on host {host} made no step for {silent_s} s (at step {step}); stacks in {stacks}",
+             "the progress watchdog ended the job: no step on that rank for hang_timeout. The stacks (every rank's "
+             "Python stack, and NCCL's flight recorder) show where it stopped: in a collective, another rank or the "
+             "network; in I/O, the file system; a GPU fallen off the bus, the node (it is left out of the requeued "
+             "job). A step that is only slow (a long validation, a first compile): raise the profile's "
+             "hang_timeout (default auto: 20 steps' time, at least 5 minutes)"),
+    "requeued": ("failure {failures} of at most {max_failures}, requeued{without}",
+                 "a hang, a node failure or a killed rank: the job was requeued under the restart budget "
+                 "(max_failures, failure-requeues per run, apart from time limits) and goes on from its last "
+                 "checkpoint, without the nodes named; nothing to do unless it keeps failing"),
+    "excluded": ("excluded: {hosts}",
+                 "nodes left out of the requeued job, each with why (a hang on it, a node failure, a failed node "
+                 "check): tell the site's admins; the job runs on the partition's other nodes"),
+    "budget": ("{failures} failures, max_failures {max_failures}: {history}",
+               "every failure-requeue of the restart budget was used: each segment's line in status says how it "
+               "ended; fix what the failures have in common (the same rank, the same step), then bin/run-cluster "
+               "resume RUN_DIR continues it, or raise the profile's max_failures"),
     "cancel": ("cancelled by bin/run-cluster cancel at {time}",
                "bin/run-cluster resume RUN_DIR continues it from its last checkpoint"),
     "outside": ("cancelled outside run-cluster ({said})",
@@ -58,11 +78,6 @@ ENDED_BY: Dict[str, Tuple[str, str]] = {
 def ended_by(kind: str, **words: str) -> str:
     """ENDED_BY's words for this kind of end, filled in."""
     return ENDED_BY[kind][0].format(**words)
-
-
-def of_failed(run_dir: Path, state: str) -> str:
-    """What `runs` shows of a FAILED run: the cause its logs name, else nothing."""
-    return (diagnose(run_dir) or "") if state == "FAILED" else ""
 
 
 def diagnose(run_dir: Path) -> Optional[str]:

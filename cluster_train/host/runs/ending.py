@@ -32,9 +32,9 @@ def run_state(scheduler, job_id: str, run_dir: Path) -> Dict:
     if live["state"] not in FINISHED and live["state"] != State.UNKNOWN:
         return cancelling(live, run_dir, job_id)  # queued or running: only the scheduler knows
     found = segments.read(run_dir)
-    recorded = RECORDED_ENDS.get(found[-1].how) if found else None
+    recorded = recorded_end(found[-1]) if found else None
     if State.COMPLETED in (live["state"], recorded):  # it did its work, whatever came after
-        return live if live["state"] == State.COMPLETED else from_record(found[-1])
+        return live if live["state"] == State.COMPLETED else from_record(found[-1], recorded)
     cancel = segments.cancel_of(run_dir, job_id)
     if cancel:
         return {**live, "state": State.CANCELLED, "source": "run-cluster cancel", "gone": False,
@@ -46,7 +46,7 @@ def run_state(scheduler, job_id: str, run_dir: Path) -> Dict:
     if ended and not (ended["state"] == State.FAILED and recorded == State.TIMEOUT):  # ours: every requeue used
         return with_cause(ended, said, scheduler, run_dir)
     if recorded:
-        return from_record(found[-1])
+        return from_record(found[-1], recorded)
     return {**live, "ended_by": unrecorded(scheduler, job_id, found)} if live.get("gone") else live
 
 
@@ -57,9 +57,14 @@ def cancelling(live: Dict, run_dir: Path, job_id: str) -> Dict:
     return {**live, "cancelling": f"bin/run-cluster cancel at {cancel['time']}"} if cancel else live
 
 
-def from_record(last: segments.Segment) -> Dict:
-    return {"state": RECORDED_ENDS[last.how], "exit_code": str(last.exit_code), "nodes": last.hosts,
-            "source": "the run's record"}
+def recorded_end(last: segments.Segment) -> Optional[State]:
+    """How the run ended by its own record: the batch shell's COMPLETED, FAILED or TIMEOUT, and FAILED for a failure
+    beyond the restart budget (a HANG, say, that it did not requeue); None where the record does not end the run."""
+    return State.FAILED if last.budget_spent else RECORDED_ENDS.get(last.how)
+
+
+def from_record(last: segments.Segment, state: State) -> Dict:
+    return {"state": state, "exit_code": str(last.exit_code), "nodes": last.hosts, "source": "the run's record"}
 
 
 def with_cause(ended: Dict, said: Optional[Dict], scheduler, run_dir: Path) -> Dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 from cluster_train.host import fabric, runs
-from cluster_train.host.runs import causes, ending, segments, tracker_sync
+from cluster_train.host.runs import causes, ending, failures, segments, tracker_sync
 from cluster_train.host.runs.segments import Segment
 from cluster_train.host.schedulers import State
 
@@ -64,7 +64,8 @@ def status_of(manifest: Dict[str, Any], scheduler, run_dir: Path) -> RunStatus:
     job = manifest.get("job") or {}
     slow_network = fabric.verdict(run_dir, job.get("fabric", "")) if job.get("check_fabric") else None
     results = completed_results(state, run_dir)
-    cause = "" if results or not ending.has_ended(state) else state.get("ended_by") or causes.diagnose(run_dir) or ""
+    cause = "" if results or not ending.has_ended(state) else (state.get("ended_by") or failures.cause(found)
+                                                                or causes.diagnose(run_dir) or "")
     return RunStatus(state["state"], cause, job_id, manifest["run_id"], scheduler.name, ending.has_ended(state),
                      state.get("cancelling") or "", {k: v for k, v in state.items() if k not in NOT_SHOWN and v},
                      tuple(found), runs.data_version(manifest, 64) if manifest.get("data") else "",
@@ -78,7 +79,8 @@ def completed_results(state: Dict[str, Any], run_dir: Path) -> Dict[str, Any]:
         return {}
     results = json.loads(path.read_text())
     runs.update_manifest(run_dir, gpu={k: results.get(k) for k in ("gpu", "cuda", "driver")},
-                         speed={k: results.get(k) for k in ("precision", "compiled", "input", "throughput")})
+                         speed={**{k: results.get(k) for k in ("precision", "compiled", "input", "throughput")},
+                                "step_times": step_times_of(results)})
     return results
 
 
@@ -87,7 +89,9 @@ def status_lines(status: RunStatus) -> List[str]:
     lines = [f"{status.run_id}: {status.scheduler} job {status.job_id} {status.shown}"
              + "".join(f" {k}={v}" for k, v in status.details.items())]
     lines += [f"  data: image {status.data}"] if status.data else []
-    lines += [f"  {segment.line()}" for segment in status.segments]
+    lines += [f"  {line}" for segment in status.segments for line in failures.segment_lines(segment)]
+    excluded = failures.excluded_line(list(status.segments))
+    lines += [f"  {excluded}"] if excluded else []
     lines += [f"  {line}" for line in status.trackers]
     lines += [f"  WARNING: {warning}" for warning in status.warnings]
     if status.results:
@@ -101,7 +105,29 @@ def result_lines(results: Dict[str, Any]) -> List[str]:
     """A completed run's final and best metrics, and how fast it trained."""
     lines = ["  result: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                                       for k, v in results.items() if k.startswith(("final_", "best_", "epochs")))]
-    return lines + ([f"  speed: {input_wait_line(results)}"] if results.get("input") else [])
+    speed = [input_wait_line(results)] if results.get("input") else []
+    speed += spread_words(step_times_of(results))
+    return lines + ([f"  speed: {'; '.join(speed)}"] if speed else [])
+
+
+def step_times_of(results: Dict[str, Any]) -> Dict[str, Any]:
+    """Each rank's step times and the straggler among them (the image's speed facts: results.json's `step_times`,
+    or under `speed` where a task keeps its speed facts there); {} where the run has none."""
+    found = results.get("step_times") or (results.get("speed") or {}).get("step_times")
+    return found if isinstance(found, dict) else {}
+
+
+def spread_words(step_times: Dict[str, Any]) -> List[str]:
+    """'step time 41-63 ms over 4 ranks' (the range of the ranks' median step times), and 'straggler: rank 3 on n2
+    steps 1.52 times the median' where one rank is much slower than the others; nothing for one rank."""
+    medians = [r["median_ms"] for r in step_times.get("ranks") or []
+               if isinstance(r, dict) and isinstance(r.get("median_ms"), (int, float))]
+    words = [f"step time {min(medians):.3g}-{max(medians):.3g} ms over {len(medians)} ranks"] if medians[1:] else []
+    slow = step_times.get("straggler")
+    if isinstance(slow, dict) and isinstance(slow.get("times"), (int, float)):
+        words.append(f"straggler: rank {slow.get('rank')} on {slow.get('host')} steps {slow['times']:.2f} "
+                     f"times the median")
+    return words
 
 
 def input_wait_line(results: Dict[str, Any]) -> str:

@@ -1,8 +1,9 @@
 """A run's own record of its allocations (`logs/segments.jsonl`): the batch shell appends a `start` and an `end`
-line per segment (first start, each requeue), the training appends `train_start` (the epoch and step it resumed
-from); and `cancel`'s word that it asked the scheduler to end the run's job (`logs/cancelled.json`). The record
-outlives the scheduler's memory of the job (cluster_train/host/runs/ending.py weighs it against the scheduler's
-accounting), and the manifest keeps the run's history."""
+line per segment (first start, each requeue; a failure's end says what the restart budget and the watchdog found),
+the training appends `train_start` (the epoch and step it resumed from, and the steps the segment before lost); and
+`cancel`'s word that it asked the scheduler to end the run's job (`logs/cancelled.json`). The record outlives the
+scheduler's memory of the job (cluster_train/host/runs/ending.py weighs it against the scheduler's accounting), and
+the manifest keeps the run's history."""
 import json
 import time
 from dataclasses import dataclass, field
@@ -11,6 +12,8 @@ from typing import Dict, List, Optional
 
 FILE = Path("logs") / "segments.jsonl"
 CANCELLED = Path("logs") / "cancelled.json"  # written by `run-cluster cancel` before it asks the scheduler
+# a failure's end event's keys (the batch shell's restart budget and watchdog), each with its type
+FAILURE_KEYS = {"requeued": bool, "failures": int, "max_failures": int, "stuck": dict, "stacks": str, "excluded": list}
 
 
 @dataclass
@@ -20,15 +23,31 @@ class Segment:
     hosts: str = ""
     start: str = ""
     end: str = ""
-    how: str = ""  # COMPLETED | FAILED | TIMEOUT | REQUEUED | TERMINATED | PREEMPTED | NODE_FAIL; "" while it runs;
+    how: str = ""  # COMPLETED | FAILED | TIMEOUT | REQUEUED | TERMINATED | PREEMPTED | NODE_FAIL | HANG; "" running;
     # or, recorded after the shell was killed, the word of the cancel or the scheduler (CANCELLED, ...)
     exit_code: Optional[int] = None
-    resumed: List[Dict] = field(default_factory=list)  # per training process: output_dir, epoch, step
+    resumed: List[Dict] = field(default_factory=list)  # per training process: output_dir, epoch, step, lost_steps
+    # a failure the batch shell counted against the restart budget (HANG, NODE_FAIL, a rank killed): whether it
+    # requeued the job, the run's failures so far (this one included) and the budget (runs/failures.py words them)
+    requeued: Optional[bool] = None
+    failures: Optional[int] = None
+    max_failures: Optional[int] = None
+    stuck: Dict = field(default_factory=dict)  # a HANG's stuck rank: rank, host, step, silent_s
+    stacks: str = ""  # a HANG's saved stacks, relative to the run directory
+    excluded: List[Dict] = field(default_factory=list)  # every node left out of the requeued job so far: host, why
+
+    @property
+    def budget_spent(self) -> bool:
+        """A failure beyond the restart budget: the batch shell did not requeue it, and the run has FAILED."""
+        return (not self.requeued and isinstance(self.failures, int) and isinstance(self.max_failures, int)
+                and self.failures > self.max_failures)
 
     def resumed_from(self) -> List[Dict]:
         """Where each training process went on from: its epoch counted from 1, as the job log counts it (the
-        training records Lightning's current_epoch, which counts from 0), and its step."""
-        return [{"output_dir": r.get("output_dir"), "epoch": r["resumed_epoch"] + 1, "step": r["resumed_step"]}
+        training records Lightning's current_epoch, which counts from 0), its step, and the steps the segment before
+        made beyond that step (lost_steps; absent where no progress file said how far it got)."""
+        return [{"output_dir": r.get("output_dir"), "epoch": r["resumed_epoch"] + 1, "step": r["resumed_step"],
+                 **({"lost_steps": r["lost_steps"]} if isinstance(r.get("lost_steps"), int) else {})}
                 for r in self.resumed
                 if isinstance(r.get("resumed_epoch"), int) and isinstance(r.get("resumed_step"), int)]
 
@@ -37,13 +56,17 @@ class Segment:
         return (f"segment {self.number}: job {self.job_id or '-'} on {self.hosts or '-'}, {self.start or '?'} -> "
                 f"{self.end or 'running'} {self.how or 'RUNNING'}"
                 + (f" (exit {self.exit_code})" if self.exit_code not in (None, 0) else "")
-                + (f": a node failed ({self.hosts}), the scheduler requeued the job" if self.how == "NODE_FAIL" else "")
+                + (f": a node failed ({self.hosts}), the scheduler requeued the job"
+                   if self.how == "NODE_FAIL" and not self.budget_spent else "")
                 + (f", resumed from {resumed}" if resumed else ""))
 
 
 def resumed_text(resumed_from: List[Dict]) -> str:
-    """'epoch 3 step 133', one per training process, `; `-joined."""
-    return "; ".join(f"epoch {r['epoch']} step {r['step']}" for r in resumed_from)
+    """'epoch 3 step 133 (12 steps lost)', one per training process, `; `-joined: the steps lost are those the
+    segment before made after its last checkpoint (unknown where it left no progress file)."""
+    return "; ".join(f"epoch {r['epoch']} step {r['step']}"
+                     + (f" ({r['lost_steps']} steps lost)" if isinstance(r.get("lost_steps"), int) else "")
+                     for r in resumed_from)
 
 
 def read(run_dir: Path) -> List[Segment]:
@@ -65,15 +88,26 @@ def read(run_dir: Path) -> List[Segment]:
                                                 event.get("time", ""))
         elif kind == "end":
             seg.end, seg.how, seg.exit_code = event.get("time", ""), event.get("how", ""), event.get("exit_code")
+            record_failure(seg, event)
         elif kind == "train_start":
             seg.resumed.append(event)
     return [segments[n] for n in sorted(segments)]
 
 
+def record_failure(seg: Segment, end: Dict) -> None:
+    """A failure's details from its end event, each kept only where it has the contract's type (a record written by
+    hand or by an older batch shell shows what it has)."""
+    for key, kind in FAILURE_KEYS.items():
+        if isinstance(end.get(key), kind):
+            setattr(seg, key, end[key])
+    seg.excluded = [e for e in seg.excluded if isinstance(e, dict) and e.get("host")]
+
+
 def as_records(run_dir: Path) -> List[Dict]:
     """The segments as the manifest keeps them."""
     return [{"segment": s.number, "job_id": s.job_id, "hosts": s.hosts, "start": s.start, "end": s.end,
-             "how": s.how or "RUNNING", "exit_code": s.exit_code, "resumed_from": s.resumed_from()}
+             "how": s.how or "RUNNING", "exit_code": s.exit_code, "resumed_from": s.resumed_from(),
+             **{k: getattr(s, k) for k in FAILURE_KEYS if getattr(s, k) not in (None, "", {}, [])}}
             for s in read(run_dir)]
 
 

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import project
-from cluster_train.host.runs import causes, ending, segments
+from cluster_train.host.runs import ending, failures, segments
 from cluster_train.host.schedulers import adapter
 from cluster_train.host.usage import Parser
 
@@ -71,7 +71,7 @@ def row_of(run_dir: Path, manifest: Dict) -> Dict:
     return {"cluster": manifest.get("cluster", Path(manifest["cluster_file"]).stem), "run": manifest["run_id"],
             "state": state, "segments": len(segments.read(run_dir)),
             "progress": f"{epoch}/{epochs}" if epochs else str(epoch),
-            "last": causes.of_failed(run_dir, state) or last,
+            "last": failures.of_failed(run_dir, state) or last,
             "age": age(manifest.get("submitted_at")), "dir": str(run_dir)}
 
 
