@@ -11,7 +11,7 @@ from host.test_report import fake_run
 
 from cluster_train.host import cli
 from cluster_train.host.api.run import Run, RunStatus, State
-from cluster_train.host.runs import ending, failures, segments, table
+from cluster_train.host.runs import causes, ending, failures, segments, table
 from cluster_train.host.runs.run_status import status_lines, status_of
 
 HANG_WHY = "rank 1 made no step for 62 s"
@@ -119,3 +119,15 @@ def test_odd_or_older_records_show_what_they_have(tmp_path):
     (found,) = segments.read(run_dir)
     assert (found.stuck, found.failures, found.excluded, found.budget_spent) == ({}, None, [], False)
     assert failures.segment_lines(found) == ["segment 1: job 4242 on n[1-2], t1 -> e1 HANG (exit 137)"]
+
+
+def test_a_failed_run_without_a_record_of_its_hang_is_named_from_the_watchdogs_log_line(tmp_path):
+    """The watchdog's line comes before the ranks it ended (whose exits say nothing of why): the hang is the cause."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "job-7.err").write_text(
+        "[cluster-train] error: rank 1 on host n2 made no step for 62 s (hang_timeout 60 s); stacks in logs/hang-1\n"
+        "[cluster-train] error: rank 0 on host n1 exited with status 143; ending the other ranks\n"
+        "[NCCL] Watchdog caught collective operation timeout\n")
+    assert causes.diagnose(tmp_path) == ("HANG: rank 1 on host n2 made no step for 62 s (hang_timeout 60 s); stacks in "
+                                         "logs/hang-1: the progress watchdog ended the job; the stacks show where the "
+                                         "rank stopped")

@@ -5,6 +5,7 @@ run's life after it is built (cluster_train/host/jobs/):
     ending.py       how a job ended and whose word that is (the scheduler, the run's own record, the accounting)
     segments.py     the run's own record of its allocations (logs/segments.jsonl)
     causes.py       why a run failed, read from its logs, with the fix
+    failures.py     a run's hangs, failure-requeues, restart budget and excluded nodes, as `status` words them
     follow.py       a job's log followed while it runs, and the wait for its end (its progress as events)
     waiting.py      the command line's `--wait` and `logs --follow`: the log, and a status line under it
     run_status.py   one run's status as data (RunStatus): what `status` prints and Run.status() returns
