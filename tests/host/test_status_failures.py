@@ -54,6 +54,7 @@ def test_a_hang_requeued_without_its_node_then_completed_shows_its_history_lost_
     assert (first.how, first.stuck["host"], first.stacks, first.requeued, first.failures) == (
         "HANG", "n2", "logs/hang-1", True, 1)
     assert second.resumed_from()[0]["lost_steps"] == 12 and first.resumed_from() == []
+    assert status.excluded == [{"host": "n2", "why": HANG_WHY}] and status.straggler == STEP_TIMES["straggler"]
     assert cli.main(["status", str(run_dir)]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[1:5] == [
@@ -77,6 +78,7 @@ def test_a_run_that_failed_beyond_its_restart_budget_is_failed_with_its_whole_hi
     history = ("3 failures, max_failures 2: segment 1 HANG (rank 1 on host n2, no step for 62 s), "
                "segment 2 NODE_FAIL (n[1,3]), segment 3 FAILED (exit 137)")
     assert (status.state, status.ended, status.cause) == (State.FAILED, True, history)
+    assert [e["host"] for e in status.excluded] == ["n2", "n3"] and status.straggler is None
     assert cli.main(["status", str(run_dir)]) == 0
     printed = capsys.readouterr().out
     for line in ("  segment 2: job 4242 on n[1,3], t2 -> e2 NODE_FAIL (exit 1): a node failed (n[1,3]), the scheduler "

@@ -5,7 +5,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from cluster_train.host import fabric, runs
 from cluster_train.host.runs import causes, ending, failures, segments, tracker_sync
@@ -21,7 +21,9 @@ class RunStatus:
 
     `state` is the one vocabulary over every scheduler; `ended` is True once anyone's word says the job has ended
     (a requeued job has not); `cause` names what ended a run that did not complete (a cancel, the scheduler, a
-    failure its logs name), "" otherwise; `results` is a completed run's results.json ({} otherwise)."""
+    failure its record or its logs name: a hang, the restart budget spent), "" otherwise; `segments` hold each
+    failure's details (`stuck`, `stacks`, `failures`, `excluded`; `resumed_from()`'s `lost_steps`); `results` is a
+    completed run's results.json ({} otherwise)."""
 
     state: State
     cause: str
@@ -41,6 +43,17 @@ class RunStatus:
     def shown(self) -> str:
         """The state's word for a person: 'cancelling' for a job being cancelled, else the state's name."""
         return "cancelling" if self.cancelling else self.state.value
+
+    @property
+    def excluded(self) -> List[Dict[str, str]]:
+        """The nodes left out of the run's requeued jobs, each {'host', 'why'}; [] where none was."""
+        return next((list(s.excluded) for s in reversed(self.segments) if s.excluded), [])
+
+    @property
+    def straggler(self) -> Optional[Dict[str, Any]]:
+        """A completed run's rank much slower than the others ({'rank', 'host', 'times'}: its median step time over
+        the ranks' median), else None."""
+        return step_times_of(self.results).get("straggler") or None
 
     def as_dict(self) -> Dict[str, Any]:
         """JSON-ready (`status --json`: how a laptop asks a cluster over SSH)."""
