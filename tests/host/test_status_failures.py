@@ -92,7 +92,8 @@ def test_a_run_that_failed_beyond_its_restart_budget_is_failed_with_its_whole_hi
 
 
 def test_a_hang_beyond_the_budget_is_failed_by_the_runs_record_alone_and_named_as_the_cause(tmp_path):
-    """The scheduler has forgotten the job and keeps no accounting: the record's HANG, not requeued, ends the run."""
+    """The scheduler has forgotten the job and keeps no accounting: the record's HANG, not requeued, ends the run;
+    and where the accounting says the job ended otherwise (its last node failed), the record's FAILED still decides."""
     last_hang = {**HANG, "requeued": False, "failures": 3, "excluded": NODE_FAIL["excluded"]}
     run_dir = with_segments(fake_run(tmp_path, "forgotten", 0.05, results=False), HANG, NODE_FAIL, last_hang)
     forgetful = Scheduler()
@@ -101,6 +102,11 @@ def test_a_hang_beyond_the_budget_is_failed_by_the_runs_record_alone_and_named_a
     status = status_of(json.loads((run_dir / "manifest.json").read_text()), forgetful, run_dir)
     assert status.cause.endswith("segment 3 HANG (rank 1 on host n2, no step for 62 s)"), status.cause
     assert "  failure 3, max_failures 2: not requeued, the run FAILED" in "\n".join(status_lines(status))
+    node_failed = Scheduler(said={"state": State.NODE_FAIL, "exit_code": "0:0", "nodes": "n1",
+                                  "said": "sacct: NODE_FAIL"})
+    status = status_of(json.loads((run_dir / "manifest.json").read_text()), node_failed, run_dir)
+    assert (status.state, status.details["source"]) == (State.FAILED, "the run's record"), status
+    assert status.cause.startswith("3 failures, max_failures 2: segment 1 HANG"), status.cause
 
 
 def test_a_hang_not_requeued_names_its_rank_and_stacks_and_a_requeued_one_ends_nothing(tmp_path):

@@ -43,7 +43,7 @@ def run_state(scheduler, job_id: str, run_dir: Path) -> Dict:
     if said and said["state"] not in FINISHED and live["state"] == State.UNKNOWN and not live.get("gone"):
         return {**said, "source": scheduler.accounting_name}  # the scheduler did not answer; its accounting did
     ended = said if said and said["state"] in FINISHED else live if live["state"] in FINISHED else None
-    if ended and not (ended["state"] == State.FAILED and recorded == State.TIMEOUT):  # ours: every requeue used
+    if ended and not record_decides(ended["state"], found):
         return with_cause(ended, said, scheduler, run_dir)
     if recorded:
         return from_record(found[-1], recorded)
@@ -55,6 +55,14 @@ def cancelling(live: Dict, run_dir: Path, job_id: str) -> Dict:
     COMPLETING, or RUNNING until the controller acts), so `status` says so, not RUNNING."""
     cancel = segments.cancel_of(run_dir, job_id)
     return {**live, "cancelling": f"bin/run-cluster cancel at {cancel['time']}"} if cancel else live
+
+
+def record_decides(said: State, found: List[segments.Segment]) -> bool:
+    """Whether the run's record says more than the scheduler's end: a job that ended itself on its time limit with
+    every requeue used (the scheduler: FAILED, the record: TIMEOUT), and a run whose restart budget ran out (the
+    scheduler: FAILED, NODE_FAIL or a cancel of what the watchdog ended; the record: FAILED, with every failure)."""
+    last = found[-1] if found else None
+    return last is not None and (last.budget_spent or (said == State.FAILED and last.how == "TIMEOUT"))
 
 
 def recorded_end(last: segments.Segment) -> Optional[State]:
