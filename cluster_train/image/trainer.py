@@ -124,29 +124,17 @@ def saves_between(path: Path, every) -> list:
 class SaveBetween(ModelCheckpoint):
     """Lightning's ModelCheckpoint saving `path` every N training steps or T seconds, at a batch end: the same point
     and state as the time-limit warning's save (RunGuard's RNG and the loader position travel as callback state), so
-    a resume from either is the same. An epoch's last batch is left to keep_last, which saves after validation."""
+    a resume from either is the same (metrics rows need no flush: Lightning writes each one to disk as it logs it).
+    An epoch's last batch is left to keep_last, which saves after validation."""
 
     def __init__(self, path: Path, steps, seconds):
         super().__init__(dirpath=Path(path).parent, filename=Path(path).stem, monitor=None, save_top_k=1,
                          every_n_train_steps=steps, save_on_train_epoch_end=True, enable_version_counter=False,
                          train_time_interval=timedelta(seconds=seconds) if seconds else None)
-        self._flush = False
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if self._flush:  # the saved step's metrics row is logged after the save: on disk before the next step
-            self._flush = False
-            for logger in trainer.loggers:
-                logger.save()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if batch_idx + 1 < trainer.num_training_batches:
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-
-    def _save_checkpoint(self, trainer, filepath):
-        for logger in trainer.loggers:  # the rows before this step: a kill -9 later must not lose them
-            logger.save()
-        super()._save_checkpoint(trainer, filepath)
-        self._flush = True
 
 
 def last_checkpoint(out: Path) -> Path:
