@@ -122,3 +122,16 @@ def test_a_run_killed_mid_epoch_loses_at_most_one_interval_and_ends_bit_identica
     assert (tmp_path / "whole" / "metrics.csv").read_text() == (tmp_path / "cut" / "metrics.csv").read_text()
     assert_same_tensors(tmp_path / "whole" / "checkpoints" / "last.ckpt",
                         tmp_path / "cut" / "checkpoints" / "last.ckpt")
+
+
+def test_lost_steps_come_from_the_previous_segments_progress_file(tmp_path):
+    from cluster_train.image.guard import lost_steps
+
+    assert lost_steps(tmp_path, 9) is None  # no progress file: the heartbeat never ran
+    progress = tmp_path / "logs" / "progress"
+    progress.mkdir(parents=True)
+    (progress / "rank-0").write_text("")
+    assert lost_steps(tmp_path, 9) is None  # an empty file (a node died mid-rename of another file)
+    (progress / "rank-0").write_text("14 1700000000 1700000005 0.250 n1 4242\n")
+    assert lost_steps(tmp_path, 9) == 5
+    assert lost_steps(tmp_path, 20) == 0  # an older segment's file: never below zero
