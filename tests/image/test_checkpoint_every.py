@@ -135,3 +135,35 @@ def test_lost_steps_come_from_the_previous_segments_progress_file(tmp_path):
     (progress / "rank-0").write_text("14 1700000000 1700000005 0.250 n1 4242\n")
     assert lost_steps(tmp_path, 9) == 5
     assert lost_steps(tmp_path, 20) == 0  # an older segment's file: never below zero
+
+
+def test_a_duration_saves_after_that_much_training_time(tmp_path):
+    """checkpoint_every=1s: step 3 takes 1.1 s, so a save (mid-epoch) comes by its end at the latest: at it, or
+    earlier where a loaded machine made steps 1-2 take a second."""
+    import time
+
+    from pytorch_lightning.callbacks import Callback
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from cluster_train.image.lit import Classifier
+    from cluster_train.image.trainer import build_trainer
+
+    last, seen = tmp_path / "checkpoints" / "last.ckpt", {}
+
+    class SlowStepThree(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            trainer.strategy.checkpoint_io.teardown()  # what a save started has written, on disk
+            seen[batch_idx] = torch.load(last, weights_only=True)["global_step"] if last.exists() else None
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == 3:
+                time.sleep(1.1)
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(48, 4), torch.randint(0, 2, (48,)))
+    run = cfg.resolve({"output_dir": str(tmp_path), "optim": {"name": "sgd", "lr": 0.1, "scheduler": "none"},
+                       "trainer": {"accelerator": "cpu", "strategy": "single", "max_epochs": 1,
+                                   "checkpoint_every": "1s"}})
+    build_trainer(run, tmp_path, callbacks=[SlowStepThree()]).fit(
+        Classifier(torch.nn.Linear(4, 2), run.optim), DataLoader(data, batch_size=8), DataLoader(data, batch_size=8))
+    assert seen[0] is None and 1 <= seen[4] <= 3, seen
