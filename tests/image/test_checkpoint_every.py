@@ -167,3 +167,14 @@ def test_a_duration_saves_after_that_much_training_time(tmp_path):
     build_trainer(run, tmp_path, callbacks=[SlowStepThree()]).fit(
         Classifier(torch.nn.Linear(4, 2), run.optim), DataLoader(data, batch_size=8), DataLoader(data, batch_size=8))
     assert seen[0] is None and 1 <= seen[4] <= 3, seen
+
+
+def test_the_multi_model_tasks_save_each_models_checkpoint_on_the_schedule(tmp_path):
+    from cluster_train.image.tasks.common import model_checkpoint, trainer
+    from cluster_train.image.trainer import SaveBetween
+
+    run = cfg.resolve({"output_dir": str(tmp_path), "trainer": {"accelerator": "cpu", "strategy": "single",
+                                                                "checkpoint_every": 200}})
+    saves = [c for c in trainer(run, tmp_path, "expert_1").callbacks if isinstance(c, SaveBetween)]
+    assert [(s.dirpath, s.filename, s._every_n_train_steps) for s in saves] == [
+        (str(model_checkpoint(tmp_path, "expert_1").parent), "last", 200)]
