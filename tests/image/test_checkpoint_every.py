@@ -178,3 +178,38 @@ def test_the_multi_model_tasks_save_each_models_checkpoint_on_the_schedule(tmp_p
     saves = [c for c in trainer(run, tmp_path, "expert_1").callbacks if isinstance(c, SaveBetween)]
     assert [(s.dirpath, s.filename, s._every_n_train_steps) for s in saves] == [
         (str(model_checkpoint(tmp_path, "expert_1").parent), "last", 200)]
+
+
+def test_the_warnings_save_is_on_disk_whole_before_the_exit_with_background_saves(tmp_path, capsys):
+    """With checkpoint_every (AsyncCheckpointIO), a stop request still leaves last.ckpt at the stop's step when the
+    process exits 75: Lightning's teardown waits for the writing thread."""
+    from pytorch_lightning.callbacks import Callback
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from cluster_train.shared import exit_codes
+    from cluster_train.image import stop
+    from cluster_train.image.lit import Classifier
+    from cluster_train.image.trainer import build_trainer
+
+    class WarnedAtStep2(Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 2:
+                stop._received.append("SIGUSR1")  # what the handler of the job's warning records
+
+    saved = {sig: signal.getsignal(sig) for sig in stop.SIGNALS}
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(48, 4), torch.randint(0, 2, (48,)))
+    run = cfg.resolve({"output_dir": str(tmp_path), "optim": {"name": "sgd", "lr": 0.1, "scheduler": "none"},
+                       "trainer": {"accelerator": "cpu", "strategy": "single", "max_epochs": 2,
+                                   "checkpoint_every": 100}})
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            build_trainer(run, tmp_path, callbacks=[WarnedAtStep2()]).fit(
+                Classifier(torch.nn.Linear(4, 2), run.optim), DataLoader(data, batch_size=8))
+    finally:
+        stop.reset()
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert stopped.value.code == exit_codes.REQUEUE
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
+    assert "at step 3 (epoch 1)" in capsys.readouterr().out
