@@ -84,6 +84,8 @@ fit(cfg.load(sys.argv[1]))
 def run_fit(config, *killer, segment):
     script = ["-c", KILLED_AT, str(config), *killer] if killer else ["-m", "train", "fit", "--config", str(config)]
     env = dict(os.environ, CT_RUN_DIR=str(config.parent / config.stem), CT_SEGMENT=str(segment))
+    if killer:  # the stand-in writes the progress file at every step: the heartbeat thread's beat must not come between
+        env["CT_HEARTBEAT_S"] = "3600"
     done = subprocess.run([sys.executable, *script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     return done.returncode, done.stdout + done.stderr
 
