@@ -5,7 +5,8 @@ the first forward of a submodule of the LightningModule to `on_before_backward`.
 gradient all-reduce and Lightning's per-step agreement make every rank wait for the slowest, so every rank's
 batch-to-batch time comes out the same (measured: 2 gloo ranks, one slowed by 0.3 s a step, both ~0.32 s). No GPU
 synchronisation: on a GPU this is the host's time (a busy or slow CPU, Python overhead), not the kernels'. A compiled
-submodule gets no hook (it would break its graph): a fully compiled model is left untimed.
+submodule (trainer.compile; cuda_graphs once it compiles) has no hook, which its graph would trace: a compiled model
+is left untimed.
 
 A rank is a straggler when its median is at least STRAGGLER_RATIO times the median of all ranks' medians (with 2 ranks
 or more); the slowest such rank is named, with its host.
@@ -26,19 +27,24 @@ class StepTimes(Callback):
         self.seconds = []  # one per training step of this process
         self._stepping = False  # between a training batch's start and its backward
         self._forward = None  # when this step's forward began
-        self._hooks = []
+        self._hooks = {}  # submodule -> its hook's handle
 
     def on_train_start(self, trainer, pl_module):
-        self._hooks = [child.register_forward_pre_hook(self._forward_begins) for child in pl_module.children()
-                       if getattr(child, "_compiled_call_impl", None) is None]
+        self._hooks = {child: child.register_forward_pre_hook(self._forward_begins) for child in pl_module.children()}
+        self._unhook_compiled()
 
     def on_train_end(self, trainer, pl_module):
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks = []
+        for handle in self._hooks.values():
+            handle.remove()
+        self._hooks = {}
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._unhook_compiled()  # trainer.cuda_graphs compiles the model after its first steps
         self._stepping, self._forward = True, None
+
+    def _unhook_compiled(self):
+        for child in [c for c in self._hooks if getattr(c, "_compiled_call_impl", None) is not None]:
+            self._hooks.pop(child).remove()
 
     def _forward_begins(self, module, args):
         if self._stepping and self._forward is None:

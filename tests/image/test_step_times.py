@@ -78,3 +78,15 @@ def test_a_slowed_rank_of_two_is_flagged_with_its_host(tmp_path):
     assert spread["ranks"][1]["median_ms"] >= 300, spread
     assert spread["straggler"] is not None and spread["straggler"]["rank"] == 1, spread
     assert spread["straggler"]["host"] == socket.gethostname() and spread["straggler"]["times"] >= 1.25, spread
+
+
+def test_a_submodule_compiled_during_training_loses_its_hook():
+    """trainer.cuda_graphs compiles the model after its first steps: a hook inside the compiled call would be traced."""
+    import torch
+
+    times, net = StepTimes(), torch.nn.Linear(2, 2)
+    times.on_train_start(None, torch.nn.Sequential(net))
+    assert len(net._forward_pre_hooks) == 1
+    net._compiled_call_impl = net._call_impl  # what Module.compile sets (compiling itself would take seconds here)
+    times.on_train_batch_start(None, None, None, 0)
+    assert len(net._forward_pre_hooks) == 0 and times._hooks == {}
