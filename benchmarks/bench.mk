@@ -44,3 +44,10 @@ bench-container:
 .PHONY: bench-cli
 bench-cli: venv
 	$(PY) benchmarks/cli_speed.py $(if $(BASELINE),--baseline $(BASELINE))
+
+# Mid-epoch saves (issue 43, trainer.checkpoint_every): a ~90 MB checkpoint saved every 10 of 60 CPU steps, in the
+# background (single, ddp) and synchronously (DeepSpeed, FSDP); the saving step's time against the others
+# -> benchmarks/results/<host>-<date>-checkpoint-saves.json. ~30 s.
+.PHONY: bench-checkpoint-saves
+bench-checkpoint-saves: venv
+	$(PY) benchmarks/checkpoint_saves.py

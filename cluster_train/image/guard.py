@@ -11,7 +11,8 @@
 - RNG state (torch, numpy, python, CUDA) travels in the checkpoint, and the training loader's position with it
   (cluster_train/image/data/loading.py), so a run resumed mid-epoch
   draws the same batches and ends as if it had not stopped.
-- `$CT_RUN_DIR/logs/segments.jsonl`: rank 0 appends a `train_start` line when a process first starts training.
+- `$CT_RUN_DIR/logs/segments.jsonl`: rank 0 appends a `train_start` line when a process first starts training, with
+  the steps the previous segment lost (made after the checkpoint this one resumes from).
 """
 import json
 import math
@@ -49,11 +50,22 @@ def record_train_start(trainer) -> None:
             "output_dir": str(trainer.default_root_dir),
             "resumed_epoch": trainer.current_epoch if resumed else None,
             "resumed_step": trainer.global_step if resumed else None,
+            "lost_steps": lost_steps(Path(run_dir), trainer.global_step) if resumed else None,
             "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     logs = Path(run_dir) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     with open(logs / "segments.jsonl", "a") as f:
         f.write(json.dumps(line) + "\n")
+
+
+def lost_steps(run_dir: Path, resumed_step: int):
+    """The steps the previous segment made beyond `resumed_step`: its rank 0 progress file's first field
+    (GLOBAL_STEP, cluster_train/image/heartbeat.py), read before this segment's first write; None where it left none."""
+    try:
+        last_step = int((run_dir / "logs" / "progress" / "rank-0").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0, last_step - resumed_step)
 
 
 class RunGuard(Callback):

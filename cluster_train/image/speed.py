@@ -16,6 +16,7 @@
 - InputWait: the time the training loop waits for its next batch against the whole step, per rank.
 - HostMemory (cluster_train/image/pss.py): the peak host memory of each rank and of its dataloader workers, gathered
   over ranks: what a job's ranks and workers took, which preflight budgets for the experiment's next job.
+- StepTimes (cluster_train/image/step_times.py): each rank's step-time spread, gathered, and the straggler named.
 """
 import dataclasses
 import os
@@ -29,6 +30,7 @@ from cluster_train.shared.config import TrainerConfig
 from cluster_train.shared.errors import UserError
 from cluster_train.image.cuda_graphs import CudaGraphs, compile_for_graphs
 from cluster_train.image.pss import HostMemory, host_memory_facts
+from cluster_train.image.step_times import StepTimes, step_time_facts
 
 BF16_CAPABILITY = (8, 0)  # Ampere: A100, A10, A40, L40S, H100, H200
 GPU_ACCELERATORS = ("gpu", "cuda")  # trainer.accelerator's names for the GPU (auto resolves to "gpu")
@@ -61,7 +63,7 @@ def speed_callbacks(t: TrainerConfig, accelerator: str) -> list:
                         f"set trainer.cuda_graphs=auto, or run it on a GPU partition")
     graphs = CudaGraphs(t.cuda_graphs, t.strategy, t.accumulate_grad_batches, t.compile, gpu)
     return [FastLayout(t.channels_last, t.compile, graphs=t.cuda_graphs == "always"), graphs, InputWait(),
-            HostMemory()]
+            HostMemory(), StepTimes()]
 
 
 class FastLayout(Callback):
@@ -198,4 +200,4 @@ def speed_facts(trainer, num_workers: int) -> dict:
             "compiled": layout.compile, "input": wait,
             "cuda_graphs": next(c for c in trainer.callbacks if isinstance(c, CudaGraphs)).facts(),
             "throughput": next(c for c in trainer.callbacks if isinstance(c, InputWait)).throughput(trainer.world_size),
-            "host_memory": host_memory_facts(trainer, num_workers)}
+            "host_memory": host_memory_facts(trainer, num_workers), "step_times": step_time_facts(trainer)}

@@ -2,16 +2,19 @@
 import contextlib
 import os
 import socket
+from datetime import timedelta
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.plugins.environments import SLURMEnvironment
+from pytorch_lightning.plugins.io import AsyncCheckpointIO
 from pytorch_lightning.profilers import PassThroughProfiler
 from pytorch_lightning.strategies import DeepSpeedStrategy
 
 from cluster_train.shared import config as cfg
+from cluster_train.shared.checkpoint_every import interval
 from cluster_train.image import trackers
 from cluster_train.image.checkpoint_io import AtomicCheckpointIO, atomic_directory_saves, restore_aside
 from cluster_train.image.csv_append import AppendingCSVLogger
@@ -62,7 +65,7 @@ def trainer_options(run: cfg.RunConfig) -> dict:
         limit_train_batches=t.limit_train_batches,
         limit_val_batches=t.limit_val_batches,
         log_every_n_steps=t.log_every_n_steps,
-        plugins=[*cluster_plugins(), AtomicCheckpointIO()],
+        plugins=[*cluster_plugins(), checkpoint_io(t)],
         enable_progress_bar=False,  # batch-job logs are files: a progress bar only fills them with carriage returns
         num_sanity_val_steps=0,  # the tasks validate explicitly before training
         profiler=NoProfiler(),
@@ -81,7 +84,8 @@ def build_trainer(run: cfg.RunConfig, out: Path, callbacks=(), **overrides) -> p
         **options,
         "default_root_dir": out,
         "logger": [AppendingCSVLogger(out, name="", version=""), *trackers.loggers(run, out)],
-        "callbacks": [*ours, RunGuard(last_checkpoint(out)), best, keep_last(last_checkpoint(out)), AnnounceRanks(),
+        "callbacks": [*ours, RunGuard(last_checkpoint(out)), best, keep_last(last_checkpoint(out)),
+                      *saves_between(last_checkpoint(out), run.trainer.checkpoint_every), AnnounceRanks(),
                       *trackers.callbacks(run, out), *callbacks],
         **overrides,
     }))
@@ -94,6 +98,43 @@ def keep_last(path: Path) -> ModelCheckpoint:
     (Lightning would start last-v1.ckpt and the next segment would resume from the stale one)."""
     return ModelCheckpoint(dirpath=Path(path).parent, filename=Path(path).stem, monitor=None, save_top_k=1,
                            save_on_train_epoch_end=True, enable_version_counter=False)
+
+
+ASYNC_SAVES = ("single", "ddp")  # rank 0 writes one file through the checkpoint IO plugin: a thread can write it
+# DeepSpeed and FSDP save synchronously: every rank writes its own shards through the strategy's saver, a collective
+# the plugin's one background thread on rank 0 cannot run
+
+
+def checkpoint_io(t: cfg.TrainerConfig):
+    """Atomic saves (cluster_train/image/checkpoint_io.py); with checkpoint_every, written by a background thread
+    where the strategy allows (Lightning's AsyncCheckpointIO clones the tensors first, then the step goes on)."""
+    if t.checkpoint_every is not None and t.strategy in ASYNC_SAVES:
+        return AsyncCheckpointIO(AtomicCheckpointIO())
+    return AtomicCheckpointIO()
+
+
+def saves_between(path: Path, every) -> list:
+    """trainer.checkpoint_every's mid-epoch saves into `path`, the checkpoint the run resumes from: none when off."""
+    steps, seconds = interval(every)
+    if steps is None and seconds is None:
+        return []
+    return [SaveBetween(path, steps, seconds)]
+
+
+class SaveBetween(ModelCheckpoint):
+    """Lightning's ModelCheckpoint saving `path` every N training steps or T seconds, at a batch end: the same point
+    and state as the time-limit warning's save (RunGuard's RNG and the loader position travel as callback state), so
+    a resume from either is the same (metrics rows need no flush: Lightning writes each one to disk as it logs it).
+    An epoch's last batch is left to keep_last, which saves after validation."""
+
+    def __init__(self, path: Path, steps, seconds):
+        super().__init__(dirpath=Path(path).parent, filename=Path(path).stem, monitor=None, save_top_k=1,
+                         every_n_train_steps=steps, save_on_train_epoch_end=True, enable_version_counter=False,
+                         train_time_interval=timedelta(seconds=seconds) if seconds else None)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if batch_idx + 1 < trainer.num_training_batches:
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
 
 def last_checkpoint(out: Path) -> Path:

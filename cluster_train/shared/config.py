@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 
 import yaml
 
+from cluster_train.shared.checkpoint_every import interval as checkpoint_interval
 from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.shared.registry import unknown_name
 from cluster_train.shared.tracker_config import TrackerConfig, check as check_tracker, normalize as normalize_tracker
@@ -78,6 +79,8 @@ class TrainerConfig:
     log_every_n_steps: int = field(default=50, metadata={"min": 1})
     flops_profiler: bool = False  # DeepSpeed strategies only: print DeepSpeed's FLOPS profile at step 2
     export_weights: bool = True  # at the end of fit, write models/<Model>_best_weights.pth from the best checkpoint
+    # mid-epoch saves of the checkpoint a run resumes from: 500 (steps), 90s/20m/2h, null: off (shared/checkpoint_every)
+    checkpoint_every: Any = None
 
 
 @dataclass
@@ -131,6 +134,7 @@ def resolve(raw: Mapping[str, Any], overrides: Union[Mapping[str, Any], List[str
 
     run.trainer.precision = check_precision(run.trainer.precision)
     check_compile(run.trainer.strategy, run.trainer.compile, run.trainer.cuda_graphs)
+    checkpoint_interval(run.trainer.checkpoint_every)
     check_tracker(run.tracker)
     return run
 

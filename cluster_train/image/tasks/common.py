@@ -22,7 +22,8 @@ from cluster_train.shared.data import build as build_data
 from cluster_train.shared.errors import UserError
 from cluster_train.image.guard import RunGuard
 from cluster_train.image.speed import speed_facts
-from cluster_train.image.trainer import AnnounceRanks, keep_last, resilient, resume_from, trainer_options
+from cluster_train.image.trainer import (AnnounceRanks, keep_last, resilient, resume_from, saves_between,
+                                         trainer_options)
 
 
 def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=None, project: str = "") -> pl.Trainer:
@@ -37,7 +38,8 @@ def trainer(run: RunConfig, out: Path, log_name: str, callbacks=(), max_epochs=N
         default_root_dir=out,
         logger=[AppendingCSVLogger(out / "logs", name=log_name, version=""),
                 *trackers.loggers(run, out, log_name, project, tensorboard=False)],
-        callbacks=[*ours, *callbacks, RunGuard(last), keep_last(last), AnnounceRanks(),  # Announce: where ranks ran
+        callbacks=[*ours, *callbacks, RunGuard(last), keep_last(last),
+                   *saves_between(last, run.trainer.checkpoint_every), AnnounceRanks(),  # Announce: where ranks ran
                    *trackers.callbacks(run, out, log_name)],
     ))
 
