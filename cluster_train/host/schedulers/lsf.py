@@ -72,6 +72,16 @@ class Lsf(Scheduler):
         return options + [f"-o {log}", f"-e {log[:-len('.out')]}.err", "-wa USR1",  # log_name() ends in .out
                           f"-wt {self.warning_seconds(place.grace_s) // 60}", *place.directives]
 
+    def requeue_leaving_out(self, job: "Job") -> str:
+        """bmod -R replaces all of a job's resource requirements: its own -R strings again, the hosts of $ct_left_out
+        left out in its select[] (with the profile's constraint where it has one), then brequeue."""
+        constraint = job.placement.constraint
+        own = [option for option in self.directives(job) if option.startswith("-R ")
+               and not (constraint and option == f'-R "select[{constraint}]"')]
+        select = f'-R "select[{f"({constraint}) && " if constraint else ""}$ct_hosts]"'
+        return (f'ct_hosts=$(printf "hname!=%s && " $ct_left_out); ct_hosts=${{ct_hosts% && }}; '
+                f'bmod {" ".join(own)} {select} "$LSB_JOBID" && {self.requeue_command}')
+
     def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
         # LSF's job array: -J "name[1-N]%K" runs at most K elements at once; %J and %I name each element's output
         return (f'#BSUB -J "{name}[1-{count}]%{cap}"', f"#BSUB -o {logs}/array_%J_%I.out",
