@@ -21,7 +21,8 @@ SCONTROL = ('#!/bin/bash\ncase "$1" in\n  requeue) echo "$2" >> "$CT_FAKE_DIR/re
 SRUN = '#!/bin/bash\nwhile [[ "$1" == -* ]]; do shift; done\nexec "$@"\n'
 # two "ranks" in one step: rank 0 beats on at step 40, waiting; rank 1 froze at step 39 (its heartbeat stopped too)
 HUNG = ('#!/bin/bash\nd="$CT_RUN_DIR/logs/progress"; mkdir -p "$d"; trap "exit 143" TERM\necho "training"\n'
-        'now=$(date +%s); echo "39 $((now - 30)) $now 0.100 nB 12" > "$d/rank-1"; echo "rank 1 frame" > "$d/rank-1.stack"\n'
+        'now=$(date +%s); echo "39 $((now - 30)) $now 0.100 nB 12" > "$d/rank-1"\n'
+        'echo "rank 1 frame" > "$d/rank-1.stack"\n'
         'while :; do now=$(date +%s); echo "40 $((now - 30)) $now 0.100 nA 11" > "$d/rank-0"; '
         'echo "rank 0 frame" > "$d/rank-0.stack"; sleep 0.3; done\n')
 KILLED = '#!/bin/bash\necho training\nsleep 1\nkill -9 $$\n'
