@@ -72,6 +72,7 @@ def test_a_hung_rank_is_named_its_stacks_saved_and_the_job_requeued_without_its_
     assert segments.read(run_dir)[-1].how == "HANG"
 
 
+@pytest.mark.slow  # 3-4 s of bash: make test, not make test-fast
 def test_a_killed_rank_is_requeued_within_max_failures_and_fails_past_it(script, store, tmp_path):
     run_dir = store / "runs" / "long"
     rc, out = run(script, tmp_path, KILLED)
@@ -87,6 +88,7 @@ def test_a_killed_rank_is_requeued_within_max_failures_and_fails_past_it(script,
     assert (tmp_path / "requeued").read_text().split() == ["4242", "4242"]
 
 
+@pytest.mark.slow  # 3-4 s of bash: make test, not make test-fast
 def test_an_exception_is_not_requeued_and_an_earlier_segments_progress_is_no_hang(script, store, tmp_path):
     run_dir = store / "runs" / "long"
     progress = run_dir / "logs" / "progress"
