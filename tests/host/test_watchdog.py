@@ -112,3 +112,20 @@ def test_a_bad_hang_timeout_is_refused_in_one_line(value, said):
     with pytest.raises(UserError, match=said) as refused:
         fields.duration_s(value, "p: hang_timeout")
     assert "\n" not in str(refused.value) and "auto" in str(refused.value)
+
+
+# a node failure: Slurm has requeued the job (Restarts went up) and marks nB down; the job is pending again
+NODE_DOWN = ('#!/bin/bash\ncase "$1 $2" in\n  "show job") echo "JobId=4242 JobState=PENDING Restarts=1" ;;\n'
+             '  "show node") echo "NodeName=nA Arch=x86_64 State=IDLE"\n'
+             '    echo "NodeName=nB Arch=x86_64 State=DOWN+NOT_RESPONDING Reason=gone" ;;\n'
+             '  update*) echo "$*" >> "$CT_FAKE_DIR/updated" ;;\nesac\n')
+
+
+def test_a_failed_node_is_left_out_of_the_job_slurm_requeued(script, store, tmp_path):
+    fakes = {"srun": SRUN, "scontrol": NODE_DOWN, "apptainer": "#!/bin/bash\necho training\n"}
+    job = start(script, tmp_path, "0", fakes, CT_HEARTBEAT_S="1", SLURM_JOB_NODELIST="nA,nB")
+    out, _ = job.communicate(timeout=60)
+    (end,) = ends(store / "runs" / "long")
+    assert end["how"] == "NODE_FAIL" and (end["requeued"], end["failures"]) == (True, 1), (end, out)
+    assert end["excluded"] == [{"host": "nB", "why": "the node failed under segment 1"}], end
+    assert (tmp_path / "updated").read_text().split() == ["update", "JobId=4242", "ExcNodeList=nB"]
