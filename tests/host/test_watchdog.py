@@ -4,6 +4,7 @@ requeues the job with that node left out (ExcNodeList set from the TERM that Slu
 signal is requeued within max_failures and ends FAILED past it; an exception is not requeued; progress lines of an
 earlier segment are not read as a hang. And hang_timeout as the profile gives it."""
 import json
+import socket
 import time
 
 import pytest
@@ -129,3 +130,20 @@ def test_a_failed_node_is_left_out_of_the_job_slurm_requeued(script, store, tmp_
     assert end["how"] == "NODE_FAIL" and (end["requeued"], end["failures"]) == (True, 1), (end, out)
     assert end["excluded"] == [{"host": "nB", "why": "the node failed under segment 1"}], end
     assert (tmp_path / "updated").read_text().split() == ["update", "JobId=4242", "ExcNodeList=nB"]
+
+
+def test_a_node_whose_driver_check_fails_is_left_out_of_the_requeued_job(store, tmp_path):
+    """The start-of-job node check (the NVIDIA driver the image needs) fails on the batch host: a failure of the
+    node, not of the run: requeued without it."""
+    script = rendered_slurm_script(store, tmp_path, "gilbreth", "n2_gpu1")
+    (store / "runs" / "long" / "logs").mkdir(parents=True)
+    fakes = {"srun": SRUN, "scontrol": SCONTROL, "nvidia-smi": "#!/bin/bash\necho 400.00\n",
+             "apptainer": "#!/bin/bash\necho training\n"}
+    job = start(script, tmp_path, "0", fakes, SLURM_JOB_NODELIST="nA,nB", SLURM_JOB_NUM_NODES="2")
+    out, _ = job.communicate(timeout=60)
+    assert job.returncode == 0 and "older than the 525.60.13" in out and "training" not in out, out
+    (end,) = ends(store / "runs" / "long")
+    host = socket.gethostname()
+    assert (end["how"], end["requeued"], end["failures"]) == ("FAILED", True, 1), end
+    assert end["excluded"] == [{"host": host, "why": "its NVIDIA driver 400.00 is older than 525.60.13"}], end
+    assert (tmp_path / "updated").read_text().split() == ["update", "JobId=4242", f"ExcNodeList={host}"]
