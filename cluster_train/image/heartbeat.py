@@ -34,7 +34,7 @@ class Heartbeat(Callback):
 
     def __init__(self, directory: Path, rank: int, interval_s: float, step: int):
         self.directory, self.rank, self.interval_s = directory, rank, interval_s
-        self.step, self.progress_time = step, time.time()
+        self.step, self.progress_time, self.training = step, time.time(), True
         self._last_end: Optional[float] = None
         self._step_times: deque = deque(maxlen=TIMED_STEPS)
         self._stopped = threading.Event()
@@ -54,7 +54,9 @@ class Heartbeat(Callback):
         self._last_end = None  # a step that spans validation is not a step time
 
     def on_train_end(self, trainer, pl_module):
-        self.stop()
+        # what follows training (a last validation, the results, an export) is watched for a frozen process only:
+        # every beat is progress until the process ends or trains again
+        self.training = False
 
     def note_progress(self) -> None:
         """Progress outside a batch (a checkpoint save's end)."""
@@ -95,6 +97,8 @@ class Heartbeat(Callback):
                 f"{socket.gethostname()} {os.getpid()}\n")
 
     def write(self) -> None:
+        if not self.training:
+            self.progress_time = time.time()
         frame = sys._current_frames().get(self._main)
         stack = "".join(traceback.format_stack(frame)) if frame is not None else "(main thread gone)\n"
         _replace(self.directory / f"rank-{self.rank}.stack", stack)
@@ -144,7 +148,7 @@ def start(trainer) -> Optional[Heartbeat]:
     if not run_dir:
         return None
     if _beat:
-        _beat[0].step, _beat[0].progress_time = trainer.global_step, time.time()
+        _beat[0].step, _beat[0].progress_time, _beat[0].training = trainer.global_step, time.time(), True
     else:
         interval = float(os.environ.get("CT_HEARTBEAT_S") or 5)
         _beat.append(Heartbeat(Path(run_dir) / "logs" / "progress", trainer.global_rank, interval,

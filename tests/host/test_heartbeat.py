@@ -69,9 +69,14 @@ def test_a_dump_request_writes_every_threads_stack_into_the_named_directory(beat
     assert not (tmp_path / "logs/hang-1/rank-3-nccl-trace.pkl").exists()  # no NCCL here
 
 
-def test_train_end_stops_the_thread_and_a_second_training_starts_it_again(beat):
+def test_after_training_every_beat_is_progress_and_a_second_training_is_watched_again(beat):
     started, trainer, progress = beat
-    started.on_train_end(trainer, None)
-    assert wait_for(lambda: not started._thread.is_alive())
+    assert wait_for(lambda: (progress / "rank-3").exists())
+    time.sleep(1.1)
+    assert int(fields(progress)[1]) < int(fields(progress)[2])  # training, no step: the silence grows
+    started.on_train_end(trainer, None)  # a last validation, the results: no step, and no hang either
+    assert wait_for(lambda: int(fields(progress)[1]) == int(fields(progress)[2]))
     again = heartbeat.start(SimpleNamespace(global_step=20, global_rank=3, callbacks=[]))
-    assert again is started and wait_for(lambda: fields(progress)[0] == "20")
+    assert again is started and wait_for(lambda: fields(progress)[0] == "20") and started.training
+    started.stop()
+    assert wait_for(lambda: not started._thread.is_alive())
