@@ -143,9 +143,10 @@ def _replace(path: Path, text: str) -> None:
 
 
 def start(trainer) -> Optional[Heartbeat]:
-    """Start this rank's heartbeat at train start (once per process); None outside a run directory."""
+    """Start this rank's heartbeat at train start (once per process); None outside a run directory, and for packed
+    independent tasks, which share one run directory and would each write the same rank-0 file."""
     run_dir = os.environ.get("CT_RUN_DIR")
-    if not run_dir:
+    if not run_dir or os.environ.get("CT_LAUNCH") == "independent":
         return None
     if _beat:
         _beat[0].step, _beat[0].progress_time, _beat[0].training = trainer.global_step, time.time(), True

@@ -24,6 +24,7 @@ def wait_for(check, timeout_s=5.0):
 def beat(tmp_path, monkeypatch):
     monkeypatch.setenv("CT_RUN_DIR", str(tmp_path))
     monkeypatch.setenv("CT_HEARTBEAT_S", "0.1")
+    monkeypatch.delenv("CT_LAUNCH", raising=False)
     monkeypatch.setattr(heartbeat, "_beat", [])
     trainer = SimpleNamespace(global_step=7, global_rank=3, callbacks=[])
     started = heartbeat.start(trainer)
@@ -80,3 +81,10 @@ def test_after_training_every_beat_is_progress_and_a_second_training_is_watched_
     assert again is started and wait_for(lambda: fields(progress)[0] == "20") and started.training
     started.stop()
     assert wait_for(lambda: not started._thread.is_alive())
+
+
+def test_packed_independent_tasks_share_a_run_directory_and_beat_nowhere(tmp_path, monkeypatch):
+    monkeypatch.setenv("CT_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("CT_LAUNCH", "independent")
+    monkeypatch.setattr(heartbeat, "_beat", [])
+    assert heartbeat.start(SimpleNamespace(global_step=0, global_rank=0, callbacks=[])) is None
