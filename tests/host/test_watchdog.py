@@ -147,3 +147,17 @@ def test_a_node_whose_driver_check_fails_is_left_out_of_the_requeued_job(store, 
     assert (end["how"], end["requeued"], end["failures"]) == ("FAILED", True, 1), end
     assert end["excluded"] == [{"host": host, "why": "its NVIDIA driver 400.00 is older than 525.60.13"}], end
     assert (tmp_path / "updated").read_text().split() == ["update", "JobId=4242", f"ExcNodeList={host}"]
+
+
+# both "ranks" beat on at the same step: each waits for the other (a collective that never completes)
+BOTH_WAIT = ('#!/bin/bash\nd="$CT_RUN_DIR/logs/progress"; mkdir -p "$d"; trap "exit 143" TERM\necho "training"\n'
+             'while :; do now=$(date +%s); for r in 0 1; do echo "40 $((now - 30)) $now 0.100 n$r 1$r" > "$d/rank-$r"; '
+             'done; sleep 0.3; done\n')
+
+
+@pytest.mark.slow  # 5 s of bash: make test, not make test-fast
+def test_ranks_that_all_wait_at_one_step_are_a_hang_whose_rank_cannot_be_told(script, store, tmp_path):
+    rc, out = run(script, tmp_path, BOTH_WAIT)
+    assert rc == 0 and "which one is stuck cannot be told; naming rank 0" in out, out
+    (end,) = ends(store / "runs" / "long")
+    assert end["how"] == "HANG" and end["stuck"]["rank"] == 0 and "excluded" not in end, end  # no node to blame
