@@ -161,3 +161,19 @@ def test_ranks_that_all_wait_at_one_step_are_a_hang_whose_rank_cannot_be_told(sc
     assert rc == 0 and "which one is stuck cannot be told; naming rank 0" in out, out
     (end,) = ends(store / "runs" / "long")
     assert end["how"] == "HANG" and end["stuck"]["rank"] == 0 and "excluded" not in end, end  # no node to blame
+
+
+@pytest.mark.slow  # 5 s of bash: make test, not make test-fast
+def test_a_node_the_partition_cannot_spare_is_not_left_out(store, tmp_path):
+    """A 1-node job on a 1-node partition: leaving its node out would leave the job nowhere to run."""
+    cluster = yaml.safe_load((ROOT / "clusters" / "ci-slurm.yaml").read_text())
+    cluster["partitions"]["ci"]["nodes"] = 1
+    cluster["profiles"]["n1_gpu1"]["hang_timeout"] = 10
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cluster))
+    script = rendered_slurm_script(store, tmp_path, str(tmp_path / "c.yaml"), "n1_gpu1")
+    (store / "runs" / "long" / "logs").mkdir(parents=True)
+    rc, out = run(script, tmp_path, HUNG)
+    assert rc == 0 and "warning: node nB is not left out: the partition has 0 node(s) beyond the job's 1" in out, out
+    (end,) = ends(store / "runs" / "long")
+    assert end["how"] == "HANG" and end["requeued"] and "excluded" not in end, end
+    assert not (tmp_path / "updated").exists() and (tmp_path / "requeued").read_text().split() == ["4242"]
