@@ -28,7 +28,7 @@ from lightning_fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from pytorch_lightning.callbacks import Callback
 
 from cluster_train.shared import exit_codes
-from cluster_train.image import csv_append, stop
+from cluster_train.image import csv_append, heartbeat, stop
 from cluster_train.image.data.loading import ResumableLoader
 
 _segment_recorded = []  # one train_start line per process, however many models it trains
@@ -81,6 +81,7 @@ class RunGuard(Callback):
         stop.install()
         record_train_start(trainer)
         csv_append.resumed_at(trainer)
+        heartbeat.start(trainer)  # every rank's progress, for the batch shell's watchdog
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._losses, self._started = [], time.time()

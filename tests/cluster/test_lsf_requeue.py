@@ -96,6 +96,20 @@ def test_brequeue_from_the_job_itself_reruns_it_with_the_same_id(lsf_env, tmp_pa
     assert history.count("Starting (Pid") == 2 and "Done successfully" in history
 
 
+def test_bmod_leaves_a_host_out_of_the_requeued_run(lsf_env, tmp_path):
+    """bmod -R replaces the job's resource requirements; a running job's take effect at its requeue (issue 43:
+    a failed node left out)."""
+    out = tmp_path / "out.txt"
+    body = ('echo "run on $LSB_HOSTS"\n[ "${LSB_RESTART:-}" = Y ] && exit 0\n'
+            'bmod -R "span[hosts=1]" -R "select[hname!=$LSB_HOSTS]" "$LSB_JOBID"\nbrequeue "$LSB_JOBID"\nexit 0\n')
+    job_id = submit(body, lsf_env, f'#BSUB -R "span[hosts=1]"\n#BSUB -o {out}\n')
+    assert wait_end(job_id, lsf_env) == ["DONE", "0", "-"]
+    runs = [line.split()[-1] for line in out.read_text().splitlines() if line.startswith("run on")]
+    assert len(runs) == 2 and runs[0] != runs[1], out.read_text()
+    refused = lsf("bmod", "-x", job_id, env=lsf_env)
+    assert refused.returncode != 0 and "bmod -x is not implemented" in refused.stderr + refused.stdout
+
+
 def test_requeue_exit_value_reruns_the_job(lsf_env, tmp_path):
     out = tmp_path / "out.txt"
     body = ('echo "run restart=${LSB_RESTART:-N} requeue_values=$LSB_EXIT_REQUEUE"\n'

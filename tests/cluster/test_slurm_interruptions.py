@@ -91,10 +91,14 @@ def csv_steps(run_dir: Path, epoch: int = -1) -> list:
 
 
 def test_a_rank_killed_in_a_two_node_run_ends_the_job_and_status_names_it(cpu_image, slurm_cluster, demo_data,
-                                                                         runs_dir):
+                                                                         runs_dir, tmp_path):
     """A rank killed ends the job at once and `status` names it; resumed, the run logs each step once: the steps
-    rank 0 logged after its last checkpoint (epoch 1's end) are trained again, not written twice."""
-    done = run_cluster("ci-slurm", "n2_gpu1", *common(demo_data, 50, "--set", "trainer.strategy=ddp",
+    rank 0 logged after its last checkpoint (epoch 1's end) are trained again, not written twice. (max_failures 0:
+    no requeue after the failure, which tests/cluster/test_hangs.py proves.)"""
+    cluster = yaml.safe_load((ROOT / "clusters" / "ci-slurm.yaml").read_text())
+    cluster["profiles"]["n2_gpu1"]["max_failures"] = 0
+    (tmp_path / "ci-slurm.yaml").write_text(yaml.safe_dump(cluster))
+    done = run_cluster(tmp_path / "ci-slurm.yaml", "n2_gpu1", *common(demo_data, 50, "--set", "trainer.strategy=ddp",
                                                       "--set", "trainer.log_every_n_steps=4"), "--run-id", "ranks")
     assert done.returncode == 0, done.stderr
     run_dir = runs_dir / "ranks"

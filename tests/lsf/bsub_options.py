@@ -147,7 +147,9 @@ def place(opts: dict) -> list:
     span = " ".join(opts["-R"])
     ptile = int(re.search(r"ptile=(\d+)", span).group(1)) if "ptile=" in span else slots if "hosts=1" in span else 1
     hosts = math.ceil(slots / ptile)
-    if ptile > queue["slots_per_host"] or hosts > len(queue["hosts"]):
-        refuse(f"stand-in: {slots} slots x ptile {ptile} cannot be placed on queue hosts {queue['hosts']} "
+    left_out = set(re.findall(r"hname\s*!=\s*([\w.-]+)", span))  # select[hname!=h1 && hname!=h2]
+    usable = [host for host in queue["hosts"] if host not in left_out]
+    if ptile > queue["slots_per_host"] or hosts > len(usable):
+        refuse(f"stand-in: {slots} slots x ptile {ptile} cannot be placed on queue hosts {usable} "
                f"({queue['slots_per_host']} slots each); real LSF would leave the job pending")
-    return [queue["hosts"][i // ptile] for i in range(slots)]
+    return [usable[i // ptile] for i in range(slots)]

@@ -1,4 +1,5 @@
-"""bjobs, bkill, brequeue and bhist of the LSF stand-in of the tests (see standin.py): the commands on submitted jobs.
+"""bjobs, bkill, brequeue, bmod and bhist of the LSF stand-in of the tests (see standin.py): the commands on
+submitted jobs.
 
 They read the job records and leave requests (kill_request, requeue_request) that the job's supervisor acts on, as
 LSF's commands leave them to sbatchd; only `bkill -s` signals a running job itself, and brequeue of a finished job
@@ -10,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from bsub_options import refuse, signal_number
+from bsub_options import place, refuse, signal_number
 from records import (STATE, elements, event, existing_job, forgotten, history, is_array, job_dir, read, sort_key,
                      write)
 from supervisor import signal_job, start_supervisor
@@ -147,6 +148,30 @@ def brequeue(argv) -> None:
             start_supervisor(job_id)
         print(f"Job <{job_id}> is being requeued")
     sys.exit(status)
+
+
+def bmod(argv) -> None:
+    """bmod -R "res_req" [-R ...] ID: the job's resource requirements replaced (every -R it had, as LSF's bmod -R
+    does); a running job's apply at its next dispatch, after a requeue (LSF with LSB_MOD_ALL_JOBS=Y)."""
+    resources, ids = [], []
+    words = iter(argv)
+    for word in words:
+        if word == "-R":
+            resources.append(next(words, ""))
+        elif word.startswith("-"):
+            refuse(f"stand-in: bmod {word} is not implemented")
+        else:
+            ids.append(word)
+    if len(ids) != 1 or not all(resources) or not resources:
+        refuse('bmod: usage: bmod -R "res_req" [-R "res_req" ...] job_ID')
+    job = existing_job(ids[0], f"Job <{ids[0]}>: No matching job found")
+    if read(job, "stat") in ("DONE", "EXIT"):
+        refuse(f"Job <{ids[0]}>: Job has already finished")
+    rec = json.loads((job / "job.json").read_text())
+    rec["next_slots"] = place({"-q": rec["queue"], "-n": str(len(rec["slots"])), "-R": resources})
+    (job / "job.json").write_text(json.dumps(rec, indent=1))
+    event(job, "modify", resources=resources)
+    print(f"Parameters of job <{ids[0]}> are being changed")
 
 
 # --- bhist ---------------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A stand-in for LSF's bsub, bjobs, bkill, brequeue, bhist, blaunch, bqueues and lshosts, for tests only (LSF has
-no free implementation).
+"""A stand-in for LSF's bsub, bjobs, bkill, brequeue, bmod, bhist, blaunch, bqueues and lshosts, for tests only (LSF
+has no free implementation).
 
 It checks what real bsub checks before accepting a job (queue, -n, -W, -wa/-wt, -Q, -gpu and -R syntax; #BSUB lines
 read from a script given on standard input), places the job on the queue's hosts, and runs the script on the first one
@@ -22,6 +22,8 @@ Long runs, as IBM's LSF 10.1 documents them (bsub -W/-wa/-wt/-Q, brequeue, bkill
 - job arrays: `-J "name[1-N]%K"` (indices also as lists and steps, `[1,3,5-9:2]`) submits one job whose elements
   are JOBID[i], each run with LSB_JOBINDEX=i (0 outside an array) and LSB_JOBNAME name[i], %I in -o/-e its index; at
   most K elements run at once; bjobs/bkill/brequeue take JOBID (every element) or JOBID[i] (one).
+- `bmod -R "res_req" [-R ...] ID` replaces the job's resource requirements; a running job's apply at its next
+  dispatch: a requeued job runs on the hosts they allow (`select[hname!=HOST]` leaves a host out).
 - `bhist -l ID` shows every run and how it ended (requeue, run limit, DONE/EXIT); records stay in the state dir.
 - job dependencies: `-w 'done(ID) && done(ID)'` holds the job (PEND) until every one is DONE; a dependency on a job
   LSF cannot find fails the submission. Once one has exited otherwise the condition can never be met: the job is an
@@ -54,7 +56,7 @@ HERE = Path(__file__).resolve().parent
 ARRAY_MAX = 1000  # LSF's default MAX_JOB_ARRAY_SIZE
 sys.path.insert(0, str(HERE))  # the sibling modules, wherever this runs from (also with PYTHONSAFEPATH set)
 from bsub_options import check, dependencies, minutes, parse_bsub, place, refuse, split_bsub  # noqa: E402
-from job_commands import bhist, bjobs, bkill, brequeue  # noqa: E402
+from job_commands import bhist, bjobs, bkill, bmod, brequeue  # noqa: E402
 from records import STATE, event, existing_job, job_dir, write  # noqa: E402
 from site_commands import bqueues, lshosts  # noqa: E402
 from supervisor import on_host, start_supervisor, supervise  # noqa: E402
@@ -171,5 +173,5 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--supervise"]:
         supervise(sys.argv[2])
     else:
-        {"bsub": bsub, "bjobs": bjobs, "bkill": bkill, "brequeue": brequeue, "bhist": bhist,
+        {"bsub": bsub, "bjobs": bjobs, "bkill": bkill, "brequeue": brequeue, "bhist": bhist, "bmod": bmod,
          "blaunch": blaunch, "bqueues": bqueues, "lshosts": lshosts}[Path(sys.argv[0]).name](sys.argv[1:])

@@ -108,9 +108,24 @@ def signal_job(job: Path, pgid: int, signum: int, why: str) -> None:
     event(job, "signal", signal=signal.Signals(signum).name[3:], why=why)
 
 
+def dispatch_as_modified(job: Path, rec: dict, env: dict) -> None:
+    """A job bmod -R changed while it ran is dispatched to the hosts its new requirements allow."""
+    fresh = json.loads((job / "job.json").read_text())
+    slots = fresh.pop("next_slots", None)
+    if not slots:
+        return
+    rec["slots"] = fresh["slots"] = slots
+    hosts = list(dict.fromkeys(slots))
+    env.update(LSB_HOSTS=" ".join(slots), LSB_MCPU_HOSTS=" ".join(f"{h} {slots.count(h)}" for h in hosts))
+    (job / "hostfile").write_text("".join(f"{h}\n" for h in slots))
+    (job / "job.json").write_text(json.dumps(fresh, indent=1))
+    (job / "env.json").write_text(json.dumps(env))
+
+
 def run_once(job: Path, rec: dict, env: dict, restart: bool):
     """Dispatch the script once; None if the job is requeued, else (stat, exit code, exit reason)."""
     (job / "requeue_request").unlink(missing_ok=True)
+    dispatch_as_modified(job, rec, env)
     out = open(rec["out"], rec["out_mode"])
     err = out if rec["err"] == rec["out"] else open(rec["err"], rec["err_mode"])
     run_env = dict(env)

@@ -30,10 +30,8 @@ FABRICS = ("infiniband", "ethernet", "slingshot")  # between a partition's nodes
 # the fast ones (cluster_train/host/fabric.py); slingshot: they bind the host's NCCL plugin and libfabric
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 NO_PARTITION = "none"  # a partition entry whose jobs name no partition: the site's default, or a site without any
-# An NVIDIA driver version as nvidia-smi prints it (535.104.05, 470.82.01, 550.54).
-DRIVER = re.compile(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
-# A raw directive line is read by the scheduler, not a shell: one option; a newline would start a script line.
-DIRECTIVE = re.compile(r"^-[^\x00-\x1f\x7f]*$")  # one option, no control characters
+DRIVER = re.compile(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")  # an NVIDIA driver version as nvidia-smi prints it (535.104.05)
+DIRECTIVE = re.compile(r"^-[^\x00-\x1f\x7f]*$")  # a raw directive: one option (a newline would start a script line)
 
 
 @dataclass
@@ -111,10 +109,11 @@ class Profile:
     env: Dict[str, str] = field(default_factory=dict)
     directives: List[str] = field(default_factory=list)  # extra raw scheduler directives
     notify: bool = False  # mail at start and end (LSF -B -N, Slurm --mail-type=BEGIN,END)
-    # Long runs: the scheduler warns this many seconds before the time limit, every rank saves a checkpoint and the
-    # job requeues itself, at most max_requeues times per run.
+    # Long runs: warned grace_s before the time limit, every rank saves and the job requeues itself (max_requeues).
     grace_s: int = field(default=300, metadata={"min": 10})
     max_requeues: int = field(default=10, metadata={"min": 0})
+    hang_timeout: Any = "auto"  # a rank without progress this long ends the job (fields.duration_s: 90, 10m, auto)
+    max_failures: int = field(default=2, metadata={"min": 0})  # requeues after a hang, a node's failure, a killed rank
     tasks: List[Dict[str, Any]] = field(default_factory=list)  # launch: independent -> [{name, set: {key: value}}]
     # copy the run's data image (data.image) to each node's local_dir before the ranks start; a copy that fails
     # falls back to the shared copy with a warning, or, stage_required, ends the job
@@ -282,6 +281,7 @@ def _profile(name: str, spec: Any, where: str) -> Profile:
     if profile.mem_per_gpu_gb is not None and not profile.gpus_per_node:
         raise UserError(f"{where} gives memory per GPU but asks for no GPUs; use mem_gb (per node) instead")
     fields.constraint(profile.constraint, f"{where} constraint")
+    fields.duration_s(profile.hang_timeout, f"{where}: hang_timeout")
     fields.directive_name(profile.qos, "qos", where)
     fields.directive_name(profile.reservation, "reservation", where)
     profile.env = fields.env(profile.env, f"{where} env")

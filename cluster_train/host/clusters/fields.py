@@ -167,3 +167,22 @@ def module_init(value: Any, where: str) -> str:
     if path:
         plain_path(path, where, "/usr/share/lmod/lmod/init/bash (the module system's init script)")
     return path
+
+
+DURATION = re.compile(r"^(\d+)\s*([smh]?)$")
+MIN_HANG_TIMEOUT_S = 10  # two heartbeats (CT_HEARTBEAT_S, 5 s): a shorter silence is not yet a hang
+
+
+def duration_s(value: Any, where: str) -> int:
+    """hang_timeout as seconds: a whole number of seconds, 90s, 10m or 1h; 0 for auto (the batch shell's watchdog
+    takes max(300 s, 20 x the measured step time))."""
+    if value == "auto":
+        return 0
+    found = DURATION.match(str(value).strip()) if not isinstance(value, (bool, float)) else None
+    if not found:
+        raise UserError(f"{where} = {value!r} is not a duration; write seconds (90), 90s, 10m, 1h or auto")
+    seconds = int(found.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[found.group(2)]
+    if seconds < MIN_HANG_TIMEOUT_S:
+        raise UserError(f"{where} = {value!r} is {seconds} s, shorter than {MIN_HANG_TIMEOUT_S} s (two heartbeats of "
+                        f"every rank); give at least {MIN_HANG_TIMEOUT_S}s, or auto")
+    return seconds

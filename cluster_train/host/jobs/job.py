@@ -90,6 +90,9 @@ class Placement:
     account: Optional[str] = None
     grace_s: int = 300  # the time-limit warning comes this long before the limit
     max_requeues: int = 10
+    hang_timeout_s: int = 0  # a rank without progress this long ends the job; 0: auto (from its step time)
+    max_failures: int = 2  # requeues after a failure (a hang, a node's, a killed rank) per run
+    spare_nodes: int = 0  # the partition's nodes beyond the job's: at most this many failed nodes may be left out
     directives: List[str] = field(default_factory=list)  # the profile's raw ones, after the adapter's own
 
     @property

@@ -11,7 +11,7 @@ from cluster_train.shared import config as cfg
 from cluster_train.shared import tracker_config
 from cluster_train.shared.errors import UserError
 from cluster_train.host import fabric, project, settings
-from cluster_train.host.clusters import Cluster, Partition, Profile
+from cluster_train.host.clusters import Cluster, Partition, Profile, fields
 from cluster_train.host.clusters.flavors import min_driver
 from cluster_train.host.clusters.signing_policy import policy
 from cluster_train.host.images import store
@@ -57,6 +57,8 @@ def work_of(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: L
     """What runs: the entry point, the run directory, how many processes start (packed tasks, one per rank, or one
     per host), what they see (binds, environment, credentials by name, modules)."""
     env = {k: settings.expand_env(v, user, cluster.name) for k, v in {**cluster.env, **profile.env}.items()}
+    if profile.gpus_per_node:  # entries for the NCCL flight recorder the hang watchdog's dump request saves
+        env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
     if run.code and not run.command:  # --dev: the snapshot's cluster_train package comes before the image's on the path
         env["PYTHONPATH"] = str(run_dir / "code")
     if checks_fabric(profile, cluster.partition(profile.partition)):
@@ -86,6 +88,8 @@ def placement_of(cluster: Cluster, profile: Profile, part: Partition, scheduler:
         constraint=scheduler.constraint_join.join(filter(None, (part.constraint, profile.constraint))),
         reservation=profile.reservation, exclusive=profile.exclusive, account=user.get("account"),
         grace_s=profile.grace_s, max_requeues=profile.max_requeues, directives=list(profile.directives),
+        hang_timeout_s=fields.duration_s(profile.hang_timeout, f"profile {profile.name!r}: hang_timeout"),
+        max_failures=profile.max_failures, spare_nodes=max(part.nodes - profile.nodes, 0),
     )
 
 

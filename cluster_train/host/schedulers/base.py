@@ -99,28 +99,29 @@ class Scheduler:
       name             the cluster file's `scheduler:` word.
       template         its job script's Jinja file in `template_dir()` (the `templates/` folder beside the module);
                        it renders `job` (jobs/job.py: job.work, job.placement...) and `scheduler` (this adapter),
-                       may include the shared partials (_preamble.sh.j2, _container.sh.j2, _segments.sh.j2) of
-                       schedulers/templates/, and decides nothing (its `{% if %}` tests one finished value).
-      default_launch, launches
-                       the names of the launch shapes it can start (cluster_train/host/schedulers/launches.py: how
-                       each starts its ranks; preflight refuses a profile asking for another).
+                       may include the shared partials (_preamble.sh.j2, _segments.sh.j2...) of schedulers/templates/,
+                       and decides nothing (its `{% if %}` tests one finished value).
+      default_launch, launches   the launch shapes it can start (launches.py: how each starts its ranks;
+                       preflight refuses a profile asking for another).
       submit()         queue the rendered script (after=: held until those jobs COMPLETED); returns the job id.
       state()          what the scheduler says of a job it still knows ({'state': State, ...}; 'gone' once forgotten).
       cancel()         end the job.
       log_name()       the job's log file name in the run's logs/ (the scheduler's own % patterns).
     May fill in (the defaults describe a scheduler without arrays, accounting, requeue or directives):
-      accounting(), accounting_name
-                       the record of ended jobs that outlives state() (sacct, bhist); None: no accounting.
+      accounting(), accounting_name  the record of ended jobs that outlives state() (sacct, bhist); None: none.
       array_directives(), element_id(), array_index, array_log, array_replaces, array_cap(), cancel_array()
                        job arrays for sweeps; without them `--sweep` is refused.
       wait_options()   submit options holding a job until others COMPLETED (--after); None: --after is refused.
       array_limit(), after_directive()   most elements per array; how an array waits for the one before.
       array_states(), array_accounting()
                        a whole array's states in one question (a 1000-element sweep's status); else per element.
-      requeue_command  how the batch shell puts its own job back in the queue ("": a time-limited run just ends).
-      requeued_under_us
+      requeue_command, requeue_leaving_out()
+                       how the batch shell puts its own job back in the queue ("": a time-limited run just ends), and
+                       how with the nodes of $ct_left_out left out of its next allocation ("": it cannot).
+      requeued_under_us, failed_nodes, leave_out_pending, cancel_self
                        a shell test: the scheduler itself has requeued the job while this batch shell runs (a node
-                       failure), so its steps were ended, whatever their exit status ("": it never does).
+                       failure), so its steps were ended, whatever their exit status ("": it never does); then the
+                       words that print its failed nodes, leave $ct_left_out out, cancel it (the budget is spent).
       unsupported      the profile/partition keys (Placement fields) it cannot express, each with the fix.
       directives(), directive_prefix   its header's options, decided in Python (the template writes them).
       short_options, option_groups, repeatable, option_keys
@@ -132,9 +133,8 @@ class Scheduler:
       inventory()      what the live scheduler says it has (partitions, your accounts and QOS): init-cluster's draft
                        and check-cluster's drift; None where it cannot say.
       commands, version_command, ping_command, associations()
-                       what `run-cluster doctor` looks for and asks on a login node: the commands a user of
-                       this scheduler needs there, the one that prints its version, the one that asks its
-                       controller to answer, the accounts and QOS this user may use.
+                       what `run-cluster doctor` looks for and asks on a login node: the commands a user of this
+                       scheduler needs there, its version, whether its controller answers, your accounts and QOS.
       title, partition_word, job_id_var, hosts_var, constraint_join, follow_by_default, test_script():
                        the remaining facts, each documented where it is declared below.
     """
@@ -151,6 +151,7 @@ class Scheduler:
     follow_by_default = False  # --wait unless --no-wait
     requeue_command = ""  # how the batch shell puts its own job back in the queue ("": it cannot)
     requeued_under_us = ""  # shell test: the scheduler requeued this job while its batch shell ran ("": never)
+    failed_nodes = leave_out_pending = cancel_self = ""  # after requeued_under_us (the docstring above)
     job_id_var = "$$"  # the job's id, as the batch shell reads it
     hosts_var = "$(hostname)"  # the job's hosts, as the batch shell reads them
     each_node = '"$@"'  # the body of ct_each_node COMMAND...: here, the batch shell's host is the job's only one
@@ -160,17 +161,18 @@ class Scheduler:
     version_command: Tuple[str, ...] = ()  # prints the scheduler's version (`doctor`); (): nothing to ask
     ping_command: Tuple[str, ...] = ()  # exits 0 only when the controller answers (`doctor`); (): nothing to ask
     controller = ""  # the daemon ping_command asks, in messages (slurmctld)
-    # Profile and partition settings this scheduler has no way to express: key -> the fix.
-    unsupported: Dict[Tuple[str, str], str] = {}
+    unsupported: Dict[Tuple[str, str], str] = {}  # profile and partition settings it cannot express: key -> the fix
     short_options: Dict[str, str] = {}  # -p -> partition
-    # Options that set the same thing in different words (--mem vs --mem-per-gpu): one of a group per script.
-    option_groups: Tuple[frozenset, ...] = ()
+    option_groups: Tuple[frozenset, ...] = ()  # options setting one thing in other words (--mem, --mem-per-gpu)
     repeatable: Tuple[str, ...] = ()  # options a script may give more than once
     option_keys: Dict[str, str] = {}  # a rendered option -> the cluster-file key that sets it
 
     def directives(self, job: "Job") -> List[str]:
         """The header's options (`directive_prefix OPTION` lines), the profile's raw ones last; default: only those."""
         return list(job.placement.directives)
+
+    def requeue_leaving_out(self, job: "Job") -> str:
+        return ""  # shell: requeue this job, the hosts of $ct_left_out (space-separated) left out ("": it cannot)
 
     def template_dir(self) -> Path:
         """The folder of this adapter's template: `templates/` beside the module that defines its class."""
@@ -179,9 +181,8 @@ class Scheduler:
     def time_seconds(self, text: str) -> Optional[int]:
         """A time limit in this scheduler's own format as seconds; 0 for "no limit"; None where it is malformed.
         The default reads sbatch --time, every form Slurm takes: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, and 0, -1,
-        INFINITE, UNLIMITED. The first field has any size (90 minutes is "90"; 36 hours "36:00:00"); the ones after
-        it are clock fields (minutes and seconds to 59, hours after a day to 23): Slurm would also add up 99:99:99,
-        which is a typo, not a time anyone means."""
+        INFINITE, UNLIMITED. The first field has any size (90 minutes is "90"); the ones after it are clock fields
+        (minutes and seconds to 59, hours after a day to 23): Slurm would add up 99:99:99, a typo, not a time."""
         if text.upper() in ("-1", "INFINITE", "UNLIMITED"):
             return 0
         found = SLURM_TIME.match(text)
@@ -230,8 +231,7 @@ class Scheduler:
         raise UserError(f"the {self.name} scheduler has no job arrays")
 
     def element_id(self, array_id: str, index: int) -> str:
-        """The id of the array's element `index` (0-based), as the scheduler's commands take it."""
-        raise NotImplementedError
+        raise NotImplementedError  # the id of the array's element `index` (0-based), as its commands take it
 
     def after_directive(self, job_id: str) -> Optional[str]:
         """The script line that holds a job until `job_id` has ended, however it ended (a split sweep's next

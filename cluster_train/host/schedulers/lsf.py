@@ -26,7 +26,8 @@ class Lsf(Scheduler):
     time_example = "4:00 or 36:00"
     default_time = "1:00"  # bsub -W [hour:]minute: one hour
     # an array element is JOBID[index] (LSB_JOBINDEX is 0 or unset outside an array): brequeue JOBID would requeue all
-    requeue_command = 'brequeue "$LSB_JOBID$([ "${LSB_JOBINDEX:-0}" = 0 ] || echo "[$LSB_JOBINDEX]")"'
+    this_job = '"$LSB_JOBID$([ "${LSB_JOBINDEX:-0}" = 0 ] || echo "[$LSB_JOBINDEX]")"'
+    requeue_command = f"brequeue {this_job}"
     job_id_var = "$LSB_JOBID"
     hosts_var = "$LSB_HOSTS"
     # blaunch -z takes one host at a time here (the stand-in's form): one per host, all at once, the worst status
@@ -71,6 +72,17 @@ class Lsf(Scheduler):
             options += ["-B", "-N", *([f"-u {job.notify.email}"] if job.notify.email else [])]
         return options + [f"-o {log}", f"-e {log[:-len('.out')]}.err", "-wa USR1",  # log_name() ends in .out
                           f"-wt {self.warning_seconds(place.grace_s) // 60}", *place.directives]
+
+    def requeue_leaving_out(self, job: "Job") -> str:
+        """bmod -R replaces all of a job's resource requirements: its own -R strings again, the hosts of $ct_left_out
+        left out in its select[] (with the profile's constraint where it has one), then brequeue."""
+        constraint = job.placement.constraint
+        own = [option for option in self.directives(job) if option.startswith("-R ")
+               and not (constraint and option == f'-R "select[{constraint}]"')]
+        select = f'-R "select[{f"({constraint}) && " if constraint else ""}$ct_hosts]"'
+        return (f'ct_hosts=$(printf "hname!=%s && " $ct_left_out); ct_hosts=${{ct_hosts% && }}; '
+                f'bmod {" ".join(own)} {select} {self.this_job} || echo "[cluster-train] warning: bmod refused to leave '
+                f'$ct_left_out out; requeued on any host" >&2; {self.requeue_command}')
 
     def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
         # LSF's job array: -J "name[1-N]%K" runs at most K elements at once; %J and %I name each element's output

@@ -38,6 +38,11 @@ class Slurm(Scheduler):
     # may still exit 0, and the batch shell runs on until it is signalled
     requeued_under_us = ('[ "$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | '
                          'sed -n "s/.* Restarts=\\([0-9]*\\).*/\\1/p")" -gt "${SLURM_RESTART_COUNT:-0}" ] 2>/dev/null')
+    # a node failure: the job's nodes Slurm marks failed; ExcNodeList is taken from a pending job only
+    failed_nodes = ('scontrol show node -o "$SLURM_JOB_NODELIST" 2>/dev/null | sed -n '
+                    '"s/^NodeName=\\([^ ]*\\) .*State=[A-Z_+]*\\(DOWN\\|FAIL\\|DRAIN\\|NOT_RESPONDING\\).*/\\1/p"')
+    leave_out_pending = 'scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="${ct_left_out// /,}"'
+    cancel_self = 'scancel "$SLURM_JOB_ID"'
     max_warning_s = 65535  # sbatch --signal=B:USR1@sig_time: "an integer between 0 and 65535"
     job_id_var = "$SLURM_JOB_ID"
     hosts_var = "$SLURM_JOB_NODELIST"
@@ -84,6 +89,11 @@ class Slurm(Scheduler):
         if job.notify.wanted:
             options += ["--mail-type=BEGIN,END,FAIL", *present(**{"mail-user": job.notify.email})]
         return options + list(place.directives)
+
+    def requeue_leaving_out(self, job: "Job") -> str:
+        # scontrol refuses ExcNodeList while the job runs ("no longer pending"), and the requeue ends this shell with
+        # SIGTERM: the trap sets it then, on the job pending again, long before its BeginTime lets it start
+        return f"trap '{self.leave_out_pending} || true; exit 0' TERM; {self.requeue_command}; sleep 60 & wait $!"
 
     def task_step(self, job: "Job") -> List[str]:
         """srun's options for one packed task: one GPU, its share of the job's memory (the template's comment says

@@ -1,0 +1,155 @@
+"""Issue 43 on the real test Slurm cluster and the LSF stand-in, inside the image: a rank stopped with SIGSTOP in a
+2-node DDP run is found by the batch shell's watchdog within hang_timeout + 60 s, named with its host, its stacks
+saved; the job is requeued without that node, resumes and ends with the metrics of an uninterrupted run. A run whose
+rank is killed at each of its starts is requeued twice (max_failures 2) and then ends FAILED. On the LSF stand-in the
+watchdog ends a hung single-host run and names it."""
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, job_logs, manifest, release_requeued, run_cluster
+
+from cluster_train.host.runs import segments
+
+pytestmark = [pytest.mark.image, pytest.mark.slurm]
+HANG_S = 20
+DEMO = ["demo", "--set", "data.num_workers=0", "--set", "trainer.max_epochs=3", "--set", "trainer.strategy=ddp"]
+
+
+def with_hang_timeout(tmp_path: Path, cluster: str, profile: str) -> Path:
+    """The cluster file with hang_timeout HANG_S on `profile` (a profile key: --set does not reach it)."""
+    found = yaml.safe_load((ROOT / "clusters" / f"{cluster}.yaml").read_text())
+    found["profiles"][profile]["hang_timeout"] = f"{HANG_S}s"
+    path = tmp_path / f"{cluster}-hang.yaml"
+    path.write_text(yaml.safe_dump(found))
+    return path
+
+
+def wait_for(predicate, what: str, timeout_s: float, run_dir: Path, job_id: str = ""):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if job_id:
+            release_requeued(job_id)
+        time.sleep(1)
+    raise AssertionError(f"{what}: not within {timeout_s} s; {read_ends(run_dir)}\n{job_logs(run_dir)[-3000:]}")
+
+
+def read_ends(run_dir: Path) -> list:
+    path = run_dir / "logs" / "segments.jsonl"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return [json.loads(line) for line in lines if '"event": "end"' in line]
+
+
+def progress(run_dir: Path, rank: int) -> list:
+    """Rank `rank`'s heartbeat line: STEP PROGRESS_TIME ALIVE_TIME STEP_S HOST PID ([] before the first)."""
+    path = run_dir / "logs" / "progress" / f"rank-{rank}"
+    return path.read_text().split() if path.is_file() else []
+
+
+def stop_rank_after_an_epoch(run_dir: Path, rank: int) -> tuple:
+    """SIGSTOP rank `rank` once an epoch has ended (a checkpoint to resume from); its (host, pid, when)."""
+    wait_for(lambda: "[cluster-train] epoch 1/" in job_logs(run_dir) and len(progress(run_dir, rank)) == 6,
+             "an epoch trained", 300, run_dir)
+    _, _, _, _, host, pid = progress(run_dir, rank)
+    os.kill(int(pid), signal.SIGSTOP)  # Apptainer shares the host's PID namespace: the pid is this machine's
+    return host, int(pid), time.time()
+
+
+def test_a_stopped_rank_is_named_its_node_left_out_and_the_run_completes_as_uninterrupted(
+        cpu_image, slurm_cluster, demo_data, runs_dir, tmp_path):
+    data = ["--set", f"data.root={demo_data}"]
+    done = run_cluster(with_hang_timeout(tmp_path, "ci-slurm", "n2_gpu1"), "n2_gpu1", *DEMO, *data,
+                       "--run-id", "hung", "--no-wait")
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = runs_dir / "hung"
+    job_id = manifest(run_dir)["scheduler"]["job_id"]
+    pid = 0
+    try:
+        host, pid, stopped = stop_rank_after_an_epoch(run_dir, 1)
+        # the reference trains on the two other nodes while the hung job waits for its watchdog
+        reference = run_cluster("ci-slurm", "n2_gpu1", *DEMO, *data, "--run-id", "reference", "--no-wait")
+        assert reference.returncode == 0, reference.stderr
+        (end,) = wait_for(lambda: read_ends(run_dir), "the hung job ended", HANG_S + 60, run_dir)
+        ended_after = time.time() - stopped
+        excluded = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
+        found = wait_for(lambda: segments.read(run_dir)[-1].how == "COMPLETED" and segments.read(run_dir),
+                         "the requeued job completed", 600, run_dir, job_id)
+        ref_dir = runs_dir / "reference"
+        wait_for(lambda: (ref_dir / "results.json").is_file(), "the reference completed", 300, ref_dir)
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+        if pid:
+            subprocess.run(["kill", "-KILL", str(pid)], capture_output=True)
+    print(f"rank 1 stopped: the job ended {ended_after:.1f} s later (hang_timeout {HANG_S} s)")
+    log = job_logs(run_dir)
+    assert ended_after < HANG_S + 60, ended_after
+    assert f"error: rank 1 on host {host} made no step for" in log and f"(hang_timeout {HANG_S} s)" in log, log[-3000:]
+    assert end["how"] == "HANG" and end["stuck"]["rank"] == 1 and end["stuck"]["host"] == host, end
+    assert (end["requeued"], end["failures"], end["max_failures"]) == (True, 1, 2), end
+    assert end["excluded"][0]["host"] == host and end["stacks"] == "logs/hang-1", end
+    stacks = run_dir / "logs" / "hang-1"
+    assert "Current thread" in (stacks / "rank-0-stacks.txt").read_text()  # rank 0 answered the dump request
+    assert "train" in (stacks / "rank-1.stack").read_text()  # the stopped rank's last stack, from its last beat
+    assert f"ExcNodeList={host} " in excluded, excluded
+    assert host not in found[-1].hosts, found  # the requeued job ran without the node
+    assert (run_dir / "metrics.csv").read_text() == (runs_dir / "reference" / "metrics.csv").read_text()
+
+
+KILLED_SH = 'echo "[test] start of segment $CT_SEGMENT"\nkill -9 $$\n'
+
+
+def test_a_rank_killed_at_every_start_is_requeued_twice_then_fails(cpu_image, slurm_cluster, runs_dir, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "killed.sh").write_text(KILLED_SH)
+    done = run_cluster("ci-slurm", "n1_gpu1", "--run-id", "killed", "--no-wait", "--stale-image-ok", "--",
+                       "bash", "killed.sh", cwd=code)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = runs_dir / "killed"
+    job_id = manifest(run_dir)["scheduler"]["job_id"]
+    try:
+        ends = wait_for(lambda: len(read_ends(run_dir)) == 3 and read_ends(run_dir), "three starts ended", 240,
+                        run_dir, job_id)
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+    assert [(e["how"], e["failures"], e["requeued"]) for e in ends] == [
+        ("FAILED", 1, True), ("FAILED", 2, True), ("FAILED", 3, False)], ends
+    assert all(e["exit_code"] >= 129 and e["max_failures"] == 2 for e in ends), ends
+    log = job_logs(run_dir)
+    assert "failure 3 of this run, and max_failures is 2: not requeued" in log, log[-3000:]
+    assert f"bin/run-cluster resume {run_dir}" in log
+
+
+def test_the_lsf_watchdog_ends_a_hung_single_host_run_and_names_it(cpu_image, slurm_cluster, demo_data, runs_dir,
+                                                                   lsf_path, tmp_path):
+    done = run_cluster(with_hang_timeout(tmp_path, "ci-lsf", "one_gpu"), "one_gpu", "demo",
+                       "--set", f"data.root={demo_data}", "--set", "data.num_workers=0",
+                       "--set", "trainer.max_epochs=3", "--run-id", "lsf-hung", "--no-wait")
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = runs_dir / "lsf-hung"
+    job_id = manifest(run_dir)["scheduler"]["job_id"]
+    pid = 0
+    try:
+        host, pid, stopped = stop_rank_after_an_epoch(run_dir, 0)
+        (end,) = wait_for(lambda: read_ends(run_dir), "the hung job ended", HANG_S + 60, run_dir)
+        ended_after = time.time() - stopped
+        rerun = wait_for(lambda: len(segments.read(run_dir)) > 1 and segments.read(run_dir)[1], "the requeued run",
+                         60, run_dir)
+    finally:
+        subprocess.run(["bkill", job_id], capture_output=True)
+        if pid:
+            subprocess.run(["kill", "-KILL", str(pid)], capture_output=True)
+    log = "".join(path.read_text() for path in sorted((run_dir / "logs").glob("*.err")))  # LSF's -e: stderr
+    assert ended_after < HANG_S + 60, ended_after
+    assert f"error: rank 0 on host {host} made no step for" in log, log[-3000:]
+    assert end["how"] == "HANG" and end["stuck"]["host"] == host and end["requeued"], end
+    assert end["excluded"] == [{"host": host, "why": f"rank 0 made no step for {end['stuck']['silent_s']} s"}], end
+    assert host not in rerun.hosts, rerun  # bmod -R "select[hname!=HOST]" before brequeue: it runs elsewhere

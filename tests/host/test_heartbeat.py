@@ -1,0 +1,90 @@
+"""Contract 1 of issue 43: each rank's heartbeat thread writes its progress line and its main thread's stack, keeps
+writing ALIVE_TIME while the main thread makes no step, and answers a dump request (cluster_train/image/heartbeat.py).
+A fake trainer: the thread reads only global_step, global_rank and callbacks."""
+import os
+import time
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("pytorch_lightning")
+from cluster_train.image import heartbeat  # noqa: E402
+
+
+def wait_for(check, timeout_s=5.0):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def beat(tmp_path, monkeypatch):
+    monkeypatch.setenv("CT_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("CT_HEARTBEAT_S", "0.1")
+    monkeypatch.delenv("CT_LAUNCH", raising=False)
+    monkeypatch.setattr(heartbeat, "_beat", [])
+    trainer = SimpleNamespace(global_step=7, global_rank=3, callbacks=[])
+    started = heartbeat.start(trainer)
+    yield started, trainer, tmp_path / "logs" / "progress"
+    started.stop()
+
+
+def fields(progress):
+    return (progress / "rank-3").read_text().split()
+
+
+def test_progress_line_has_six_fields_and_the_resumed_step(beat):
+    started, trainer, progress = beat
+    assert started in trainer.callbacks
+    assert wait_for(lambda: (progress / "rank-3").exists())
+    step, progress_time, alive, step_s, host, pid = fields(progress)
+    assert (step, step_s, pid) == ("7", "0.000", str(os.getpid()))
+    assert abs(int(alive) - time.time()) <= 2 and int(progress_time) <= int(alive) and host
+    assert "test_heartbeat.py" in (progress / "rank-3.stack").read_text()  # the main thread's stack
+
+
+def test_steps_move_progress_and_alive_time_goes_on_without_them(beat):
+    started, trainer, progress = beat
+    for step in range(8, 16):
+        trainer.global_step = step
+        started.on_train_batch_end(trainer, None, None, None, step)
+        time.sleep(0.01)
+    assert wait_for(lambda: fields(progress)[0] == "15")
+    assert 0.005 < float(fields(progress)[3]) < 0.5  # the median step time, once 5 steps were timed
+    stepped_at = int(fields(progress)[1])
+    time.sleep(1.2)  # no step: ALIVE_TIME moves on, PROGRESS_TIME stays
+    assert int(fields(progress)[1]) == stepped_at and int(fields(progress)[2]) > stepped_at
+    assert "time.sleep" in (progress / "rank-3.stack").read_text()  # the main thread's stack as it waits
+
+
+def test_a_dump_request_writes_every_threads_stack_into_the_named_directory(beat, tmp_path):
+    started, trainer, progress = beat
+    assert wait_for(lambda: (progress / "rank-3").exists())
+    (progress / "dump").write_text("logs/hang-1\n")
+    assert wait_for(lambda: (tmp_path / "logs" / "hang-1" / "rank-3-stacks.txt").exists())
+    stacks = (tmp_path / "logs/hang-1/rank-3-stacks.txt").read_text()
+    assert "Current thread 0x" in stacks and "Thread 0x" in stacks  # every thread's: its own and the main one
+    assert not (tmp_path / "logs/hang-1/rank-3-nccl-trace.pkl").exists()  # no NCCL here
+
+
+def test_after_training_every_beat_is_progress_and_a_second_training_is_watched_again(beat):
+    started, trainer, progress = beat
+    assert wait_for(lambda: (progress / "rank-3").exists())
+    time.sleep(1.1)
+    assert int(fields(progress)[1]) < int(fields(progress)[2])  # training, no step: the silence grows
+    started.on_train_end(trainer, None)  # a last validation, the results: no step, and no hang either
+    assert wait_for(lambda: int(fields(progress)[1]) == int(fields(progress)[2]))
+    again = heartbeat.start(SimpleNamespace(global_step=20, global_rank=3, callbacks=[]))
+    assert again is started and wait_for(lambda: fields(progress)[0] == "20") and started.training
+    started.stop()
+    assert wait_for(lambda: not started._thread.is_alive())
+
+
+def test_packed_independent_tasks_share_a_run_directory_and_beat_nowhere(tmp_path, monkeypatch):
+    monkeypatch.setenv("CT_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("CT_LAUNCH", "independent")
+    monkeypatch.setattr(heartbeat, "_beat", [])
+    assert heartbeat.start(SimpleNamespace(global_step=0, global_rank=0, callbacks=[])) is None
