@@ -19,6 +19,7 @@ import torch
 from lightning_fabric.utilities.types import _PATH
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
+from cluster_train.image import heartbeat
 from cluster_train.shared.durable import atomic_write_bytes, disk_full, fsync_dir
 
 
@@ -29,6 +30,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         atomic_write_bytes(path, buffer.getbuffer())
+        heartbeat.note_progress()  # a long save is progress, not a hang (the watchdog reads the time)
 
 
 def restore_aside(path) -> None:
@@ -63,5 +65,6 @@ def atomic_directory_saves(strategy) -> None:
             fsync_dir(final.parent)
             shutil.rmtree(aside, ignore_errors=True)
         strategy.barrier("atomic_directory_saves.swapped")
+        heartbeat.note_progress()
 
     strategy.save_checkpoint = save_then_swap

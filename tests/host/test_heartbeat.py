@@ -88,3 +88,13 @@ def test_packed_independent_tasks_share_a_run_directory_and_beat_nowhere(tmp_pat
     monkeypatch.setenv("CT_LAUNCH", "independent")
     monkeypatch.setattr(heartbeat, "_beat", [])
     assert heartbeat.start(SimpleNamespace(global_step=0, global_rank=0, callbacks=[])) is None
+
+
+def test_a_checkpoint_saves_end_is_progress(beat, tmp_path):
+    """A save longer than hang_timeout's floor is not a hang: its end moves PROGRESS_TIME."""
+    from cluster_train.image.checkpoint_io import AtomicCheckpointIO
+
+    started, trainer, progress = beat
+    started.progress_time = 0.0
+    AtomicCheckpointIO().save_checkpoint({"step": 7}, tmp_path / "last.ckpt")
+    assert (tmp_path / "last.ckpt").exists() and abs(started.progress_time - time.time()) < 5
