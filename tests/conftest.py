@@ -285,6 +285,30 @@ def assert_same_tensors(a: Path, b: Path) -> None:
     assert [k for k in wa if not torch.equal(wa[k], wb[k])] == [], a
 
 
+def assert_same_run(whole: Path, cut: Path) -> None:
+    """An interrupted run's output directory ended as an uninterrupted one's: results, metrics rows, last weights."""
+    a, b = (json.loads((d / "results.json").read_text()) for d in (whole, cut))
+    for key in ("initial_val_loss", "final_val_loss", "final_val_acc", "best_val_loss", "epochs"):
+        assert a[key] == b[key], key
+    assert (whole / "metrics.csv").read_text() == (cut / "metrics.csv").read_text()
+    assert_same_tensors(whole / "checkpoints" / "last.ckpt", cut / "checkpoints" / "last.ckpt")
+
+
+def wait_for_run(predicate, what: str, timeout_s: float, run_dir: Path, job_id: str = ""):
+    """predicate()'s first true value, polled each second; a requeued job held by Slurm's BeginTime is released."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if job_id:
+            release_requeued(job_id)
+        time.sleep(1)
+    record = run_dir / "logs" / "segments.jsonl"
+    ended = record.read_text() if record.is_file() else "(no segments.jsonl)"
+    raise AssertionError(f"{what}: not within {timeout_s} s; {ended}\n{job_logs(run_dir)[-3000:]}")
+
+
 def manifest(run_dir: Path) -> dict:
     return json.loads((run_dir / "manifest.json").read_text())
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, job_logs, manifest, release_requeued, run_cluster
+from conftest import ROOT, job_logs, manifest, run_cluster, wait_for_run
 
 from cluster_train.host.runs import segments
 
@@ -30,18 +30,6 @@ def with_hang_timeout(tmp_path: Path, cluster: str, profile: str) -> Path:
     return path
 
 
-def wait_for(predicate, what: str, timeout_s: float, run_dir: Path, job_id: str = ""):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        if job_id:
-            release_requeued(job_id)
-        time.sleep(1)
-    raise AssertionError(f"{what}: not within {timeout_s} s; {read_ends(run_dir)}\n{job_logs(run_dir)[-3000:]}")
-
-
 def read_ends(run_dir: Path) -> list:
     path = run_dir / "logs" / "segments.jsonl"
     lines = path.read_text().splitlines() if path.is_file() else []
@@ -56,8 +44,8 @@ def progress(run_dir: Path, rank: int) -> list:
 
 def stop_rank_after_an_epoch(run_dir: Path, rank: int) -> tuple:
     """SIGSTOP rank `rank` once an epoch has ended (a checkpoint to resume from); its (host, pid, when)."""
-    wait_for(lambda: "[cluster-train] epoch 1/" in job_logs(run_dir) and len(progress(run_dir, rank)) == 6,
-             "an epoch trained", 300, run_dir)
+    wait_for_run(lambda: "[cluster-train] epoch 1/" in job_logs(run_dir) and len(progress(run_dir, rank)) == 6,
+                 "an epoch trained", 300, run_dir)
     _, _, _, _, host, pid = progress(run_dir, rank)
     os.kill(int(pid), signal.SIGSTOP)  # Apptainer shares the host's PID namespace: the pid is this machine's
     return host, int(pid), time.time()
@@ -77,13 +65,13 @@ def test_a_stopped_rank_is_named_its_node_left_out_and_the_run_completes_as_unin
         # the reference trains on the two other nodes while the hung job waits for its watchdog
         reference = run_cluster("ci-slurm", "n2_gpu1", *DEMO, *data, "--run-id", "reference", "--no-wait")
         assert reference.returncode == 0, reference.stderr
-        (end,) = wait_for(lambda: read_ends(run_dir), "the hung job ended", HANG_S + 60, run_dir)
+        (end,) = wait_for_run(lambda: read_ends(run_dir), "the hung job ended", HANG_S + 60, run_dir)
         ended_after = time.time() - stopped
         excluded = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
-        found = wait_for(lambda: segments.read(run_dir)[-1].how == "COMPLETED" and segments.read(run_dir),
-                         "the requeued job completed", 600, run_dir, job_id)
+        found = wait_for_run(lambda: segments.read(run_dir)[-1].how == "COMPLETED" and segments.read(run_dir),
+                             "the requeued job completed", 600, run_dir, job_id)
         ref_dir = runs_dir / "reference"
-        wait_for(lambda: (ref_dir / "results.json").is_file(), "the reference completed", 300, ref_dir)
+        wait_for_run(lambda: (ref_dir / "results.json").is_file(), "the reference completed", 300, ref_dir)
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
         if pid:
@@ -116,8 +104,8 @@ def test_a_rank_killed_at_every_start_is_requeued_twice_then_fails(cpu_image, sl
     run_dir = runs_dir / "killed"
     job_id = manifest(run_dir)["scheduler"]["job_id"]
     try:
-        ends = wait_for(lambda: len(read_ends(run_dir)) == 3 and read_ends(run_dir), "three starts ended", 240,
-                        run_dir, job_id)
+        ends = wait_for_run(lambda: len(read_ends(run_dir)) == 3 and read_ends(run_dir), "three starts ended", 240,
+                            run_dir, job_id)
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
     assert [(e["how"], e["failures"], e["requeued"]) for e in ends] == [
@@ -139,10 +127,10 @@ def test_the_lsf_watchdog_ends_a_hung_single_host_run_and_names_it(cpu_image, sl
     pid = 0
     try:
         host, pid, stopped = stop_rank_after_an_epoch(run_dir, 0)
-        (end,) = wait_for(lambda: read_ends(run_dir), "the hung job ended", HANG_S + 60, run_dir)
+        (end,) = wait_for_run(lambda: read_ends(run_dir), "the hung job ended", HANG_S + 60, run_dir)
         ended_after = time.time() - stopped
-        rerun = wait_for(lambda: len(segments.read(run_dir)) > 1 and segments.read(run_dir)[1], "the requeued run",
-                         60, run_dir)
+        rerun = wait_for_run(lambda: len(segments.read(run_dir)) > 1 and segments.read(run_dir)[1], "the requeued run",
+                             60, run_dir)
     finally:
         subprocess.run(["bkill", job_id], capture_output=True)
         if pid:

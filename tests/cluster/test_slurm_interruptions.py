@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, job_logs, manifest, release_requeued, run_cluster
+from conftest import ROOT, job_logs, manifest, run_cluster, wait_for_run
 
 from cluster_train.host.runs import segments
 
@@ -21,18 +21,6 @@ pytestmark = [pytest.mark.image, pytest.mark.slurm]
 def common(demo_data, epochs: int, *more: str) -> list:
     return ["demo", "--set", f"data.root={demo_data}", "--set", "data.num_workers=0",
             "--set", f"trainer.max_epochs={epochs}", *more, "--no-wait"]
-
-
-def wait_for(predicate, what: str, timeout_s: float, run_dir: Path, job_id: str = ""):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        if job_id:
-            release_requeued(job_id)
-        time.sleep(1)
-    raise AssertionError(f"{what}: not within {timeout_s} s; {segments.read(run_dir)}\n{job_logs(run_dir)[-3000:]}")
 
 
 def epochs_done(run_dir: Path) -> int:
@@ -45,13 +33,13 @@ def test_a_preempted_run_is_requeued_and_completes_without_retraining(cpu_image,
     run_dir = runs_dir / "low"
     job_id = manifest(run_dir)["scheduler"]["job_id"]
     try:
-        wait_for(lambda: epochs_done(run_dir) >= 2, "two epochs trained", 300, run_dir)
+        wait_for_run(lambda: epochs_done(run_dir) >= 2, "two epochs trained", 300, run_dir)
         node = segments.read(run_dir)[0].hosts
         high = subprocess.run(["sbatch", "--parsable", "-p", "ci-high", "-w", node, "--exclusive", "--time=2",
                                "-o", os.devnull, "--wrap", "sleep 2"], capture_output=True, text=True)
         assert high.returncode == 0, high.stderr
-        found = wait_for(lambda: [s for s in segments.read(run_dir) if s.how == "COMPLETED"] and
-                         segments.read(run_dir), "the preempted run completed", 600, run_dir, job_id)
+        found = wait_for_run(lambda: [s for s in segments.read(run_dir) if s.how == "COMPLETED"] and
+                             segments.read(run_dir), "the preempted run completed", 600, run_dir, job_id)
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
     log = job_logs(run_dir)
@@ -104,13 +92,13 @@ def test_a_rank_killed_in_a_two_node_run_ends_the_job_and_status_names_it(cpu_im
     run_dir = runs_dir / "ranks"
     job_id = manifest(run_dir)["scheduler"]["job_id"]
     try:
-        wait_for(lambda: csv_steps(run_dir, epoch=1), "a row of epoch 2 written", 300, run_dir)
+        wait_for_run(lambda: csv_steps(run_dir, epoch=1), "a row of epoch 2 written", 300, run_dir)
         pid = rank_process(job_id, "1")
         assert pid, "rank 1's training process not found"
         os.kill(pid, 9)
         killed = time.time()
-        found = wait_for(lambda: segments.read(run_dir)[-1].how and segments.read(run_dir), "the job ended", 120,
-                         run_dir)
+        found = wait_for_run(lambda: segments.read(run_dir)[-1].how and segments.read(run_dir), "the job ended", 120,
+                             run_dir)
         ended_after = time.time() - killed
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
@@ -142,8 +130,8 @@ def test_a_run_that_fills_its_disk_ends_failed_and_status_says_why(cpu_image, sl
     done = run_cluster("ci-slurm", "n1_gpu1", *common(demo_data, 3), "--run-id", "full")
     assert done.returncode == 0, done.stderr
     run_dir = small_runs_dir / "full"
-    found = wait_for(lambda: segments.read(run_dir) and segments.read(run_dir)[-1].how and segments.read(run_dir),
-                     "the job ended", 300, run_dir)
+    found = wait_for_run(lambda: segments.read(run_dir) and segments.read(run_dir)[-1].how and segments.read(run_dir),
+                         "the job ended", 300, run_dir)
     assert (found[-1].how, found[-1].exit_code) == ("FAILED", 4), (found, job_logs(run_dir)[-3000:])  # DISK_FULL
     status = run_cluster("status", run_dir)
     assert "FAILED" in status.stdout and "disk full" in status.stdout, status.stdout
@@ -159,7 +147,7 @@ def test_a_warning_after_the_results_line_leaves_the_run_completed_and_resume_re
     run_dir = runs_dir / "late"
     job_id = manifest(run_dir)["scheduler"]["job_id"]
     try:
-        wait_for(lambda: "[cluster-train] results:" in job_logs(run_dir), "the results line", 300, run_dir)
+        wait_for_run(lambda: "[cluster-train] results:" in job_logs(run_dir), "the results line", 300, run_dir)
         deadline = time.time() + 60
         while not segments.read(run_dir)[-1].how and time.time() < deadline:
             subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], capture_output=True)
@@ -212,11 +200,11 @@ def test_a_node_failure_under_a_run_is_recorded_and_status_names_the_node(cpu_im
     run_dir = runs_dir / "nodefail"
     job_id = manifest(run_dir)["scheduler"]["job_id"]
     try:
-        wait_for(lambda: "[test] segment 1 running" in job_logs(run_dir), "the job runs", 120, run_dir)
+        wait_for_run(lambda: "[test] segment 1 running" in job_logs(run_dir), "the job runs", 120, run_dir)
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=ct-test-node-failure"],
                        check=True)
-        found = wait_for(lambda: segments.read(run_dir)[0].how and segments.read(run_dir), "segment 1 ended", 60,
-                         run_dir)
+        found = wait_for_run(lambda: segments.read(run_dir)[0].how and segments.read(run_dir), "segment 1 ended", 60,
+                             run_dir)
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
         back_in_service(node)
