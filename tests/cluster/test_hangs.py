@@ -89,6 +89,9 @@ def test_a_stopped_rank_is_named_its_node_left_out_and_the_run_completes_as_unin
     assert f"ExcNodeList={host} " in excluded, excluded
     assert host not in found[-1].hosts, found  # the requeued job ran without the node
     assert (run_dir / "metrics.csv").read_text() == (runs_dir / "reference" / "metrics.csv").read_text()
+    shown = run_cluster("status", str(run_dir)).stdout  # what a user sees of it
+    assert f"HANG: rank 1 on host {host} made no step for" in shown and "stacks in logs/hang-1" in shown, shown
+    assert f"failure 1 of at most 2, requeued without {host}" in shown and f"excluded: {host} (rank 1" in shown, shown
 
 
 KILLED_SH = 'echo "[test] start of segment $CT_SEGMENT"\nkill -9 $$\n'
