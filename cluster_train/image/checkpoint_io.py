@@ -11,15 +11,13 @@ renames are not one atomic step: a kill exactly between them leaves `<name>.old`
 and no `<name>`; `restore_aside` puts it back when the run starts again.
 """
 import io
-import itertools
 import os
 import shutil
 from pathlib import Path
 
 import torch
 from lightning_fabric.utilities.types import _PATH
-from lightning_utilities.core.apply_func import apply_to_collection
-from pytorch_lightning.plugins.io import AsyncCheckpointIO, TorchCheckpointIO
+from pytorch_lightning.plugins.io import TorchCheckpointIO
 
 from cluster_train.image import heartbeat
 from cluster_train.shared.durable import atomic_write_bytes, disk_full, fsync_dir
@@ -33,45 +31,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         torch.save(checkpoint, buffer)
         atomic_write_bytes(path, buffer.getbuffer())
         heartbeat.note_progress()  # a long save is progress, not a hang (the watchdog reads the time)
-
-
-class StagedAsyncCheckpointIO(AsyncCheckpointIO):
-    """Lightning's AsyncCheckpointIO (a thread writes the checkpoint while training goes on), its snapshot copied into
-    buffers kept from the previous save instead of fresh clones: a fresh clone of a large tensor is new memory that
-    page-faults in at every save (~95 ms of a 90 MB snapshot on a 2-core VM, the step that saves stalls that long;
-    benchmarks/README.md). The next save waits for the previous write, whose buffers it reuses."""
-
-    def __init__(self, checkpoint_io=None):
-        super().__init__(checkpoint_io)
-        self._staged = {}  # the n-th tensor of the checkpoint -> its buffer
-        self._writing = None
-
-    def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
-        self._ensure_setup()
-        if self._writing is not None:
-            self._writing.result()
-        if self._error:
-            raise self._error
-        self._writing = self._executor.submit(self._write, self._stage(checkpoint), path, storage_options)
-
-    def _write(self, checkpoint, path, storage_options) -> None:
-        try:
-            self.checkpoint_io.save_checkpoint(checkpoint, path, storage_options)
-        except BaseException as err:  # raised on the training thread at the next save or at teardown
-            self._error = err
-
-    def _stage(self, checkpoint):
-        """The checkpoint with each tensor copied into its buffer: the n-th tensor met (Lightning's traversal, the same
-        order at every save) into buffer n, made anew where its shape, dtype, device or layout changed."""
-        places = itertools.count()
-        return apply_to_collection(checkpoint, torch.Tensor, lambda tensor: self._copy(next(places), tensor))
-
-    def _copy(self, place: int, tensor: torch.Tensor) -> torch.Tensor:
-        buffer = self._staged.get(place)
-        if buffer is None or (buffer.shape, buffer.dtype, buffer.device, buffer.stride()) != (
-                tensor.shape, tensor.dtype, tensor.device, tensor.stride()):
-            buffer = self._staged[place] = torch.empty_like(tensor, memory_format=torch.preserve_format)
-        return buffer.copy_(tensor.detach())
 
 
 def restore_aside(path) -> None:

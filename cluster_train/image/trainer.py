@@ -9,14 +9,14 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.plugins.environments import SLURMEnvironment
+from pytorch_lightning.plugins.io import AsyncCheckpointIO
 from pytorch_lightning.profilers import PassThroughProfiler
 from pytorch_lightning.strategies import DeepSpeedStrategy
 
 from cluster_train.shared import config as cfg
 from cluster_train.shared.checkpoint_every import interval
 from cluster_train.image import trackers
-from cluster_train.image.checkpoint_io import (AtomicCheckpointIO, StagedAsyncCheckpointIO, atomic_directory_saves,
-                                               restore_aside)
+from cluster_train.image.checkpoint_io import AtomicCheckpointIO, atomic_directory_saves, restore_aside
 from cluster_train.image.csv_append import AppendingCSVLogger
 from cluster_train.image.guard import RunGuard, keep_our_signal_handlers
 from cluster_train.image.lsf_environment import LSFHostfileEnvironment
@@ -107,9 +107,9 @@ ASYNC_SAVES = ("single", "ddp")  # rank 0 writes one file through the checkpoint
 
 def checkpoint_io(t: cfg.TrainerConfig):
     """Atomic saves (cluster_train/image/checkpoint_io.py); with checkpoint_every, written by a background thread
-    where the strategy allows (the tensors are copied into buffers kept between saves, then the step goes on)."""
+    where the strategy allows (Lightning's AsyncCheckpointIO clones the tensors first, then the step goes on)."""
     if t.checkpoint_every is not None and t.strategy in ASYNC_SAVES:
-        return StagedAsyncCheckpointIO(AtomicCheckpointIO())
+        return AsyncCheckpointIO(AtomicCheckpointIO())
     return AtomicCheckpointIO()
 
 

@@ -244,9 +244,13 @@ def test_a_two_node_slingshot_job_whose_nccl_fell_back_is_flagged(cpu_image, slu
 
 
 def cuda_site(tmp_path, driver=None):
-    """ci-slurm whose `ci` partition is meant for the cuda12.8 image (its GPUs are the test cluster's fake ones)."""
+    """ci-slurm whose `ci` partition is meant for the cuda12.8 image (its GPUs are the test cluster's fake ones); a
+    node failing its driver check ends the job, not requeued without it (max_failures 0: tests/host/test_watchdog.py
+    proves that requeue)."""
     site = yaml.safe_load((ROOT / "clusters" / "ci-slurm.yaml").read_text())
     site["partitions"]["ci"]["image"] = "cuda12.8"
+    for profile in ("n1_gpu1", "n2_gpu1"):
+        site["profiles"][profile]["max_failures"] = 0
     if driver:
         site["partitions"]["ci"]["driver"] = driver
     (tmp_path / "cuda-site.yaml").write_text(yaml.safe_dump(site, sort_keys=False))

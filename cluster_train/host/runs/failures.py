@@ -71,9 +71,17 @@ def failure_text(segment: Segment) -> str:
     return f"segment {segment.number} {segment.how}" + (f" ({said})" if said else "")
 
 
+def told(run_dir: Path, found: List[Segment]) -> str:
+    """cause(found), led where the budget ran out by what the logs name of the failure (a rank that died and its
+    host): the record counts the failures, the logs say what each was."""
+    record = cause(found)
+    said = causes.diagnose(run_dir) if record and found[-1].budget_spent else None
+    return f"{said}; {record}" if said and said not in record else record
+
+
 def of_failed(run_dir: Path, state: str) -> str:
     """What `runs` shows of a FAILED run: the failure its record names, else the cause its logs name, else
     nothing."""
     if state != "FAILED":
         return ""
-    return cause(segments.read(run_dir)) or causes.diagnose(run_dir) or ""
+    return told(run_dir, segments.read(run_dir)) or causes.diagnose(run_dir) or ""
