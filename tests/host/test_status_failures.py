@@ -91,6 +91,16 @@ def test_a_run_that_failed_beyond_its_restart_budget_is_failed_with_its_whole_hi
     assert table.row_of(run_dir, Run(run_dir).manifest)["last"] == history  # `run-cluster runs`
 
 
+def test_a_spent_budgets_cause_leads_with_what_the_log_says_of_the_failure(tmp_path):
+    """max_failures 0: the first killed rank ends the run; its log names the rank and host, the record the budget."""
+    run_dir = with_segments(ended(fake_run(tmp_path, "killed", 0.05, results=False), "137"),
+                            {**KILLED, "failures": 1, "max_failures": 0})
+    (run_dir / "logs" / "slurm-4242.out").write_text("srun: error: n2: task 1: Killed\n")
+    said = "rank 1 died on host n2; its log lines above say why"
+    assert Run(run_dir).status().cause == f"{said}; 1 failures, max_failures 0: segment 1 FAILED (exit 137)"
+    assert table.row_of(run_dir, Run(run_dir).manifest)["last"].startswith(said)  # `run-cluster runs`
+
+
 def test_a_hang_beyond_the_budget_is_failed_by_the_runs_record_alone_and_named_as_the_cause(tmp_path):
     """The scheduler has forgotten the job and keeps no accounting: the record's HANG, not requeued, ends the run;
     and where the accounting says the job ended otherwise (its last node failed), the record's FAILED still decides."""
