@@ -41,7 +41,7 @@ def test_independent_tasks_pack_one_per_gpu(cpu_image, slurm_cluster, demo_data,
     assert sizes[0] < sizes[1] < sizes[2] and sizes[0] < sizes[3], dict(zip(names, sizes))
 
 
-def most_busy_threads(run_dir, samples: int = 8, expected: int = 4) -> int:
+def most_busy_threads(run_dir, samples: int = 16, expected: int = 4) -> int:
     """The most compute threads seen in up to `samples` windows: a task pauses now and then (validation, a checkpoint,
     a late start on a loaded machine), so one window may miss it; more than `expected` in any window is the bug."""
     most = 0
