@@ -34,10 +34,13 @@ class Slurm(Scheduler):
     default_launch = "srun"
     launches = ("srun", "lightning", "independent")
     requeue_command = 'scontrol requeue "$SLURM_JOB_ID"'
-    # a node failure: Slurm cancels the job "DUE TO NODE FAILURE" and requeues it (Restarts goes up at once), srun
-    # may still exit 0, and the batch shell runs on until it is signalled
-    requeued_under_us = ('[ "$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | '
-                         'sed -n "s/.* Restarts=\\([0-9]*\\).*/\\1/p")" -gt "${SLURM_RESTART_COUNT:-0}" ] 2>/dev/null')
+    # a node failure: Slurm cancels the job "DUE TO NODE FAILURE" and requeues it, srun may still exit 0, and the
+    # batch shell runs on until it is signalled. Restarts may go up only after srun has returned (clean-clone CI), so
+    # a node of the job set DOWN says it too: DOWN ends every job on the node, so none completes under it.
+    requeued_under_us = ('{ [ "$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | '
+                         'sed -n "s/.* Restarts=\\([0-9]*\\).*/\\1/p")" -gt "${SLURM_RESTART_COUNT:-0}" ] '
+                         '2>/dev/null || scontrol show node -o "$SLURM_JOB_NODELIST" 2>/dev/null | '
+                         'grep -q " State=[A-Z_+]*DOWN"; }')
     # a node failure: the job's nodes Slurm marks failed; ExcNodeList is taken from a pending job only
     failed_nodes = ('scontrol show node -o "$SLURM_JOB_NODELIST" 2>/dev/null | sed -n '
                     '"s/^NodeName=\\([^ ]*\\) .*State=[A-Z_+]*\\(DOWN\\|FAIL\\|DRAIN\\|NOT_RESPONDING\\).*/\\1/p"')
