@@ -21,7 +21,7 @@ from cluster_train.host.api.run import Run
 from cluster_train.host.api.values import After, DryRun, Overrides
 from cluster_train.host.jobs.build import Request, Site, Submission, build
 from cluster_train.host.runs.after import build_after
-from cluster_train.host.runs.queue import Plan, one_run
+from cluster_train.host.runs.queue import Plan, one_run, start_estimate
 from cluster_train.host.runs.rerun import rerun_submission
 from cluster_train.shared import config as cfg
 
@@ -98,7 +98,8 @@ class Job:
         plan = plan_of(swept)
         plan.discard()
         script = swept.scripts()[0] if len(swept.chunks) == 1 else dry_run_text(swept)
-        return DryRun(script, cfg.to_dict(swept.elements[0].run), plan.summary, list(dict.fromkeys(plan.warnings)))
+        return DryRun(script, cfg.to_dict(swept.elements[0].run), with_estimate(plan.summary, plan.start_estimate()),
+                      list(dict.fromkeys(plan.warnings)))
 
     def submit(self, *, after: After = ()) -> Run:
         """Check, write the run directory and queue the job; its Run. `after`: runs (Run, run id or directory)
@@ -213,7 +214,13 @@ def rerun(run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Opti
 def dry_run_of(sub: Submission) -> DryRun:
     """A submission built for a dry run as the API returns it; what it took to check the code is dropped again."""
     sub.discard()
-    return DryRun(sub.script, cfg.to_dict(sub.run), sub.summary, list(dict.fromkeys(sub.warnings)))
+    summary = with_estimate(sub.summary, start_estimate(sub.job.scheduler, sub.script))
+    return DryRun(sub.script, cfg.to_dict(sub.run), summary, list(dict.fromkeys(sub.warnings)))
+
+
+def with_estimate(summary: str, estimate: str) -> str:
+    """A dry run's summary ends with the scheduler's start estimate, as the command line shows it."""
+    return f"{summary}\n{estimate}" if estimate else summary
 
 
 def refuse_mixed(swept: bool, max_parallel: Optional[int], *, rerun: bool, first_to_start: bool,

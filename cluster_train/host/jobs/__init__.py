@@ -10,6 +10,7 @@
     preflight.py      the checks a job must pass before it is queued (partition fit, GPUs, launch, image, driver...)
     config_check.py   the run config's own checks: every registered name and parameter, without torch
     summary.py        what a user reads before queuing (the shape, the effective batch, host RAM, the image)
+    cost.py           the most a job can cost: its time limit x its GPUs (or CPUs), per allocation
     render.py         the Job into its scheduler's script (Jinja; every value quoted)
     user_code.py      your own code (a command after --, or --dev): its snapshot and what preflight reads of it
     reads.py          `reads:`: which keys of your own YAML mean the numbers preflight checks

@@ -1,10 +1,11 @@
-"""The summary a user reads before a job is queued (and on a dry run): where, what shape, the effective batch, host
-RAM against the request (or the site's default), the image, the run directory, and each --set that replaced a
-profile's value."""
+"""The summary a user reads before a job is queued (and on a dry run): where, what shape, the most it costs, the
+effective batch, host RAM against the request (or the site's default), the image, the run directory, and each --set
+that replaced a profile's value."""
 from typing import Any, Dict
 
 from cluster_train.shared import config as cfg
 from cluster_train.host.jobs import memory
+from cluster_train.host.jobs.cost import most_cost_line
 from cluster_train.host.jobs.job import Job
 from cluster_train.host.jobs.measured import HostRam
 
@@ -24,6 +25,7 @@ def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any], host_ram: 
             f"cluster {job.cluster} ({job.scheduler}), profile {job.profile}, partition {place.partition}{_named(job)}",
             f"shape: {place.nodes} node(s) x {job.work.ranks_per_node} rank(s) = {job.total_ranks} rank(s), "
             f"{gpus} GPU(s), launch {job.work.launch}, time {place.time}",
+            most_cost_line(job),
             batch,
             memory.summary_line(job, run, host_ram),
             f"image: {job.image.path} ({job.image.flavor}) sha256 {job.image.sha256}",

@@ -2,6 +2,7 @@
 submitted, the manifest recorded; and the Plan every command that queues makes (a run, a rerun, a resume, a sweep, a
 race of two profiles), which the API queues and the command line shows first (cluster_train/host/runs/showing.py).
 Nothing here prints: what the command line says of a queued plan comes back as lines."""
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, List, Optional
@@ -36,6 +37,7 @@ class Plan:
     follow_by_default: bool = False
     said: Callable[[Any], List[str]] = lambda queued: []  # what the command line says of what `queue` returned
     run_dirs: List[Path] = field(default_factory=list)  # the run directories `queue` creates (a sweep: its own)
+    start_estimate: Callable[[], str] = lambda: ""  # a dry run's line on when it would start (asks the scheduler)
 
 
 def one_run(sub: Submission, submit: Optional[Callable[[Submission], str]] = None) -> Plan:
@@ -46,7 +48,16 @@ def one_run(sub: Submission, submit: Optional[Callable[[Submission], str]] = Non
                 queue=lambda: (submit or queue)(sub), discard=sub.discard,
                 followed=lambda job_id: Followed(Path(sub.job.work.run_dir), job_id, sub.job.scheduler),
                 follow_by_default=scheduler.follow_by_default,
-                said=lambda job_id: [] if submit else [submitted(sub, job_id)], run_dirs=[Path(sub.job.work.run_dir)])
+                said=lambda job_id: [] if submit else [submitted(sub, job_id)], run_dirs=[Path(sub.job.work.run_dir)],
+                start_estimate=lambda: start_estimate(sub.job.scheduler, sub.script))
+
+
+def start_estimate(scheduler: str, script: str) -> str:
+    """The scheduler's estimate of when the script would start, asked of it without queuing anything."""
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", prefix="cluster-train-estimate-") as file:
+        file.write(script)
+        file.flush()
+        return adapter(scheduler).start_estimate(Path(file.name))
 
 
 def queue(sub: Submission, before_submit: Optional[Callable[[Path], None]] = None, **recorded: Any) -> str:

@@ -14,6 +14,9 @@ def show_and_queue(plan: Plan, dry_run: bool, wait: Optional[bool], timeout_s: f
         print(f"run-cluster: {warning}", file=sys.stderr)
     if dry_run:
         plan.discard()
+        estimate = plan.start_estimate()
+        if estimate:
+            print(estimate)
         print(plan.dry_run_text, end="")
         return 0
     queued = plan.queue()

@@ -15,8 +15,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.host import project, runs
 from cluster_train.host.jobs.build import Request, Site, Submission, build
+from cluster_train.host.jobs.cost import most_cost_line
 from cluster_train.host.jobs.job import new_run_id
-from cluster_train.host.runs.queue import Followed, Plan, write_manifest, write_run
+from cluster_train.host.runs.queue import Followed, Plan, start_estimate, write_manifest, write_run
 from cluster_train.host.runs.showing import show_and_queue
 from cluster_train.host.runs.sweep_state import SWEEP, ArrayView, ended_uncompleted, read_sweep, status_table
 from cluster_train.host.schedulers import adapter
@@ -234,14 +235,16 @@ def sweep_plan(site: Site, base: Request, specs: List[str], sweep_file: Optional
 
 def plan_of(sweep: Sweep, sweep_file: Optional[str] = None) -> Plan:
     listed = f"from {sweep_file}" if sweep_file else " x ".join(f"{k}: {shown(v)}" for k, v in sweep.axes)
-    head = f"sweep {sweep.sweep_id}: {len(sweep.elements)} runs ({listed}), at most {sweep.cap} at once"
+    head = (f"sweep {sweep.sweep_id}: {len(sweep.elements)} runs ({listed}), at most {sweep.cap} at once\n"
+            f"{most_cost_line(sweep.elements[0].job, len(sweep.elements))}")
     return Plan(f"{head}\n{sweep.elements[0].summary}", [w for sub in sweep.elements for w in sub.warnings],
                 dry_run_text(sweep), queue=lambda: queue_sweep(sweep),
                 discard=lambda: [sub.discard() for sub in sweep.elements],
                 followed=lambda _: Followed(Path(sweep.sweep_dir)),
                 follow_by_default=adapter(sweep.elements[0].job.scheduler).follow_by_default,
                 said=lambda array_ids: [submitted(sweep, array_ids)],
-                run_dirs=[Path(sub.job.work.run_dir) for sub in sweep.elements])
+                run_dirs=[Path(sub.job.work.run_dir) for sub in sweep.elements],
+                start_estimate=lambda: start_estimate(sweep.elements[0].job.scheduler, sweep.scripts()[0]))
 
 
 def dry_run_text(sweep: Sweep) -> str:

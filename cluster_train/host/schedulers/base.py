@@ -70,9 +70,7 @@ FINISHED = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIME
                       State.OUT_OF_MEMORY, State.BOOT_FAIL, State.DEADLINE, State.PREEMPTED})
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # what may appear unquoted in a scheduler directive
 MODULE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/@-]*$")  # `module load NAME` (e.g. cuda/12.8)
-# The adapters this package ships, by name; here rather than read off SCHEDULERS so that settings, which the site
-# scheduler loader reads, can refuse these names without importing the package (an import circle).
-BUILT_IN = ("slurm", "lsf", "local")
+BUILT_IN = ("slurm", "lsf", "local")  # here, not read off SCHEDULERS: settings refuses them without an import circle
 NOT_STARTED = frozenset({State.PENDING, State.CONFIGURING, State.UNKNOWN})
 SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")  # [D-]N[:N[:N]], read by time_seconds
 
@@ -135,8 +133,8 @@ class Scheduler:
       commands, version_command, ping_command, associations()
                        what `run-cluster doctor` looks for and asks on a login node: the commands a user of this
                        scheduler needs there, its version, whether its controller answers, your accounts and QOS.
-      title, partition_word, job_id_var, hosts_var, constraint_join, follow_by_default, test_script():
-                       the remaining facts, each documented where it is declared below.
+      title, partition_word, job_id_var, hosts_var, constraint_join, follow_by_default, test_script(),
+      start_estimate():  the remaining facts, each documented where it is declared below.
     """
 
     name: str
@@ -149,9 +147,7 @@ class Scheduler:
     default_time = "01:00:00"  # one hour, a profile's time limit where it gives none
     max_warning_s: Optional[int] = None  # the longest time-limit warning (grace_s) it can give; None: no bound
     follow_by_default = False  # --wait unless --no-wait
-    requeue_command = ""  # how the batch shell puts its own job back in the queue ("": it cannot)
-    requeued_under_us = ""  # shell test: the scheduler requeued this job while its batch shell ran ("": never)
-    failed_nodes = leave_out_pending = cancel_self = ""  # after requeued_under_us (the docstring above)
+    requeue_command = requeued_under_us = failed_nodes = leave_out_pending = cancel_self = ""  # the docstring above
     job_id_var = "$$"  # the job's id, as the batch shell reads it
     hosts_var = "$(hostname)"  # the job's hosts, as the batch shell reads them
     each_node = '"$@"'  # the body of ct_each_node COMMAND...: here, the batch shell's host is the job's only one
@@ -271,6 +267,9 @@ class Scheduler:
         """The scheduler's own verdict on a script's directives without queuing it; None where it has no such
         check or its commands are not on this machine."""
         return None
+
+    def start_estimate(self, script: Path) -> str:  # a dry run's line: when it would start, asked without queuing
+        return f"start: {self.title} gives no start estimate before a job is queued (once pending, `status` shows it)"
 
     def wait_options(self, job_ids: Sequence[str]) -> Optional[List[str]]:
         """Submit options (not script lines) holding the job until all `job_ids` COMPLETED; None: it cannot."""

@@ -21,6 +21,9 @@ class Local(Scheduler):
     unsupported = {(key, ""): "this machine has no scheduler to ask; remove it"
                    for key in ("qos", "constraint", "reservation", "exclusive", "hint", "cpu_bind")}
 
+    def start_estimate(self, script: Path) -> str:
+        return ""  # it starts at once, on this machine
+
     def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
         return ()  # no scheduler: the sweep's script runs the elements itself, at most cap at once
 

@@ -27,6 +27,11 @@ CPU_BIND_WORDS = ("none, cores, threads, sockets, ldoms, rank, rank_ldom, map_cp
                   "mask_ldom:MASKS, each optionally after verbose, (e.g. cores, verbose,cores, map_cpu:0,16,32,48)")
 
 
+# sbatch --test-only's answer: "sbatch: Job 2 to start at 2026-11-27T15:44:13 using 1 processors on nodes n1 in
+# partition ci"
+TEST_ONLY_START = re.compile(r"to start at (\S+) using .* on nodes (\S+) in partition (\S+)")
+
+
 class Slurm(Scheduler):
     name = "slurm"
     title = "Slurm"  # its name in prose
@@ -150,6 +155,16 @@ class Slurm(Scheduler):
         if any(reason in line for line in said for reason in SLURM_UNREACHABLE):
             return None  # sbatch is here but no cluster answers: nothing to learn about the script
         return done.returncode == 0, said[-1] if said else f"exit status {done.returncode}"
+
+    def start_estimate(self, script: Path) -> str:
+        verdict = self.test_script(script)
+        if verdict is None:
+            return "start: no estimate (no Slurm controller answers sbatch --test-only from this machine)"
+        found = TEST_ONLY_START.search(verdict[1])
+        if not found:
+            return f"start: no estimate (sbatch --test-only said: {verdict[1]})"
+        at, nodes, partition = found.groups()
+        return f"start: Slurm expects it at {at} on {nodes} in partition {partition} (sbatch --test-only, nothing queued)"
 
     def wait_options(self, job_ids: Sequence[str]) -> Optional[List[str]]:
         # afterok: start once each has COMPLETED; --kill-on-invalid-dep: cancel it (CANCELLED, Reason

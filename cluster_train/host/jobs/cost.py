@@ -1,0 +1,32 @@
+"""The most a job can cost before it is queued: its time limit x the GPUs it holds (a job with none: its CPUs), per
+allocation, the figure an allocation counted in GPU-hours is charged at most. A requeue takes another allocation."""
+from cluster_train.host.jobs.job import Job
+from cluster_train.host.schedulers import adapter
+
+
+def most_hours(job: Job) -> float:
+    """Hours of the resource `unit(job)` names that one allocation of the job holds at most; 0 with no time limit."""
+    place = job.placement
+    seconds = adapter(job.scheduler).time_seconds(place.time) or 0
+    return seconds / 3600 * units(job)
+
+
+def units(job: Job) -> int:
+    place = job.placement
+    return place.nodes * (place.gpus_per_node or place.tasks_per_node * place.cpus_per_task)
+
+
+def unit(job: Job) -> str:
+    return "GPU" if job.placement.gpus_per_node else "CPU"
+
+
+def most_cost_line(job: Job, runs: int = 1) -> str:
+    """'cost: at most 0.33 GPU-hours (time 00:20:00 x 1 GPU(s)), each requeue as much again'; a sweep's: all its
+    runs."""
+    place, count = job.placement, units(job)
+    if not adapter(job.scheduler).time_seconds(place.time):
+        return f"cost: no upper bound (no time limit) on {count} {unit(job)}(s)"
+    each = f" x {runs} runs" if runs > 1 else ""
+    requeues = ", each requeue as much again" if adapter(job.scheduler).requeue_command else ""
+    return (f"cost: at most {most_hours(job) * runs:.2f} {unit(job)}-hours (time {place.time} x {count} "
+            f"{unit(job)}(s){each}){requeues}")
