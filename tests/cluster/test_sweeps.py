@@ -103,9 +103,9 @@ def test_queued_sweep_records_every_element_and_status_is_one_table(store, capsy
     capsys.readouterr()
     assert cli.main(["status", str(sweep_dir)]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[1].split() == ["element", "model.params.width", "optim.lr", "state", "segments", "best"]
-    assert table[2].split() == ["e0", "4", "0.05", "COMPLETED", "0", "best_val_acc", "0.25"]
-    assert table[7].split() == ["e5", "8", "0.1", "PENDING", "0", "-"]
+    assert table[1].split() == ["element", "model.params.width", "optim.lr", "state", "segments", "gpu-h", "best"]
+    assert table[2].split() == ["e0", "4", "0.05", "COMPLETED", "0", "0.00", "best_val_acc", "0.25"]
+    assert table[7].split() == ["e5", "8", "0.1", "PENDING", "0", "0.00", "-"]
 
 
 def test_resume_of_a_sweep_resumes_the_elements_that_did_not_complete(store, capsys, monkeypatch):
@@ -142,8 +142,8 @@ def test_a_sweep_file_lists_the_runs(store, capsys, monkeypatch, tmp_path):
     capsys.readouterr()
     assert cli.main(["status", str(store / "runs" / "sw")]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[1].split() == ["element", "optim.lr", "model.params.width", "state", "segments", "best"]
-    assert table[3].split() == ["e1", "0.05", "-", "PENDING", "0", "-"]
+    assert table[1].split() == ["element", "optim.lr", "model.params.width", "state", "segments", "gpu-h", "best"]
+    assert table[3].split() == ["e1", "0.05", "-", "PENDING", "0", "0.00", "-"]
 
 
 @pytest.mark.parametrize("text", ["[]", "runs: {optim.lr: 0.1}", "- optim.lr=0.1", "runs: [\n"])
@@ -172,7 +172,7 @@ def test_a_local_sweep_runs_at_most_k_at_once(cpu_image, demo_data, runs_dir):
                        "--sweep", "optim.lr=0.05,0.1,0.2", "--max-parallel", "2", "--run-id", "sw", "--timeout", "600")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     completed_elements(runs_dir / "sw")
-    assert len(re.findall(r"^e\d .* COMPLETED +1 +best_", done.stdout, re.M)) == 3, done.stdout
+    assert len(re.findall(r"^e\d .* COMPLETED +1 +[\d.]+ +best_", done.stdout, re.M)) == 3, done.stdout
     starts = sorted(json.loads(line)["time"] for i in range(3)
                     for line in (runs_dir / "sw" / f"e{i}" / "logs" / "segments.jsonl").read_text().splitlines()
                     if '"start"' in line)

@@ -151,7 +151,7 @@ def test_a_sweep_is_a_run_whose_runs_are_its_elements(tmp_path, capsys):
     assert sweep.wait(timeout=5).state == State.FAILED
     assert "==> e0 (optim.lr=0.01) <==" in sweep.logs()
     assert cli.main(["status", str(sweep.path)]) == 0
-    assert "\ne1       0.02      FAILED     1         -\n" in capsys.readouterr().out
+    assert "\ne1       0.02      FAILED     1         0.00   -\n" in capsys.readouterr().out
 
 
 def test_runs_lists_this_machines_runs_by_state(runs_dir):

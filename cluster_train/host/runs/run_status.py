@@ -1,6 +1,7 @@
 """One run's status as data: what `run-cluster status` shows and `Run.status()` returns (cluster_train/host/api/run.py),
 made once here from the scheduler's word, the run's record and its logs (cluster_train/host/runs/ending.py weighs them).
-Reading the status also records what it found in the manifest (the segments; a completed run's GPU and speed)."""
+Reading the status also records what it found in the manifest (the segments, the cost so far; a completed run's GPU
+and speed)."""
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -8,7 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from cluster_train.host import fabric, runs
-from cluster_train.host.runs import causes, ending, failures, segments, tracker_sync
+from cluster_train.host.runs import causes, cost, ending, failures, segments, tracker_sync
 from cluster_train.host.runs.segments import Segment
 from cluster_train.host.schedulers import State
 
@@ -23,7 +24,7 @@ class RunStatus:
     (a requeued job has not); `cause` names what ended a run that did not complete (a cancel, the scheduler, a
     failure its record or its logs name: a hang, the restart budget spent), "" otherwise; `segments` hold each
     failure's details (`stuck`, `stacks`, `failures`, `excluded`; `resumed_from()`'s `lost_steps`); `results` is a
-    completed run's results.json ({} otherwise)."""
+    completed run's results.json ({} otherwise); `cost` what its allocations held (runs/cost.py; {} before one)."""
 
     state: State
     cause: str
@@ -38,6 +39,7 @@ class RunStatus:
     trackers: Tuple[str, ...] = ()  # where its trackers log, and whether an offline one is uploaded
     warnings: Tuple[str, ...] = ()  # e.g. NCCL fell back to TCP on a partition with a fast fabric
     results: Dict[str, Any] = field(default_factory=dict)
+    cost: Dict[str, Any] = field(default_factory=dict)  # runs/cost.py's record: GPU-hours, queue waits, steps lost
 
     @property
     def shown(self) -> str:
@@ -73,7 +75,8 @@ def status_of(manifest: Dict[str, Any], scheduler, run_dir: Path) -> RunStatus:
     job_id = manifest["scheduler"]["job_id"]
     state = ending.run_state(scheduler, job_id, run_dir)
     found = segments.read(run_dir)
-    runs.update_manifest(run_dir, segments=segments.as_records(run_dir))
+    spent = cost.run_cost(manifest, found, getattr(scheduler, "usage", lambda _: None)(job_id)) if found else {}
+    runs.update_manifest(run_dir, segments=segments.as_records(run_dir), **({"cost": spent} if spent else {}))
     job = manifest.get("job") or {}
     slow_network = fabric.verdict(run_dir, job.get("fabric", "")) if job.get("check_fabric") else None
     results = completed_results(state, run_dir)
@@ -84,7 +87,8 @@ def status_of(manifest: Dict[str, Any], scheduler, run_dir: Path) -> RunStatus:
     return RunStatus(state["state"], cause, job_id, manifest["run_id"], scheduler.name, ending.has_ended(state),
                      state.get("cancelling") or "", {k: v for k, v in state.items() if k not in NOT_SHOWN and v},
                      tuple(found), runs.data_version(manifest, 64) if manifest.get("data") else "",
-                     tuple(tracker_sync.status_lines(run_dir)), (slow_network,) if slow_network else (), results)
+                     tuple(tracker_sync.status_lines(run_dir)), (slow_network,) if slow_network else (), results,
+                     spent)
 
 
 def completed_results(state: Dict[str, Any], run_dir: Path) -> Dict[str, Any]:
@@ -107,6 +111,7 @@ def status_lines(status: RunStatus) -> List[str]:
     lines += [f"  {line}" for segment in status.segments for line in failures.segment_lines(segment)]
     excluded = failures.excluded_line(list(status.segments))
     lines += [f"  {excluded}"] if excluded else []
+    lines += [f"  {cost.cost_line(status.cost)}"] if status.cost else []
     lines += [f"  {line}" for line in status.trackers]
     lines += [f"  WARNING: {warning}" for warning in status.warnings]
     if status.results:

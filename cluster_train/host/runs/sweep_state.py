@@ -9,7 +9,7 @@ from typing import Dict, Iterable, List, Optional
 from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
 from cluster_train.host.progress import Meter, Report, ignore
-from cluster_train.host.runs import ending
+from cluster_train.host.runs import cost, ending
 from cluster_train.host.runs.ending import EndWatch, has_ended, run_state
 from cluster_train.host.runs.segments import read as read_segments
 from cluster_train.host.runs.run_status import RunStatus
@@ -82,7 +82,8 @@ def element_rows(sweep_dir: Path) -> List[Dict]:
         state = run_state(view, job_id, run_dir)
         swept = {key: element["values"].get(key, "-") for key in keys}  # a sweep file's run may leave a key out
         rows.append({"element": f"e{element['index']}", **swept, "state": ending.shown(state),
-                     "segments": str(len(read_segments(run_dir))), "best": best_metric(run_dir)})
+                     "segments": str(len(read_segments(run_dir))),
+                     "gpu-h": f"{cost.gpu_hours(runs.read_manifest(run_dir), run_dir):.2f}", "best": best_metric(run_dir)})
     return rows
 
 
@@ -121,7 +122,8 @@ def status_table(sweep_dir: Path, rows: Optional[List[Dict]] = None) -> str:
     record = read_sweep(sweep_dir)
     arrays = array_ids(record)
     head = (f"{record['sweep_id']}: {record['scheduler']} array{'s' if len(arrays) > 1 else ''} {', '.join(arrays)}, "
-            f"{len(rows)} runs, at most {record['max_parallel']} at once")
+            f"{len(rows)} runs, at most {record['max_parallel']} at once; "
+            f"{sum(float(r.get('gpu-h') or 0) for r in rows):.2f} GPU-hours in all")
     return "\n".join([head, *(line.rstrip() for line in lines)])
 
 

@@ -11,11 +11,11 @@ from typing import Dict, List, Optional
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import project
-from cluster_train.host.runs import ending, failures, segments
+from cluster_train.host.runs import cost, ending, failures, segments
 from cluster_train.host.schedulers import adapter
 from cluster_train.host.usage import Parser
 
-COLUMNS = ("cluster", "run", "state", "segments", "progress", "last", "age")
+COLUMNS = ("cluster", "run", "state", "segments", "progress", "gpu-h", "last", "age")
 CAUSE_WIDTH = 80  # an unreachable cluster's row: the table stays within a terminal's width
 
 
@@ -70,7 +70,7 @@ def row_of(run_dir: Path, manifest: Dict) -> Dict:
     epochs = (manifest.get("config") or {}).get("trainer", {}).get("max_epochs")
     return {"cluster": manifest.get("cluster", Path(manifest["cluster_file"]).stem), "run": manifest["run_id"],
             "state": state, "segments": len(segments.read(run_dir)),
-            "progress": f"{epoch}/{epochs}" if epochs else str(epoch),
+            "progress": f"{epoch}/{epochs}" if epochs else str(epoch), "gpu-h": f"{cost.gpu_hours(manifest, run_dir):.2f}",
             "last": failures.of_failed(run_dir, state) or last,
             "age": age(manifest.get("submitted_at")), "dir": str(run_dir)}
 
@@ -133,7 +133,7 @@ def ask(reach, user: Dict, batch: bool) -> List[Dict]:
     except UserError as err:  # the cause, without the cluster the row names already or the fix: a row, not a page
         cause = str(err).removeprefix(f"{ssh.where(reach)}: ").split("; ")[0]
         return [{"cluster": reach.cluster, "run": "-", "state": "UNREACHABLE", "segments": "", "progress": "",
-                 "last": cause[:CAUSE_WIDTH], "age": ""}]
+                 "gpu-h": "", "last": cause[:CAUSE_WIDTH], "age": ""}]
     return [json.loads(line) for line in said.splitlines() if line.startswith("{")]
 
 

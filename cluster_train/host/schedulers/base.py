@@ -240,8 +240,7 @@ class Scheduler:
         return None
 
     def array_cap(self, cpus_per_run: int) -> int:
-        """How many elements of a sweep run at once unless --max-parallel says: a cluster's queue takes a few."""
-        return 4
+        return 4  # how many elements of a sweep run at once unless --max-parallel says: a cluster's queue takes a few
 
     def array_states(self, array_id: str) -> Optional[Dict[str, Dict[str, str]]]:
         """Every element's state() from one question to the scheduler (element id -> state; {}: it has forgotten the
@@ -249,8 +248,7 @@ class Scheduler:
         return None
 
     def array_accounting(self, array_id: str) -> Optional[Dict[str, Dict[str, str]]]:
-        """Every element's accounting() from one question; None: ask per element."""
-        return None
+        return None  # every element's accounting() from one question; None: ask per element
 
     def cancel_array(self, array_id: str, sweep_dir: Path, run_dirs) -> None:
         self.cancel(array_id, sweep_dir)  # the scheduler ends every element
@@ -289,6 +287,9 @@ class Scheduler:
         """The accounting's record of the job, which outlives the scheduler's memory: {'state': State,
         'exit_code', 'nodes', 'said' (its own words, with who ended the job where it says)}; None if it has none."""
         return None
+
+    def usage(self, job_id: str) -> Optional[List[Dict[str, float]]]:
+        return None  # each allocation's gpu_s, cpu_s, cpu_used_s, energy_j (runs/cost.py); None: no accounting
 
     def associations(self) -> Optional[Dict[str, Tuple[str, ...]]]:
         """The accounts this user may charge, each with the QOS it may use there (`doctor`); None where the

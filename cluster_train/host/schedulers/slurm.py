@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
 from cluster_train.host.schedulers.slurm_inventory import inventory as live_inventory, qos_by_account
+from cluster_train.host.schedulers.slurm_usage import usage as sacct_usage
 
 if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
     from cluster_train.host.jobs.job import Job, Placement
@@ -39,9 +40,8 @@ class Slurm(Scheduler):
     default_launch = "srun"
     launches = ("srun", "lightning", "independent")
     requeue_command = 'scontrol requeue "$SLURM_JOB_ID"'
-    # a node failure: Slurm cancels the job "DUE TO NODE FAILURE" and requeues it, srun may still exit 0, and the
-    # batch shell runs on until it is signalled. Restarts may go up only after srun has returned (clean-clone CI), so
-    # a node of the job set DOWN says it too: DOWN ends every job on the node, so none completes under it.
+    # a node failure: Slurm cancels the job "DUE TO NODE FAILURE" and requeues it; srun may exit 0, Restarts go up
+    # only after it returned (clean-clone CI): a node of the job DOWN says it too (DOWN ends every job on the node)
     requeued_under_us = ('{ [ "$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | '
                          'sed -n "s/.* Restarts=\\([0-9]*\\).*/\\1/p")" -gt "${SLURM_RESTART_COUNT:-0}" ] '
                          '2>/dev/null || scontrol show node -o "$SLURM_JOB_NODELIST" 2>/dev/null | '
@@ -242,6 +242,9 @@ class Slurm(Scheduler):
 
     def associations(self) -> Optional[Dict[str, Tuple[str, ...]]]:
         return qos_by_account()
+
+    def usage(self, job_id: str) -> Optional[List[Dict[str, float]]]:
+        return sacct_usage(job_id)
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         run_or_refuse(["scancel", job_id], "scancel")

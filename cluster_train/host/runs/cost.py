@@ -1,0 +1,96 @@
+"""What a run cost (issue 46): the GPU- and CPU-hours its allocations held, from the scheduler's accounting where it
+keeps one (Slurm's sacct: every allocation, a requeued job's too, with the TRES it held), else from the run's own
+segment records (start to end x the GPUs it asked for); the CPU time it used and the energy it drew where the site
+records them; each segment's queue wait (from submission, or from the requeue, to its start) and the steps each
+requeue lost. `status` records it in the manifest; `runs`, sweeps and the report read it from there."""
+import datetime
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from cluster_train.host.runs import segments
+from cluster_train.host.runs.segments import Segment
+
+
+def run_cost(manifest: Dict[str, Any], found: List[Segment], usage: Optional[List[Dict[str, float]]]) -> Dict:
+    """The run's cost record; `usage`: the scheduler's accounting of its allocations (None where it keeps none)."""
+    job = manifest.get("job") or {}
+    gpus = int(job.get("nodes") or 1) * int(job.get("gpus_per_node") or 0)
+    cpus = int(job.get("nodes") or 1) * int(job.get("tasks_per_node") or 1) * int(job.get("cpus_per_task") or 1)
+    if usage:
+        held = {"gpu_hours": hours(usage, "gpu_s"), "cpu_hours": hours(usage, "cpu_s"), "source": "sacct"}
+    else:
+        seconds = [s for s in (segment_seconds(seg) for seg in found) if s is not None]
+        held = {"gpu_hours": sum(seconds) * gpus / 3600, "cpu_hours": sum(seconds) * cpus / 3600,
+                "source": "the run's segments"}
+    used = [u["cpu_used_s"] for u in usage or [] if u.get("cpu_used_s")]
+    energy = [u["energy_j"] for u in usage or [] if u.get("energy_j")]
+    waits = queue_waits(manifest.get("submitted_at", ""), found)
+    lost = [lost_steps(seg) for seg in found]
+    return {"gpus": gpus, "gpu_hours": round(held["gpu_hours"], 4), "cpu_hours": round(held["cpu_hours"], 4),
+            "source": held["source"], "cpu_hours_used": round(sum(used) / 3600, 4) if used else None,
+            "energy_kwh": round(sum(energy) / 3.6e6, 6) if energy else None,
+            "segments": [{"segment": seg.number, "queue_wait_s": wait, "lost_steps": steps}
+                         for seg, wait, steps in zip(found, waits, lost)],
+            "queue_wait_s": sum(w for w in waits if w is not None),
+            "lost_steps": sum(s for s in lost if s is not None)}
+
+
+def hours(usage: List[Dict[str, float]], key: str) -> float:
+    return sum(u.get(key, 0) for u in usage) / 3600
+
+
+def epoch(text: str) -> Optional[float]:
+    """A record's time (2026-11-27T15:44:13+0000; sacct's has no zone: local time) as epoch seconds."""
+    for form in ("%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"):
+        try:
+            return datetime.datetime.strptime(text, form).timestamp()
+        except ValueError:
+            continue
+    return None
+
+
+def segment_seconds(seg: Segment) -> Optional[float]:
+    """How long the segment's allocation was held (a running one: until now)."""
+    start = epoch(seg.start)
+    end = epoch(seg.end) if seg.end else time.time()
+    return max(0.0, end - start) if start is not None and end is not None else None
+
+
+def queue_waits(submitted_at: str, found: List[Segment]) -> List[Optional[int]]:
+    """Each segment's wait in the queue: the first from submission, each later one from the end of the one before
+    (the requeue) to its own start."""
+    waits, since = [], epoch(submitted_at)
+    for seg in found:
+        start = epoch(seg.start)
+        waits.append(int(max(0, start - since)) if start is not None and since is not None else None)
+        since = epoch(seg.end) if seg.end else None
+    return waits
+
+
+def lost_steps(seg: Segment) -> Optional[int]:
+    """The steps the segment before this one made beyond the checkpoint this one resumed from (None: not known)."""
+    known = [r["lost_steps"] for r in seg.resumed_from() if isinstance(r.get("lost_steps"), int)]
+    return sum(known) if known else None
+
+
+def cost_line(cost: Dict[str, Any]) -> str:
+    """'cost: 0.0028 GPU-hours on 1 GPU(s), 0.0028 CPU-hours held (sacct), CPU time used not recorded; queue wait
+    3 s; no steps lost; energy not recorded by this site'"""
+    used = (f"{cost['cpu_hours_used']:.4f} used" if cost.get("cpu_hours_used") is not None
+            else "CPU time used not recorded")
+    energy = (f"energy {cost['energy_kwh']:.4f} kWh" if cost.get("energy_kwh") is not None
+              else "energy not recorded by this site")
+    lost = f"{cost['lost_steps']} steps lost to requeues" if cost.get("lost_steps") else "no steps lost"
+    gpus = f"{cost['gpu_hours']:.4f} GPU-hours on {cost['gpus']} GPU(s), " if cost.get("gpus") else ""
+    return (f"cost: {gpus}{cost['cpu_hours']:.4f} CPU-hours held ({cost['source']}), {used}; "
+            f"queue wait {cost['queue_wait_s']} s; {lost}; {energy}")
+
+
+def gpu_hours(manifest: Dict[str, Any], run_dir: Path) -> float:
+    """What the run's allocations held: as `status` last recorded it (the scheduler's accounting), else from the
+    run's own segment records (no scheduler asked: a table of many runs stays quick)."""
+    recorded = (manifest.get("cost") or {}).get("gpu_hours")
+    if isinstance(recorded, (int, float)):
+        return float(recorded)
+    return run_cost(manifest, segments.read(run_dir), None)["gpu_hours"]
