@@ -132,13 +132,18 @@ class Lsf(Scheduler):
         return found.group(1)
 
     def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict[str, str]:
-        done = subprocess.run(["bjobs", "-noheader", "-o", "stat exit_code exec_host", job_id],
-                              capture_output=True, text=True)
-        fields = done.stdout.split()
+        # esstart_time: the estimator's start time (LSB_ENABLE_ESTIMATION), "-" where it made none; the reason has
+        # spaces, hence the delimiter
+        done = subprocess.run(["bjobs", "-noheader", "-o", "stat exit_code exec_host esstart_time pend_reason "
+                               "delimiter='|'", job_id], capture_output=True, text=True)
+        fields = [field.strip() for field in done.stdout.strip().split("|")] if done.stdout.strip() else []
         if done.returncode != 0 or not fields:  # mbatchd forgets a finished job after CLEAN_PERIOD (lsb.params)
             return {"state": State.UNKNOWN, "gone": "is not found" in done.stderr}
-        return {"state": State.of(fields[0], self.STATES), "exit_code": fields[1] if len(fields) > 1 else "",
-                "nodes": fields[2] if len(fields) > 2 else ""}
+        fields = [field if field != "-" else "" for field in fields + [""] * 5]
+        state = State.of(fields[0], self.STATES)
+        pending = state == State.PENDING
+        return {"state": state, "exit_code": fields[1], "nodes": fields[2],
+                "start": fields[3] if pending else "", "reason": fields[4] if pending else ""}
 
     accounting_name = "bhist"
     commands = ("bsub", "bjobs", "bkill", "bhist")

@@ -170,6 +170,7 @@ class Slurm(Scheduler):
         state = State.of(fields.get("JobState", ""), self.STATES)
         return {"state": state, "exit_code": fields.get("ExitCode", ""), "nodes": fields.get("NodeList", ""),
                 "reason": fields.get("Reason", "") if state == State.PENDING else "",
+                "start": start_estimate(fields) if state == State.PENDING else "",
                 "restarts": fields.get("Restarts", "0") if fields.get("Restarts", "0") != "0" else ""}
 
     def array_states(self, array_id: str) -> Optional[Dict[str, Dict[str, str]]]:
@@ -227,6 +228,13 @@ class Slurm(Scheduler):
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         run_or_refuse(["scancel", job_id], "scancel")
+
+
+def start_estimate(fields: Dict[str, str]) -> str:
+    """A pending job's StartTime to the minute (the backfill scheduler's estimate, or its --begin); "" while Slurm
+    has none (Unknown, N/A, None)."""
+    start = fields.get("StartTime", "")
+    return start[:16] if re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d", start) else ""
 
 
 def present(**values: Optional[str]) -> List[str]:
