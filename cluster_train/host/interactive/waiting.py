@@ -41,7 +41,7 @@ def polled(scheduler, job_id: str, say: Callable[[str], None], poll_s: float,
 def pending_line(job_id: str, state: Dict[str, str]) -> str:
     """`[cluster-train] job 12 pending: Resources; expected start 2026-11-27T16:40` (or `no start estimate yet`)."""
     word = "pending" if state["state"] in (State.PENDING, State.UNKNOWN) else str(state["state"].value).lower()
-    reason = state.get("reason") or "waiting for the scheduler"
+    reason = state.get("reason") if state.get("reason") not in ("", "None", None) else "waiting for the scheduler"
     start = state.get("start")
     return f"[cluster-train] job {job_id} {word}: {reason}; " + (f"expected start {start}" if start else NOT_YET)
 

@@ -12,6 +12,7 @@ from cluster_train.shared.errors import UserError
 
 if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
     from cluster_train.host.jobs.job import Job
+    from cluster_train.host.schedulers.sessions import Session
 
 
 @dataclass(frozen=True)
@@ -135,8 +136,8 @@ class Scheduler:
       commands, version_command, ping_command, associations()
                        what `run-cluster doctor` looks for and asks on a login node: the commands a user of this
                        scheduler needs there, its version, whether its controller answers, your accounts and QOS.
-      title, partition_word, job_id_var, hosts_var, constraint_join, follow_by_default, test_script():
-                       the remaining facts, each documented where it is declared below.
+      session          an interactive allocation and how a command enters it (sessions.py); None: `shell` refused.
+      title, partition_word, job_id_var, hosts_var, constraint_join, follow_by_default, test_script(): the rest.
     """
 
     name: str
@@ -149,6 +150,7 @@ class Scheduler:
     default_time = "01:00:00"  # one hour, a profile's time limit where it gives none
     max_warning_s: Optional[int] = None  # the longest time-limit warning (grace_s) it can give; None: no bound
     follow_by_default = False  # --wait unless --no-wait
+    session: Optional["Session"] = None  # interactive allocations (run-cluster shell): sessions.py
     requeue_command = ""  # how the batch shell puts its own job back in the queue ("": it cannot)
     requeued_under_us = ""  # shell test: the scheduler requeued this job while its batch shell ran ("": never)
     failed_nodes = leave_out_pending = cancel_self = ""  # after requeued_under_us (the docstring above)
@@ -239,8 +241,7 @@ class Scheduler:
         return None
 
     def array_limit(self) -> Optional[int]:
-        """The most elements one array may hold here (None: no limit): the scheduler's own default, or what its
-        controller says where it answers."""
+        """The most elements one array may hold (None: no limit): its own default, or what its controller says."""
         return None
 
     def array_cap(self, cpus_per_run: int) -> int:
@@ -268,8 +269,7 @@ class Scheduler:
         return None
 
     def test_script(self, script: Path) -> Optional[Tuple[bool, str]]:
-        """The scheduler's own verdict on a script's directives without queuing it; None where it has no such
-        check or its commands are not on this machine."""
+        """The scheduler's verdict on a script's directives, nothing queued; None: no such check, or no scheduler."""
         return None
 
     def wait_options(self, job_ids: Sequence[str]) -> Optional[List[str]]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
+from cluster_train.host.schedulers.sessions import LsfSession
 from cluster_train.host.schedulers.lsf_inventory import inventory as live_inventory
 
 if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
@@ -18,6 +19,7 @@ RUN_LIMIT = re.compile(r"^(?:(\d+):)?(\d+)(?:/[A-Za-z0-9_.-]+)?$")  # bsub -W [h
 
 class Lsf(Scheduler):
     name = "lsf"
+    session = LsfSession()  # run-cluster shell
     title = "LSF"  # its name in prose
     template = "lsf.sh.j2"
     partition_word = "queue"

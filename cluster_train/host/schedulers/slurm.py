@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
+from cluster_train.host.schedulers.sessions import SlurmSession
 from cluster_train.host.schedulers.slurm_inventory import inventory as live_inventory, qos_by_account
 
 if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
@@ -29,6 +30,7 @@ CPU_BIND_WORDS = ("none, cores, threads, sockets, ldoms, rank, rank_ldom, map_cp
 
 class Slurm(Scheduler):
     name = "slurm"
+    session = SlurmSession()  # run-cluster shell
     title = "Slurm"  # its name in prose
     template = "slurm.sh.j2"
     default_launch = "srun"
