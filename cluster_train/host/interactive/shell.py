@@ -2,6 +2,7 @@
 first node of an allocation of the profile's shape, with the batch job's checks, binds, data image and environment
 (allocation.py). From a laptop whose settings reach the cluster over SSH: the code and image sent as a submission
 sends them, then the same command runs on the login node with this terminal attached (ssh -t)."""
+import os
 import sys
 from typing import List
 
@@ -46,7 +47,7 @@ def main(argv: List[str]) -> int:
     command = ["bash", "-c", args.command] if args.command else ["bash"]
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731  stdout is the session's own
     say(f"[cluster-train] session run directory {prepared.run_dir}")
-    return allocation.run_session(prepared, command, sys.stdin.isatty(), say)
+    return allocation.run_session(prepared, command, os.isatty(0), say)
 
 
 def over_ssh(job: Job, site: Site, argv: List[str]) -> int:

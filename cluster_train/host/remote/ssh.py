@@ -118,7 +118,7 @@ def forget_key(reach: Reach) -> str:
 def attached(reach: Reach, argv: Sequence[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> int:
     """The command on the cluster with this terminal attached (ssh -t where ours is one): an interactive session.
     Its exit status; an ssh failure is one line."""
-    tty = ["-t"] if sys.stdin.isatty() else ["-T"]
+    tty = ["-t"] if os.isatty(0) else ["-T"]
     full = [*ssh_argv(reach), *tty, "--", reach.destination, remote_line(argv, cwd, env)]
     code = subprocess.run(full).returncode
     if code == 255:
