@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, manifest, run_cluster
+from cluster.test_remote import close_shared
 
 # the image's torch, as its lock pins it (the shell must import the image's, not this machine's)
 TORCH = re.search(r"^torch==(\S+)", (ROOT / "containers" / "requirements" / "cpu.debian.txt").read_text(),
@@ -25,6 +26,14 @@ HELD = """profiles:
   held: {<<: *site, partition: ci, mem_gb: 1, directives: ["--begin=now+1hour"], description: "pends an hour"}
   eight_gpus: {<<: *site, partition: ci, gpus_per_node: 8, mem_gb: 14, description: "no node has 8 GPUs"}
 """
+
+
+def try_released(run_dir: Path) -> bool:
+    try:
+        released(run_dir)
+        return True
+    except AssertionError:
+        return False
 
 
 def released(run_dir: Path) -> None:
@@ -77,18 +86,17 @@ def read_until(fd: int, pattern: str, timeout_s: float, seen: bytearray) -> bool
     return False
 
 
-@pytest.mark.slow  # a real sshd and the Slurm cluster
-def test_an_interactive_shell_from_the_laptop_runs_hostname_on_the_node_and_exits(laptop):
+def on_a_pty(env: dict, run_id: str, talk) -> int:
+    """`run-cluster shell` from the laptop on a pty, as from a person's terminal; `talk(fd, seen)` types into it.
+    Its exit status once the session has ended."""
     pid, fd = pty.fork()
-    if pid == 0:  # the child: run-cluster on this pty, as a person's terminal
+    if pid == 0:  # the child: run-cluster on this pty
         os.execve(sys.executable, [sys.executable, str(ROOT / "bin" / "run-cluster"), "shell", "ci-slurm",
-                                   "n1_gpu1", *DEMO, "--run-id", "shell-pty"], laptop["env"])
+                                   "n1_gpu1", *DEMO, "--run-id", run_id], env)
     seen = bytearray()
     try:
         assert read_until(fd, r"the session starts on its first node", 120, seen), seen.decode(errors="replace")
-        os.write(fd, b'echo "ON=$(hostname)"\n')
-        assert read_until(fd, r"ON=n[1-4]\r?\n", 60, seen), seen.decode(errors="replace")
-        os.write(fd, b"exit\n")
+        talk(fd, seen)
         read_until(fd, r"$^", 30, seen)  # to the end of the session
     finally:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -96,8 +104,28 @@ def test_an_interactive_shell_from_the_laptop_runs_hostname_on_the_node_and_exit
             os.kill(pid, signal.SIGKILL)
             _, status = os.waitpid(pid, 0)
         os.close(fd)
-    assert os.waitstatus_to_exitcode(status) == 0, seen.decode(errors="replace")
+    return os.waitstatus_to_exitcode(status)
+
+
+@pytest.mark.slow  # a real sshd and the Slurm cluster
+def test_an_interactive_shell_from_the_laptop_runs_hostname_on_the_node_and_exits(laptop):
+    def hostname_then_exit(fd, seen):
+        os.write(fd, b'echo "ON=$(hostname)"\n')
+        assert read_until(fd, r"ON=n[1-4]\r?\n", 60, seen), seen.decode(errors="replace")
+        os.write(fd, b"exit\n")
+
+    assert on_a_pty(laptop["env"], "shell-pty", hostname_then_exit) == 0
     released(laptop["runs"] / "shell-pty")
+
+
+@pytest.mark.slow  # a real sshd and the Slurm cluster
+def test_a_dropped_connection_releases_the_allocation(laptop, login_node):
+    config, _, _ = login_node
+    on_a_pty(laptop["env"], "shell-drop", lambda fd, seen: close_shared(config, "ct-login"))
+    deadline = time.time() + 30  # the login node's run-cluster, hung up, cancels the job
+    while time.time() < deadline and not try_released(laptop["runs"] / "shell-drop"):
+        time.sleep(1)
+    released(laptop["runs"] / "shell-drop")
 
 
 def test_a_command_on_the_lsf_stand_in(lsf_path, runs_dir):

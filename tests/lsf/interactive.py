@@ -36,8 +36,7 @@ def attached(job_id: str, command: list, pseudo_terminal: bool) -> int:
                      daemon=True).start()
     env = json.loads((job / "env.json").read_text())
     cwd = rec["cwd"] if Path(rec["cwd"]).is_dir() else None
-    code = with_pty(argv, env, cwd) if pseudo_terminal else subprocess.run(argv, env=env, cwd=cwd,
-                                                                             start_new_session=True).returncode
+    code = with_pty(argv, env, cwd, job) if pseudo_terminal else plain(argv, env, cwd, job)
     ended.set()
     code = code if code >= 0 else 128 - code
     killed = (job / "kill_request").exists()
@@ -48,8 +47,20 @@ def attached(job_id: str, command: list, pseudo_terminal: bool) -> int:
     return code
 
 
-def with_pty(argv: list, env: dict, cwd) -> int:
-    """The command in a new session on a pseudo-terminal, bsub's terminal copied to and from it (pty.spawn)."""
+def plain(argv: list, env: dict, cwd, job: Path) -> int:
+    """The command with bsub's standard input and output, in its own process group; Ctrl-C at bsub (SIGINT) ends
+    the job as bkill does, as LSF documents for interactive jobs."""
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, start_new_session=True)
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            (job / "kill_request").touch()
+
+
+def with_pty(argv: list, env: dict, cwd, job: Path) -> int:
+    """The command in a new session on a pseudo-terminal, bsub's terminal copied to and from it (pty.spawn); a
+    SIGINT to bsub itself ends the job as bkill does."""
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)
@@ -57,7 +68,11 @@ def with_pty(argv: list, env: dict, cwd) -> int:
     try:
         if cwd:
             os.chdir(cwd)
-        status = pty.spawn(argv)
+        try:
+            status = pty.spawn(argv)
+        except KeyboardInterrupt:
+            (job / "kill_request").touch()
+            _, status = os.waitpid(-1, 0)  # pty.spawn's child, ended by kill_on_request
     finally:
         os.chdir(here)
         os.environ.clear()

@@ -69,7 +69,7 @@ def run_session(prepared: Prepared, command: List[str], tty: bool, say: Callable
     step = ["bash", str(prepared.script), *command]
     if not session.holds:  # the scheduler asks for the allocation and ends it with the command (LSF's bsub -Is)
         queue.write_manifest(prepared.sub, "")
-        return subprocess.run(session.enter(scheduler, job, "", step, tty)).returncode
+        return ended_by_itself(session.enter(scheduler, job, "", step, tty))
     try:
         job_id = session.hold(scheduler, job, prepared.run_dir)
     except BaseException:
@@ -82,6 +82,20 @@ def run_session(prepared: Prepared, command: List[str], tty: bool, say: Callable
         return subprocess.run(session.enter(scheduler, job, job_id, step, tty)).returncode
     finally:
         release(scheduler, job_id, prepared.run_dir)
+
+
+def ended_by_itself(argv: List[str]) -> int:
+    """A scheduler's command that holds the allocation and ends it itself (bsub -I): Ctrl-C reaches it too (the
+    terminal's process group), and it ends its job; killing it first would leave the job to run on."""
+    proc = subprocess.Popen(argv)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        try:
+            proc.wait(RELEASE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
 
 
 def release(scheduler: Scheduler, job_id: str, run_dir: Path) -> None:

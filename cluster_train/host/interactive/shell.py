@@ -3,6 +3,7 @@ first node of an allocation of the profile's shape, with the batch job's checks,
 (allocation.py). From a laptop whose settings reach the cluster over SSH: the code and image sent as a submission
 sends them, then the same command runs on the login node with this terminal attached (ssh -t)."""
 import os
+import signal
 import sys
 from typing import List
 
@@ -41,6 +42,7 @@ def main(argv: List[str]) -> int:
         return over_ssh(job, site, argv)
     from cluster_train.host.interactive import allocation
 
+    signal.signal(signal.SIGHUP, hung_up)
     prepared = allocation.prepare(job.submission(site, dry_run=False), site, args.time)
     for line in prepared.sub.warnings:
         print(f"run-cluster: {line}", file=sys.stderr)
@@ -48,6 +50,11 @@ def main(argv: List[str]) -> int:
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731  stdout is the session's own
     say(f"[cluster-train] session run directory {prepared.run_dir}")
     return allocation.run_session(prepared, command, os.isatty(0), say)
+
+
+def hung_up(signum, frame) -> None:
+    """The terminal went away (a laptop's ssh -t connection dropped): end as Ctrl-C ends, releasing the allocation."""
+    raise KeyboardInterrupt
 
 
 def over_ssh(job: Job, site: Site, argv: List[str]) -> int:
