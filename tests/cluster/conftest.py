@@ -1,5 +1,6 @@
 """Fixtures only the real-component tests use: the OCI registry, the MLflow server as the nodes reach it, the LSF
-stand-in on PATH, the sshd that plays a login node (tests/ssh/login.py), and `make demo` run once in a clean clone (its finished run reused as `demo_run`)."""
+stand-in on PATH, the sshd that plays a login node (tests/ssh/login.py), and `make demo` run once in a clean clone
+(its finished run reused as `demo_run`)."""
 import contextlib
 import os
 import re

@@ -134,8 +134,9 @@ def test_a_command_on_the_lsf_stand_in(lsf_path, runs_dir):
     assert done.returncode == 3, done.stderr
     host, run_dir = done.stdout.split()[-2:]
     assert host == "n1" and Path(run_dir).parent == runs_dir, done.stdout
-    ended = subprocess.run(["bjobs", "-a", "-noheader", "-o", "stat exit_code"], capture_output=True, text=True)
-    assert ended.stdout.split() == ["EXIT", "3"]  # the session's job, ended with the command
+    ended = subprocess.run(["bjobs", "-a", "-noheader", "-o", "jobid stat exit_code"], capture_output=True, text=True)
+    job_id = manifest(Path(run_dir))["scheduler"]["job_id"]
+    assert ended.stdout.split() == [job_id, "EXIT", "3"]  # the session's job, recorded, ended with the command
 
 
 @pytest.fixture

@@ -74,6 +74,8 @@ def bjobs(argv) -> None:
         ids = sorted((p.name for p in STATE.glob("[0-9]*") if not is_array(p) and not forgotten(p)
                       and ("-a" in flags or read(p, "stat") not in ("DONE", "EXIT"))), key=sort_key) \
             if STATE.is_dir() else []
+        if "-J" in flags:  # -J job_name: only the jobs of that name
+            ids = [i for i in ids if json.loads((job_dir(i) / "job.json").read_text()).get("name") == flags["-J"]]
         if not ids:
             print("No job found" if "-a" in flags else "No unfinished job found")
             return

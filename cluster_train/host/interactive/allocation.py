@@ -68,8 +68,10 @@ def run_session(prepared: Prepared, command: List[str], tty: bool, say: Callable
     scheduler, session, job = prepared.scheduler, prepared.scheduler.session, prepared.sub.job
     step = ["bash", str(prepared.script), *command]
     if not session.holds:  # the scheduler asks for the allocation and ends it with the command (LSF's bsub -Is)
-        queue.write_manifest(prepared.sub, "")
-        return ended_by_itself(session.enter(scheduler, job, "", step, tty))
+        try:
+            return ended_by_itself(session.enter(scheduler, job, "", step, tty))
+        finally:  # its job id is known once bsub has asked for it
+            queue.write_manifest(prepared.sub, session.job_id(job))
     try:
         job_id = session.hold(scheduler, job, prepared.run_dir)
     except BaseException:

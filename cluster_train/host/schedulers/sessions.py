@@ -5,6 +5,7 @@ Slurm: a batch job that only sleeps holds the allocation (queued without waiting
 estimate can be shown and Ctrl-C withdraws it), and `srun --jobid --overlap` enters it from the login node; the caller
 cancels it when the command ends. LSF: `bsub -Is` asks for the allocation and runs the command in it, attached."""
 import shlex
+import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, List
 
@@ -31,6 +32,10 @@ class Session:
         where `tty`), and returns its exit status."""
         raise NotImplementedError
 
+    def job_id(self, job: "Job") -> str:
+        """The job id of a session enter() asked for itself (holds False), once it has ended; "" where not found."""
+        return ""
+
 
 class SlurmSession(Session):
     def hold(self, scheduler: "Scheduler", job: "Job", run_dir: Path) -> str:
@@ -51,6 +56,13 @@ class LsfSession(Session):
     BATCH_ONLY = ("o", "e", "oo", "eo", "wa", "wt", "B", "N", "u")
 
     def enter(self, scheduler: "Scheduler", job: "Job", job_id: str, command: List[str], tty: bool) -> List[str]:
-        options = [word for directive in scheduler.directives(job) if scheduler.option(directive) not in self.BATCH_ONLY
-                   for word in shlex.split(directive)]
-        return ["bsub", "-Is" if tty else "-I", *options, *command]
+        # named by its run id, unique, so that its job id is found afterwards (bsub -I prints it to the terminal)
+        options = [word for directive in scheduler.directives(job)
+                   if scheduler.option(directive) not in self.BATCH_ONLY + ("J",) for word in shlex.split(directive)]
+        return ["bsub", "-Is" if tty else "-I", "-J", job.run_id, *options, *command]
+
+    def job_id(self, job: "Job") -> str:
+        done = subprocess.run(["bjobs", "-a", "-noheader", "-J", job.run_id, "-o", "jobid"], capture_output=True,
+                              text=True)
+        found = done.stdout.split()
+        return found[-1] if done.returncode == 0 and found and found[-1].isdigit() else ""
