@@ -59,3 +59,38 @@ def test_slurm_reads_start_time_as_the_estimate(start_time, estimate):
     state = Slurm().live({"JobState": "PENDING", "Reason": "Resources", "StartTime": start_time})
     assert (state["reason"], state["start"]) == ("Resources", estimate)
     assert Slurm().live({"JobState": "RUNNING", "StartTime": start_time})["start"] == ""
+
+
+class Named:
+    """An LSF-like session: its job is found by name once the scheduler's command has asked for it."""
+
+    def __init__(self, *ids):
+        self.ids = list(ids)
+
+    def job_id(self, job):
+        return self.ids.pop(0)
+
+
+def test_bsub_s_wait_is_said_as_a_held_allocation_s_and_ends_when_the_job_runs(tmp_path):
+    """allocation.said_pending: the scheduler's own interactive command (bsub -I) waits; its job, once found by
+    name, is said pending on each change, and the saying stops once it runs (the command goes on)."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from cluster_train.host.interactive.allocation import said_pending
+
+    scheduler = Scripted(pending("Job dependency condition not satisfied"),
+                         pending("Job dependency condition not satisfied"),
+                         pending("New job is waiting for scheduling", "Nov 27 16:40"), {"state": State.RUNNING})
+    scheduler.session = Named("", "41")  # not queued yet at the first look
+    prepared = SimpleNamespace(scheduler=scheduler, sub=SimpleNamespace(job=None), run_dir=tmp_path)
+    said = []
+    command = subprocess.Popen(["sleep", "30"])
+    try:
+        said_pending(prepared, command, said.append, poll_s=0.01)
+        assert command.poll() is None  # it returned on RUNNING, not on the command's end
+    finally:
+        command.kill()
+        command.wait()
+    assert said == ["[cluster-train] job 41 pending: Job dependency condition not satisfied; no start estimate yet",
+                    "[cluster-train] job 41 pending: New job is waiting for scheduling; expected start Nov 27 16:40"]

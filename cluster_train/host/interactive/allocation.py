@@ -14,9 +14,9 @@ from cluster_train.host import runs
 from cluster_train.host.images import store
 from cluster_train.host.jobs.build import Site, Submission
 from cluster_train.host.jobs.render import render
-from cluster_train.host.interactive.waiting import wait_until_running
+from cluster_train.host.interactive.waiting import pending_line, wait_until_running
 from cluster_train.host.runs import queue
-from cluster_train.host.schedulers import FINISHED, Scheduler, adapter
+from cluster_train.host.schedulers import FINISHED, Scheduler, State, adapter
 
 SCRIPT = "interactive.sh"  # in the run directory: what runs on the node, the session's command as its arguments
 RELEASE_S = 30  # how long a cancelled allocation may take to leave the queue
@@ -69,7 +69,7 @@ def run_session(prepared: Prepared, command: List[str], tty: bool, say: Callable
     step = ["bash", str(prepared.script), *command]
     if not session.holds:  # the scheduler asks for the allocation and ends it with the command (LSF's bsub -Is)
         try:
-            return ended_by_itself(session.enter(scheduler, job, "", step, tty))
+            return ended_by_itself(prepared, session.enter(scheduler, job, "", step, tty), say)
         finally:  # its job id is known once bsub has asked for it
             queue.write_manifest(prepared.sub, session.job_id(job))
     try:
@@ -86,11 +86,12 @@ def run_session(prepared: Prepared, command: List[str], tty: bool, say: Callable
         release(scheduler, job_id, prepared.run_dir)
 
 
-def ended_by_itself(argv: List[str]) -> int:
+def ended_by_itself(prepared: Prepared, argv: List[str], say: Callable[[str], None], poll_s: float = 2.0) -> int:
     """A scheduler's command that holds the allocation and ends it itself (bsub -I): Ctrl-C reaches it too (the
     terminal's process group), and it ends its job; killing it first would leave the job to run on."""
     proc = subprocess.Popen(argv)
     try:
+        said_pending(prepared, proc, say, poll_s)
         return proc.wait()
     except KeyboardInterrupt:
         try:
@@ -98,6 +99,27 @@ def ended_by_itself(argv: List[str]) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
         raise
+
+
+def said_pending(prepared: Prepared, proc: subprocess.Popen, say: Callable[[str], None], poll_s: float) -> None:
+    """While the scheduler's own command waits for the allocation: the job's pending reason and start estimate,
+    said on each change as for a held allocation; done once it runs or the command has ended."""
+    scheduler, job = prepared.scheduler, prepared.sub.job
+    said = job_id = ""
+    while True:
+        try:
+            proc.wait(poll_s)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        job_id = job_id or scheduler.session.job_id(job)
+        state = scheduler.state(job_id, prepared.run_dir) if job_id else {"state": State.PENDING}
+        if state["state"] != State.PENDING:
+            return
+        line = pending_line(job_id, state) if job_id else ""
+        if line != said:
+            say(line)
+            said = line
 
 
 def release(scheduler: Scheduler, job_id: str, run_dir: Path) -> None:
