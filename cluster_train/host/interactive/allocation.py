@@ -70,8 +70,8 @@ def run_session(prepared: Prepared, command: List[str], tty: bool, say: Callable
     if not session.holds:  # the scheduler asks for the allocation and ends it with the command (LSF's bsub -Is)
         try:
             return ended_by_itself(prepared, session.enter(scheduler, job, "", step, tty), say)
-        finally:  # its job id is known once bsub has asked for it
-            queue.write_manifest(prepared.sub, session.job_id(job))
+        finally:  # its job id is known once bsub has asked for it; none: nothing was queued, nothing is kept
+            recorded(prepared, session.job_id(job))
     try:
         job_id = session.hold(scheduler, job, prepared.run_dir)
     except BaseException:
@@ -84,6 +84,13 @@ def run_session(prepared: Prepared, command: List[str], tty: bool, say: Callable
         return subprocess.run(session.enter(scheduler, job, job_id, step, tty)).returncode
     finally:
         release(scheduler, job_id, prepared.run_dir)
+
+
+def recorded(prepared: Prepared, job_id: str) -> None:
+    if job_id:
+        queue.write_manifest(prepared.sub, job_id)
+    else:
+        runs.discard(prepared.run_dir)
 
 
 def ended_by_itself(prepared: Prepared, argv: List[str], say: Callable[[str], None], poll_s: float = 2.0) -> int:
