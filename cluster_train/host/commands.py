@@ -18,6 +18,8 @@ RUNS = "cluster_train.host.runs.commands:run_command"
 COMMANDS = (
     Command("resume", RUNS, "run", "continue a run from its last checkpoint, on its profile or another", True),
     Command("cancel", RUNS, "run", "cancel a run's job (a sweep's: every element) and record it cancelled", True),
+    Command("shell", "cluster_train.host.interactive.shell:main", "run",
+            "a shell (or --command CMD) in the pinned image on a compute node of the profile's shape"),
     Command("names", "cluster_train.host.cli:names", "run",
             "every name an experiment may use: models, data sets, tasks, strategies, optimizers, ..."),
     Command("status", RUNS, "watch", "a run's state, asked of its scheduler (a sweep's: each element's)", True),

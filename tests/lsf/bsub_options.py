@@ -24,7 +24,7 @@ SPAN = re.compile(r"^(hosts=1|ptile=\d+)$")
 REQUEUE_VALUE = re.compile(r"^(all|~?\d+|EXCLUDE\(\d+( \d+)*\))$")
 FLAGS_WITH_VALUE = {"-q", "-J", "-n", "-gpu", "-W", "-R", "-u", "-o", "-e", "-oo", "-eo", "-M", "-P", "-G",
                     "-wa", "-wt", "-Q", "-w"}
-FLAGS = {"-B", "-N", "-x", "-I", "-r", "-rn", "-ti"}
+FLAGS = {"-B", "-N", "-x", "-I", "-Is", "-r", "-rn", "-ti"}
 DONE = re.compile(r"^\s*done\((\d+)\)\s*$")  # the one dependency condition the stand-in models: done(job_ID)
 
 

@@ -51,7 +51,21 @@ BJOBS_FIELDS = {
     "from_host": lambda job, rec: rec["submit_host"],
     "exit_reason": lambda job, rec: read(job, "exit_reason", "-") if read(job, "stat") in ("DONE", "EXIT") else "-",
     "run_limit": lambda job, rec: f"{rec['runlimit_s'] / rec['minute_s']:.1f}/0" if rec["runlimit_s"] else "-",
+    # LSF's simulation-based estimate (LSB_ENABLE_ESTIMATION); the stand-in has no estimator: "-", as LSF shows none
+    "esstart_time": lambda job, rec: "-",
+    "pend_reason": lambda job, rec: pend_reason(job, rec) if read(job, "stat") == "PEND" else "-",
 }
+BJOBS_FIELDS["estimated_sim_start_time"] = BJOBS_FIELDS["esstart_time"]  # the field's full name; esstart_time: alias
+
+
+def pend_reason(job, rec) -> str:
+    """The single key pending reason (bjobs -p1), in LSF's words, for what holds a stand-in job."""
+    if rec.get("waits_on"):
+        return "Job dependency condition not satisfied"
+    if rec.get("array_cap"):
+        return "The job array has reached its job slot limit"
+    return "New job is waiting for scheduling"
+
 
 
 def bjobs(argv) -> None:
@@ -60,6 +74,8 @@ def bjobs(argv) -> None:
         ids = sorted((p.name for p in STATE.glob("[0-9]*") if not is_array(p) and not forgotten(p)
                       and ("-a" in flags or read(p, "stat") not in ("DONE", "EXIT"))), key=sort_key) \
             if STATE.is_dir() else []
+        if "-J" in flags:  # -J job_name: only the jobs of that name
+            ids = [i for i in ids if json.loads((job_dir(i) / "job.json").read_text()).get("name") == flags["-J"]]
         if not ids:
             print("No job found" if "-a" in flags else "No unfinished job found")
             return
@@ -75,6 +91,7 @@ def bjobs(argv) -> None:
             print_long(job, json.loads((job / "job.json").read_text()), bjobs_style=True)
         sys.exit(status)
     fields = str(flags.get("-o", "jobid user stat queue from_host exec_host job_name")).split()
+    delimiter = next((f[len("delimiter="):].strip("'\"") for f in fields if f.startswith("delimiter=")), " ")
     fields = [f.split(":")[0].lower() for f in fields if not f.startswith("delimiter=")]
     unknown = [f for f in fields if f not in BJOBS_FIELDS]
     if unknown:
@@ -88,7 +105,7 @@ def bjobs(argv) -> None:
             status = 255
             continue
         rec = json.loads((job / "job.json").read_text())
-        print(" ".join(BJOBS_FIELDS[f](job, rec) for f in fields))
+        print(delimiter.join(BJOBS_FIELDS[f](job, rec) for f in fields))
     sys.exit(status)
 
 

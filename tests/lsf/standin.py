@@ -39,6 +39,7 @@ job before it is dispatched again; default 2), CT_LSF_CLEAN_PERIOD (CLEAN_PERIOD
 bsub time and kept with the job.
 State: $CT_LSF_STATE (default /tmp/ct-lsf), one directory per job: job.json, env.json, script.sh, hostfile, stat,
 exit_code, exit_reason, pid, history.jsonl (every event with its time).
+Interactive jobs (`bsub -I`, `-Is`: bsub waits, the command attached to its terminal): interactive.py.
 Modules, siblings of this file: bsub_options.py (what bsub accepts and refuses, requeue values, placement on hosts),
 records.py (the state directory and job records), supervisor.py (the per-job supervisor), job_commands.py (bjobs,
 bkill, brequeue, bhist), site_commands.py (bqueues -l, lshosts: the queues and hosts, hosts.json). Here: bsub,
@@ -56,6 +57,7 @@ HERE = Path(__file__).resolve().parent
 ARRAY_MAX = 1000  # LSF's default MAX_JOB_ARRAY_SIZE
 sys.path.insert(0, str(HERE))  # the sibling modules, wherever this runs from (also with PYTHONSAFEPATH set)
 from bsub_options import check, dependencies, minutes, parse_bsub, place, refuse, split_bsub  # noqa: E402
+from interactive import attached  # noqa: E402
 from job_commands import bhist, bjobs, bkill, bmod, brequeue  # noqa: E402
 from records import STATE, event, existing_job, job_dir, write  # noqa: E402
 from site_commands import bqueues, lshosts  # noqa: E402
@@ -68,7 +70,12 @@ def seconds(env_name: str, default: float) -> float:
 
 def bsub(argv) -> None:
     words, command = split_bsub(argv)
-    if command:  # `bsub [options] script`: the file runs as the job; bsub reads #BSUB lines only from stdin
+    interactive = "-I" in words or "-Is" in words
+    if interactive and not command:
+        refuse("bsub: an interactive job (-I, -Is) needs a command. Job not submitted.")
+    if interactive:  # the command runs as given, attached to bsub's terminal
+        script, directives = shlex.join(command), ""
+    elif command:  # `bsub [options] script`: the file runs as the job; bsub reads #BSUB lines only from stdin
         script, directives = Path(command[0]).read_text(), ""
     else:
         script = directives = sys.stdin.read()
@@ -90,8 +97,10 @@ def bsub(argv) -> None:
         for index in indices:
             create_job(f"{job_id}[{index}]", job_id, index, f"{name}[{index}]", cap, opts, script, slots, waits_on)
     else:
-        create_job(str(job_id), job_id, 0, name, None, opts, script, slots, waits_on)
-    print(f"Job <{job_id}> is submitted to queue <{opts.get('-q', 'normal')}>.")
+        create_job(str(job_id), job_id, 0, name, None, opts, script, slots, waits_on, supervised=not interactive)
+    print(f"Job <{job_id}> is submitted to queue <{opts.get('-q', 'normal')}>.", flush=True)
+    if interactive:
+        sys.exit(attached(str(job_id), command, "-Is" in opts))
 
 
 def array_of(job_name: str):
@@ -113,7 +122,7 @@ def array_of(job_name: str):
 
 
 def create_job(key: str, job_id: int, index: int, name: str, cap, opts: dict, script: str, slots: list,
-               waits_on: list) -> None:
+               waits_on: list, supervised: bool = True) -> None:
     """One job's (or array element's) record, environment and supervisor; %J and %I in -o/-e are its ids."""
     job = job_dir(key)
     job.mkdir()
@@ -155,7 +164,8 @@ def create_job(key: str, job_id: int, index: int, name: str, cap, opts: dict, sc
     (job / "env.json").write_text(json.dumps(env))
     write(job, "stat", "PEND")
     event(job, "submit")
-    start_supervisor(key)
+    if supervised:  # an interactive job's bsub runs it itself (interactive.py)
+        start_supervisor(key)
 
 
 def blaunch(argv) -> None:

@@ -21,12 +21,13 @@ FORWARDED = ["SLURM_*", "LSB_*", "LSF_*", "MASTER_ADDR", "MASTER_PORT", "CUDA_VI
              "PYTHONUNBUFFERED"]
 
 
-def render(job: Job) -> str:
+def render(job: Job, template: str = "") -> str:
+    """The job's script: its scheduler's template, or `template` of the same folders (an interactive session's)."""
     for name in job.work.env:
         if not ENV_NAME.match(name):
             raise UserError(f"environment variable name {name!r} is not valid; use letters, digits and '_'")
     scheduler = adapter(job.scheduler)
-    template = environment(scheduler.template_dir()).get_template(scheduler.template)
+    template = environment(scheduler.template_dir()).get_template(template or scheduler.template)
     return template.render(job=job, scheduler=scheduler, requeue_exit=exit_codes.REQUEUE,
                            forward_patterns="|".join(FORWARDED + sorted(job.work.env) + job.work.credentials),
                            fabric=fabric, fabric_check=fabric.check(job.fabric.name) if job.fabric.check else None)

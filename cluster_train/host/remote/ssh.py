@@ -113,3 +113,15 @@ def forget_key(reach: Reach) -> str:
     host, port = said.get("hostname", reach.destination.split("@")[-1]), said.get("port", "22")
     known = os.path.expanduser(said.get("userknownhostsfile", "~/.ssh/known_hosts").split()[0])  # where ssh adds keys
     return f"ssh-keygen -R {shlex.quote(host if port == '22' else f'[{host}]:{port}')} -f {shlex.quote(known)}"
+
+
+def attached(reach: Reach, argv: Sequence[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> int:
+    """The command on the cluster with this terminal attached (ssh -t where ours is one): an interactive session.
+    Its exit status; an ssh failure is one line."""
+    tty = ["-t"] if os.isatty(0) else ["-T"]
+    full = [*ssh_argv(reach), *tty, "--", reach.destination, remote_line(argv, cwd, env)]
+    code = subprocess.run(full).returncode
+    if code == 255:
+        raise UserError(f"{where(reach)}: the connection failed or dropped (ssh exit status 255); check with "
+                        f"`ssh {reach.destination}`")
+    return code

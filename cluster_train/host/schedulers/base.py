@@ -12,6 +12,7 @@ from cluster_train.shared.errors import UserError
 
 if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
     from cluster_train.host.jobs.job import Job
+    from cluster_train.host.schedulers.sessions import Session
 
 
 @dataclass(frozen=True)
@@ -133,8 +134,9 @@ class Scheduler:
       commands, version_command, ping_command, associations()
                        what `run-cluster doctor` looks for and asks on a login node: the commands a user of this
                        scheduler needs there, its version, whether its controller answers, your accounts and QOS.
+      session          an interactive allocation and how a command enters it (sessions.py); None: `shell` refused.
       title, partition_word, job_id_var, hosts_var, constraint_join, follow_by_default, test_script(),
-      start_estimate():  the remaining facts, each documented where it is declared below.
+      start_estimate(): the rest, each documented where it is declared below.
     """
 
     name: str
@@ -147,6 +149,7 @@ class Scheduler:
     default_time = "01:00:00"  # one hour, a profile's time limit where it gives none
     max_warning_s: Optional[int] = None  # the longest time-limit warning (grace_s) it can give; None: no bound
     follow_by_default = False  # --wait unless --no-wait
+    session: Optional["Session"] = None  # interactive allocations (run-cluster shell): sessions.py
     requeue_command = requeued_under_us = failed_nodes = leave_out_pending = cancel_self = ""  # the docstring above
     job_id_var = "$$"  # the job's id, as the batch shell reads it
     hosts_var = "$(hostname)"  # the job's hosts, as the batch shell reads them
@@ -235,8 +238,7 @@ class Scheduler:
         return None
 
     def array_limit(self) -> Optional[int]:
-        """The most elements one array may hold here (None: no limit): the scheduler's own default, or what its
-        controller says where it answers."""
+        """The most elements one array may hold (None: no limit): its own default, or what its controller says."""
         return None
 
     def array_cap(self, cpus_per_run: int) -> int:
@@ -262,8 +264,7 @@ class Scheduler:
         return None
 
     def test_script(self, script: Path) -> Optional[Tuple[bool, str]]:
-        """The scheduler's own verdict on a script's directives without queuing it; None where it has no such
-        check or its commands are not on this machine."""
+        """The scheduler's verdict on a script's directives, nothing queued; None: no such check, or no scheduler."""
         return None
 
     def start_estimate(self, script: Path) -> str:  # a dry run's line: when it would start, asked without queuing
@@ -292,8 +293,7 @@ class Scheduler:
         return None  # each allocation's gpu_s, cpu_s, cpu_used_s, energy_j (runs/cost.py); None: no accounting
 
     def associations(self) -> Optional[Dict[str, Tuple[str, ...]]]:
-        """The accounts this user may charge, each with the QOS it may use there (`doctor`); None where the
-        scheduler keeps no such record or cannot be asked from this machine."""
+        """The accounts this user may charge, each with its QOS (`doctor`); None: no such record, or not asked."""
         return None
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
+from cluster_train.host.schedulers.sessions import LsfSession
 from cluster_train.host.schedulers.lsf_inventory import inventory as live_inventory
 
 if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
@@ -18,6 +19,7 @@ RUN_LIMIT = re.compile(r"^(?:(\d+):)?(\d+)(?:/[A-Za-z0-9_.-]+)?$")  # bsub -W [h
 
 class Lsf(Scheduler):
     name = "lsf"
+    session = LsfSession()  # run-cluster shell
     title = "LSF"  # its name in prose
     template = "lsf.sh.j2"
     partition_word = "queue"
@@ -132,13 +134,18 @@ class Lsf(Scheduler):
         return found.group(1)
 
     def state(self, job_id: str, run_dir: Optional[Path] = None) -> Dict[str, str]:
-        done = subprocess.run(["bjobs", "-noheader", "-o", "stat exit_code exec_host", job_id],
-                              capture_output=True, text=True)
-        fields = done.stdout.split()
+        # esstart_time: the estimator's start time (LSB_ENABLE_ESTIMATION), "-" where it made none; the reason has
+        # spaces, hence the delimiter
+        done = subprocess.run(["bjobs", "-noheader", "-o", "stat exit_code exec_host esstart_time pend_reason "
+                               "delimiter='|'", job_id], capture_output=True, text=True)
+        fields = [field.strip() for field in done.stdout.strip().split("|")] if done.stdout.strip() else []
         if done.returncode != 0 or not fields:  # mbatchd forgets a finished job after CLEAN_PERIOD (lsb.params)
             return {"state": State.UNKNOWN, "gone": "is not found" in done.stderr}
-        return {"state": State.of(fields[0], self.STATES), "exit_code": fields[1] if len(fields) > 1 else "",
-                "nodes": fields[2] if len(fields) > 2 else ""}
+        fields = [field if field != "-" else "" for field in fields + [""] * 5]
+        state = State.of(fields[0], self.STATES)
+        pending = state == State.PENDING
+        return {"state": state, "exit_code": fields[1], "nodes": fields[2],
+                "start": fields[3] if pending else "", "reason": fields[4] if pending else ""}
 
     accounting_name = "bhist"
     commands = ("bsub", "bjobs", "bkill", "bhist")

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
+from cluster_train.host.schedulers.sessions import SlurmSession
+from cluster_train.host.schedulers.slurm_estimates import pending_start, test_only_start
 from cluster_train.host.schedulers.slurm_inventory import inventory as live_inventory, qos_by_account
 from cluster_train.host.schedulers.slurm_usage import usage as sacct_usage
 
@@ -28,13 +30,9 @@ CPU_BIND_WORDS = ("none, cores, threads, sockets, ldoms, rank, rank_ldom, map_cp
                   "mask_ldom:MASKS, each optionally after verbose, (e.g. cores, verbose,cores, map_cpu:0,16,32,48)")
 
 
-# sbatch --test-only's answer: "sbatch: Job 2 to start at 2026-11-27T15:44:13 using 1 processors on nodes n1 in
-# partition ci"
-TEST_ONLY_START = re.compile(r"to start at (\S+) using .* on nodes (\S+) in partition (\S+)")
-
-
 class Slurm(Scheduler):
     name = "slurm"
+    session = SlurmSession()  # run-cluster shell
     title = "Slurm"  # its name in prose
     template = "slurm.sh.j2"
     default_launch = "srun"
@@ -157,14 +155,7 @@ class Slurm(Scheduler):
         return done.returncode == 0, said[-1] if said else f"exit status {done.returncode}"
 
     def start_estimate(self, script: Path) -> str:
-        verdict = self.test_script(script)
-        if verdict is None:
-            return "start: no estimate (no Slurm controller answers sbatch --test-only from this machine)"
-        found = TEST_ONLY_START.search(verdict[1])
-        if not found:
-            return f"start: no estimate (sbatch --test-only said: {verdict[1]})"
-        at, nodes, partition = found.groups()
-        return f"start: Slurm expects it at {at} on {nodes} in partition {partition} (sbatch --test-only, nothing queued)"
+        return test_only_start(self.test_script(script))
 
     def wait_options(self, job_ids: Sequence[str]) -> Optional[List[str]]:
         # afterok: start once each has COMPLETED; --kill-on-invalid-dep: cancel it (CANCELLED, Reason
@@ -188,6 +179,7 @@ class Slurm(Scheduler):
         state = State.of(fields.get("JobState", ""), self.STATES)
         return {"state": state, "exit_code": fields.get("ExitCode", ""), "nodes": fields.get("NodeList", ""),
                 "reason": fields.get("Reason", "") if state == State.PENDING else "",
+                "start": pending_start(fields) if state == State.PENDING else "",
                 "restarts": fields.get("Restarts", "0") if fields.get("Restarts", "0") != "0" else ""}
 
     def array_states(self, array_id: str) -> Optional[Dict[str, Dict[str, str]]]:

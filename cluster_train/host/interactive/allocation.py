@@ -1,0 +1,145 @@
+"""An interactive session's allocation, made from the job a normal submission would queue: the same resolution and
+checks (cluster_train/host/jobs), the image's bytes checked against its digest here before anything is queued (the
+node checks them again), the run directory written, and the session's script rendered (templates/interactive.sh.j2:
+the batch job's checks and environment, then a command in the container). Then the allocation is held, waited for,
+entered on its first node, and released however the session ends. Prints nothing: `say` is the caller's."""
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from cluster_train.shared.errors import UserError
+from cluster_train.host import runs
+from cluster_train.host.images import store
+from cluster_train.host.jobs.build import Site, Submission
+from cluster_train.host.jobs.render import render
+from cluster_train.host.interactive.waiting import pending_line, wait_until_running
+from cluster_train.host.runs import queue
+from cluster_train.host.schedulers import FINISHED, Scheduler, State, adapter
+
+SCRIPT = "interactive.sh"  # in the run directory: what runs on the node, the session's command as its arguments
+RELEASE_S = 30  # how long a cancelled allocation may take to leave the queue
+
+
+@dataclass(frozen=True)
+class Prepared:
+    sub: Submission
+    scheduler: Scheduler
+    run_dir: Path
+
+    @property
+    def script(self) -> Path:
+        return self.run_dir / SCRIPT
+
+
+def prepare(sub: Submission, site: Site, time_limit: Optional[str]) -> Prepared:
+    """The session's run directory, written once every check has passed; nothing is queued yet."""
+    job = sub.job
+    scheduler = adapter(job.scheduler)
+    if scheduler.session is None:
+        raise UserError(f"the {scheduler.name} scheduler has no interactive allocations here; use a batch job "
+                        f"(run-cluster {job.cluster} {job.profile} -- COMMAND)")
+    if time_limit:
+        job.placement.time = shorter_time(scheduler, job.placement.time, time_limit)
+        sub.script = render(job)  # the run directory's job.sh records the allocation's real limit
+    store.verified(job.image.sha256, site.image_store, f"the {job.image.flavor} image")
+    run_dir = queue.write_run(sub)
+    (run_dir / SCRIPT).write_text(render(job, "interactive.sh.j2"))
+    return Prepared(sub, scheduler, run_dir)
+
+
+def shorter_time(scheduler: Scheduler, profile_time: str, asked: str) -> str:
+    """--time, a limit in the scheduler's own format no longer than the profile's."""
+    asked_s = scheduler.time_seconds(asked)
+    if not asked_s:
+        raise UserError(f"--time {asked!r} is not a {scheduler.title or scheduler.name} time limit; give one such as "
+                        f"{scheduler.time_example}")
+    limit_s = scheduler.time_seconds(profile_time)
+    if limit_s and asked_s > limit_s:
+        raise UserError(f"--time {asked} is longer than the profile's time limit {profile_time}; --time only "
+                        f"shortens the allocation: give {profile_time} or less")
+    return asked
+
+
+def run_session(prepared: Prepared, command: List[str], tty: bool, say: Callable[[str], None]) -> int:
+    """`command` in the container on the allocation's first node; its exit status. The allocation is released when
+    it ends, also on Ctrl-C or an error."""
+    scheduler, session, job = prepared.scheduler, prepared.scheduler.session, prepared.sub.job
+    step = ["bash", str(prepared.script), *command]
+    if not session.holds:  # the scheduler asks for the allocation and ends it with the command (LSF's bsub -Is)
+        try:
+            return ended_by_itself(prepared, session.enter(scheduler, job, "", step, tty), say)
+        finally:  # its job id is known once bsub has asked for it; none: nothing was queued, nothing is kept
+            recorded(prepared, session.job_id(job))
+    try:
+        job_id = session.hold(scheduler, job, prepared.run_dir)
+    except BaseException:
+        runs.discard(prepared.run_dir)
+        raise
+    queue.write_manifest(prepared.sub, job_id)
+    try:
+        nodes = wait_until_running(scheduler, job_id, say, poll_s=1.0, run_dir=prepared.run_dir).get("nodes", "")
+        say(f"[cluster-train] job {job_id} running on {nodes}; the session starts on its first node")
+        return subprocess.run(session.enter(scheduler, job, job_id, step, tty)).returncode
+    finally:
+        release(scheduler, job_id, prepared.run_dir)
+
+
+def recorded(prepared: Prepared, job_id: str) -> None:
+    if job_id:
+        queue.write_manifest(prepared.sub, job_id)
+    else:
+        runs.discard(prepared.run_dir)
+
+
+def ended_by_itself(prepared: Prepared, argv: List[str], say: Callable[[str], None], poll_s: float = 2.0) -> int:
+    """A scheduler's command that holds the allocation and ends it itself (bsub -I): Ctrl-C reaches it too (the
+    terminal's process group), and it ends its job; killing it first would leave the job to run on."""
+    proc = subprocess.Popen(argv)
+    try:
+        said_pending(prepared, proc, say, poll_s)
+        return proc.wait()
+    except KeyboardInterrupt:
+        try:
+            proc.wait(RELEASE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+
+
+def said_pending(prepared: Prepared, proc: subprocess.Popen, say: Callable[[str], None], poll_s: float) -> None:
+    """While the scheduler's own command waits for the allocation: the job's pending reason and start estimate,
+    said on each change as for a held allocation; done once it runs or the command has ended."""
+    scheduler, job = prepared.scheduler, prepared.sub.job
+    said = job_id = ""
+    while True:
+        try:
+            proc.wait(poll_s)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        job_id = job_id or scheduler.session.job_id(job)
+        state = scheduler.state(job_id, prepared.run_dir) if job_id else {"state": State.PENDING}
+        if state["state"] != State.PENDING:
+            return
+        line = pending_line(job_id, state) if job_id else ""
+        if line != said:
+            say(line)
+            said = line
+
+
+def release(scheduler: Scheduler, job_id: str, run_dir: Path) -> None:
+    """Cancel the allocation and wait until the scheduler has let it go (a completing job is still queued)."""
+    try:
+        scheduler.cancel(job_id, run_dir)
+    except UserError:
+        pass  # it had ended already (its time limit, or Ctrl-C's cancel while it waited): the wait below tells
+    deadline = time.time() + RELEASE_S
+    while time.time() < deadline:
+        state = scheduler.state(job_id, run_dir)
+        if state["state"] in FINISHED or state.get("gone"):
+            return
+        time.sleep(0.5)
+    raise UserError(f"job {job_id} was cancelled but is still in the queue after {RELEASE_S} s; check it with "
+                    f"{scheduler.name} tools and cancel it again")
