@@ -12,7 +12,6 @@ from cluster_train.shared.errors import UserError
 
 if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
     from cluster_train.host.jobs.job import Job
-    from cluster_train.host.schedulers.sessions import Session
 
 
 @dataclass(frozen=True)
@@ -149,7 +148,7 @@ class Scheduler:
     default_time = "01:00:00"  # one hour, a profile's time limit where it gives none
     max_warning_s: Optional[int] = None  # the longest time-limit warning (grace_s) it can give; None: no bound
     follow_by_default = False  # --wait unless --no-wait
-    session: Optional["Session"] = None  # interactive allocations (run-cluster shell): sessions.py
+    session = None  # interactive allocations (run-cluster shell): a sessions.Session (it imports this module)
     requeue_command = requeued_under_us = failed_nodes = leave_out_pending = cancel_self = ""  # the docstring above
     job_id_var = "$$"  # the job's id, as the batch shell reads it
     hosts_var = "$(hostname)"  # the job's hosts, as the batch shell reads them
