@@ -82,7 +82,7 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
     if args.pipeline:
         return pipeline(args, command)
     if race.across(args):
-        return race_across(args)
+        return race_across(args, args.first_to_start, [args.cluster, args.profile, args.experiment])
     if not args.cluster or not (args.profile or args.first_to_start):
         raise UserError("name a cluster and a profile: run-cluster CLUSTER PROFILE [EXPERIMENT] (or --rerun runs/<id>)")
     profile, experiment = args.profile, args.experiment
@@ -91,6 +91,8 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
     job = Job(args.cluster, profile, experiment, overrides=args.overrides, command=command, flavor=args.flavor,
               run_id=args.run_id, dev=args.dev, stale_image_ok=args.stale_image_ok)
     site = Site.load(args.cluster)
+    if site.user.get("ssh") and args.first_to_start:  # two profiles of a cluster over SSH: raced as across clusters
+        return race_across(args, [f"{args.cluster}:{name}" for name in args.first_to_start], [experiment])
     if site.user.get("ssh"):
         return over_ssh(job, site, args, argv)
     if args.first_to_start or args.sweeps or args.sweep_file:
@@ -102,12 +104,12 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
                           args.timeout)
 
 
-def race_across(args) -> int:
+def race_across(args, entries: List[str], positionals: List[Optional[str]]) -> int:
     """`run-cluster --first-to-start CLUSTER:PROFILE CLUSTER:PROFILE ... [EXPERIMENT]`: each run checked on its own
     cluster (over SSH where your settings say so), then all queued and the first to start kept."""
     if args.run_id:
         raise UserError(f"--run-id {args.run_id} names one run; --first-to-start queues one per entry: drop --run-id")
-    plan = race.race_plan_across(args.first_to_start, race.experiment_of([args.cluster, args.profile, args.experiment]),
+    plan = race.race_plan_across(entries, race.experiment_of(positionals),
                                  overrides=args.overrides, flavor=args.flavor, dev=args.dev,
                                  stale_image_ok=args.stale_image_ok, dry_run=args.dry_run, timeout_s=args.timeout)
     return show_and_queue(plan, args.dry_run, False, args.timeout)
@@ -118,7 +120,7 @@ def over_ssh(job: Job, site: Site, args, argv: List[str]) -> int:
     its login node (cluster_train/host/remote), its output streamed."""
     from cluster_train.host.remote import commands as remote
 
-    sending = checked(job, site, args.dry_run, args.after, first_to_start=bool(args.first_to_start))
+    sending = checked(job, site, args.dry_run, args.after)
     for line in sending.warnings:
         print(f"run-cluster: {line}", file=sys.stderr)
     with shown_progress() as shown:

@@ -76,6 +76,10 @@ def test_first_to_start_across_slurm_and_lsf_over_ssh_keeps_the_first_and_cancel
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert "--first-to-start ci-lsf:no_such: unknown profile" in refused.stderr, refused.stderr
     assert not laptop["local"].exists() and not (laptop["cluster"] / "runs").exists()  # nothing queued anywhere
+    dry = run_cluster("ci-lsf", "--first-to-start", "one_gpu", "single_host_2gpu", *small, "--dry-run", env=env)
+    assert dry.returncode == 0, dry.stderr  # the one-cluster form over SSH: the same race, each run checked there
+    assert "profile one_gpu" in dry.stdout and "profile single_host_2gpu" in dry.stdout, dry.stdout[-2000:]
+    assert not laptop["local"].exists() and not (laptop["cluster"] / "runs").exists()
 
     done = run_cluster("--first-to-start", "ci-slurm:n1_gpu1_later", "ci-lsf:one_gpu", *small, "--timeout", "120",
                        env=env)

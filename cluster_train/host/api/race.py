@@ -2,14 +2,16 @@
 one cluster (cluster_train/host/runs/race.py); `run-cluster --first-to-start CLUSTER:PROFILE CLUSTER:PROFILE ...
 [EXPERIMENT]` races two or more runs, each on its own cluster: this machine's scheduler, or a login node your
 settings reach over SSH. Here the entries are read and every run is checked in full (over SSH: sent there with its
-image, then its login node's dry run) before anything is queued; cluster_train/host/runs/race_across.py races them."""
+image, then its login node's dry run) before anything is queued; cluster_train/host/remote/race.py races them."""
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.host.api import over_ssh
+from cluster_train.host.api.job import Job
 from cluster_train.host.api.values import Overrides
 from cluster_train.host.jobs.build import Site, build
+from cluster_train.host.remote import commands as remote, race as racing
 from cluster_train.host.runs.queue import Plan
 
 USAGE = "run-cluster --first-to-start CLUSTER:PROFILE CLUSTER:PROFILE ... [EXPERIMENT]"
@@ -69,7 +71,8 @@ def entries_of(words: Sequence[str]) -> List[Entry]:
             raise UserError(f"--first-to-start names {word} twice; name each CLUSTER:PROFILE once")
         entries.append(entry)
     if len(entries) < 2:
-        raise UserError(f"--first-to-start {words[0]} races nothing; name two or more CLUSTER:PROFILE entries ({USAGE})")
+        raise UserError(f"--first-to-start {words[0]} races nothing; name two or more CLUSTER:PROFILE entries "
+                        f"({USAGE})")
     return entries
 
 
@@ -87,9 +90,6 @@ def race_plan_across(words: Sequence[str], experiment: Optional[str], *, overrid
                      timeout_s: float) -> Plan:
     """Every entry checked (each refusal one line naming its entry, all of them before anything is queued); the Plan
     that queues them all and keeps the first to start."""
-    from cluster_train.host.api.job import Job
-    from cluster_train.host.runs.race_across import race_across
-
     prepared, errors = [], []
     for entry in entries_of(words):
         try:
@@ -103,19 +103,16 @@ def race_plan_across(words: Sequence[str], experiment: Optional[str], *, overrid
             made.discard()
         raise_all(errors)
     return Plan("\n".join(c.summary for c in prepared), [w for c in prepared for w in c.warnings],
-                "--- dry run: nothing submitted ---\n", queue=lambda: race_across(prepared, timeout_s),
+                "--- dry run: nothing submitted ---\n", queue=lambda: racing.race_across(prepared, timeout_s),
                 discard=lambda: [c.discard() for c in prepared], said=lambda lines: lines,
                 run_dirs=[c.run_dir for c in prepared])
 
 
-def contender(entry: Entry, job, dry_run: bool):
+def contender(entry: Entry, job: Job, dry_run: bool) -> racing.Contender:
     """The entry checked in full: built here, or over SSH sent with its image and dry-run on its login node."""
-    from cluster_train.host.remote import commands as remote
-    from cluster_train.host.runs import race_across
-
     site = Site.load(entry.cluster)
     if not site.user.get("ssh"):
-        return race_across.here(entry.name, build(site, job.request(entry.profile, dry_run, run_id=None)))
+        return racing.here(entry.name, build(site, job.request(entry.profile, dry_run, run_id=None)))
     sending = over_ssh.checked(job, site, dry_run)
     reach, sent = remote.send(site, dry_run, sending.image, sending.data)
     argv = over_ssh.argv(job, False)
@@ -123,5 +120,4 @@ def contender(entry: Entry, job, dry_run: bool):
     if done.returncode:
         raise remote.refused(reach, done)
     summary = done.stdout.partition(over_ssh.BANNER)[0].rpartition("\n---")[0]
-    return race_across.over_ssh(entry.name, reach, argv, sending.run_id, f"{sent}\n{summary}",
-                                list(sending.warnings))
+    return racing.over_ssh(entry.name, reach, argv, sending.run_id, f"{sent}\n{summary}", list(sending.warnings))

@@ -109,10 +109,13 @@ def race_across(contenders: List[Contender], timeout_s: float, poll_s: float = 1
             queued.append((contender, job_id, time.time()))
             said.append(line)
     except BaseException:
-        for contender, job_id, _ in queued:
-            contender.cancel(job_id)
+        withdraw(queued)
         raise
-    winner, waits = first_started(queued, timeout_s, poll_s)
+    try:
+        winner, waits = first_started(queued, timeout_s, poll_s)
+    except KeyboardInterrupt:  # the race abandoned (a timeout instead leaves all queued, as it says)
+        withdraw(queued)
+        raise UserError(f"interrupted: cancelled {listed(queued)}; nothing of the race is left queued") from None
     outcome = {"winner_run": queued[winner][0].run_id, "winner_cluster": queued[winner][0].cluster,
                "runs": [{"entry": c.entry, "cluster": c.cluster, "run": c.run_id, "job_id": job_id,
                          "wait_s": round(waits[i], 1), "won": i == winner} for i, (c, job_id, _) in enumerate(queued)]}
@@ -136,8 +139,16 @@ def first_started(queued: List[Tuple[Contender, str, float]], timeout_s: float,
                         waits[i] = time.time() - loser_at
                 return winner, waits
         time.sleep(poll_s)
-    listed = ", ".join(f"{c.entry} (job {job_id})" for c, job_id, _ in queued)
-    raise UserError(f"none of {listed} started within {timeout_s:.0f} s; all are still queued")
+    raise UserError(f"none of {listed(queued)} started within {timeout_s:.0f} s; all are still queued")
+
+
+def withdraw(queued: List[Tuple[Contender, str, float]]) -> None:
+    for contender, job_id, _ in queued:
+        contender.cancel(job_id)
+
+
+def listed(queued: List[Tuple[Contender, str, float]]) -> str:
+    return ", ".join(f"{c.entry} (job {job_id})" for c, job_id, _ in queued)
 
 
 def told(outcome: Dict) -> str:
