@@ -35,7 +35,7 @@ def login_node(tmp_path_factory):
 
 
 @pytest.fixture
-def laptop(login_node, tmp_path):
+def laptop_of_two(login_node, tmp_path):
     """The laptop's environment: ci-slurm and ci-lsf both over ssh to the one login node, their runs and images
     there; this machine's runs (the records of runs over SSH) under tmp_path. Every Slurm job left is cancelled."""
     config, base = login_node
@@ -52,15 +52,15 @@ def laptop(login_node, tmp_path):
             subprocess.run(["scancel", said["scheduler"]["job_id"]], capture_output=True)
 
 
-def there(laptop, run_id: str) -> dict:
-    return json.loads((laptop["cluster"] / "runs" / run_id / "manifest.json").read_text())
+def there(laptop_of_two, run_id: str) -> dict:
+    return json.loads((laptop_of_two["cluster"] / "runs" / run_id / "manifest.json").read_text())
 
 
-def wait_for_status(laptop, run_id: str, word: str, timeout_s: float) -> str:
+def wait_for_status(laptop_of_two, run_id: str, word: str, timeout_s: float) -> str:
     """`status RUN` from the laptop (over SSH) until it says `word`; its last answer."""
     deadline = time.time() + timeout_s
     while True:
-        said = run_cluster("status", run_id, env=laptop["env"])
+        said = run_cluster("status", run_id, env=laptop_of_two["env"])
         if word in said.stdout or time.time() > deadline:
             return said.stdout + said.stderr
         time.sleep(3)
@@ -70,25 +70,26 @@ def wait_for_status(laptop, run_id: str, word: str, timeout_s: float) -> str:
 @pytest.mark.slurm
 @pytest.mark.slow  # a real sshd, both clusters' jobs
 def test_first_to_start_across_slurm_and_lsf_over_ssh_keeps_the_first_and_cancels_the_other(
-        laptop, cpu_image, slurm_cluster, demo_data):
-    env, small = laptop["env"], [*SMALL, "--set", f"data.root={demo_data}"]
+        laptop_of_two, cpu_image, slurm_cluster, demo_data):
+    env, small = laptop_of_two["env"], [*SMALL, "--set", f"data.root={demo_data}"]
+    local, cluster = laptop_of_two["local"], laptop_of_two["cluster"]  # the records here, the runs there
     refused = run_cluster("--first-to-start", "ci-slurm:n1_gpu1", "ci-lsf:no_such", *small, env=env)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert "--first-to-start ci-lsf:no_such: unknown profile" in refused.stderr, refused.stderr
-    assert not laptop["local"].exists() and not (laptop["cluster"] / "runs").exists()  # nothing queued anywhere
+    assert not local.exists() and not (cluster / "runs").exists()  # nothing queued anywhere
     dry = run_cluster("ci-lsf", "--first-to-start", "one_gpu", "single_host_2gpu", *small, "--dry-run", env=env)
     assert dry.returncode == 0, dry.stderr  # the one-cluster form over SSH: the same race, each run checked there
     assert "profile one_gpu" in dry.stdout and "profile single_host_2gpu" in dry.stdout, dry.stdout[-2000:]
-    assert not laptop["local"].exists() and not (laptop["cluster"] / "runs").exists()
+    assert not local.exists() and not (cluster / "runs").exists()
 
     done = run_cluster("--first-to-start", "ci-slurm:n1_gpu1_later", "ci-lsf:one_gpu", *small, "--timeout", "120",
                        env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert "ci-lsf:one_gpu started first on ci-lsf" in done.stdout and "cancelled ci-slurm:n1_gpu1_later" \
         in done.stdout, done.stdout[-2000:]
-    records = {json.loads((d / "remote.json").read_text())["cluster"]: d for d in laptop["local"].iterdir()}
+    records = {json.loads((d / "remote.json").read_text())["cluster"]: d for d in local.iterdir()}
     assert set(records) == {"ci-slurm", "ci-lsf"}
-    lsf, slurm = (there(laptop, records[c].name) for c in ("ci-lsf", "ci-slurm"))
+    lsf, slurm = (there(laptop_of_two, records[c].name) for c in ("ci-lsf", "ci-slurm"))
     assert lsf["first_to_start"]["won"] and not slurm["first_to_start"]["won"]
     for manifest in (lsf, slurm):
         race = manifest["first_to_start"]
@@ -98,8 +99,8 @@ def test_first_to_start_across_slurm_and_lsf_over_ssh_keeps_the_first_and_cancel
     laptop_record = json.loads((records["ci-slurm"] / "remote.json").read_text())
     assert laptop_record["first_to_start"] == slurm["first_to_start"]  # the laptop's record says it too
     assert wait_for_slurm_job(slurm["scheduler"]["job_id"], 60) == "CANCELLED"  # the cancel reached Slurm over SSH
-    said = wait_for_status(laptop, records["ci-lsf"].name, "COMPLETED", 300)
-    assert "COMPLETED" in said, said + job_logs(laptop["cluster"] / "runs" / records["ci-lsf"].name)[-3000:]
+    said = wait_for_status(laptop_of_two, records["ci-lsf"].name, "COMPLETED", 300)
+    assert "COMPLETED" in said, said + job_logs(cluster / "runs" / records["ci-lsf"].name)[-3000:]
     shown = run_cluster("runs", env=env)
     rows = {tuple(line.split()[:2]): line for line in shown.stdout.splitlines()[1:]}
     assert ("ci-lsf", records["ci-lsf"].name) in rows and ("ci-slurm", records["ci-slurm"].name) in rows, shown.stdout
