@@ -124,8 +124,8 @@ def fill(block: Block, values: Dict[str, str]) -> str:
 
 def with_dry_run(script: str, commands: Tuple[str, ...]) -> Tuple[str, bool]:
     """The mode rule: each bin/run-cluster command that would queue a job (a submission CLUSTER PROFILE ..., --rerun,
-    resume, scaling, doctor --node) gets --dry-run, unless it has it or asks for --help (doctor --node has no dry run:
-    the block fails, and is marked); `commands` are the CLI's command names.
+    --first-to-start CLUSTER:PROFILE ..., resume, scaling, doctor --node) gets --dry-run, unless it has it or asks for
+    --help (doctor --node has no dry run: the block fails, and is marked); `commands` are the CLI's command names.
     Returns the script and whether anything was added."""
     inserts = []
     for found in RUN_CLUSTER.finditer(script):
@@ -135,7 +135,7 @@ def with_dry_run(script: str, commands: Tuple[str, ...]) -> Tuple[str, bool]:
             continue
         if first in QUEUING and (first != "doctor" or "--node" in words):
             inserts.append(found.end("first"))
-        elif first == "--rerun" or (first not in commands and not first.startswith("-")):
+        elif first in ("--rerun", "--first-to-start") or (first not in commands and not first.startswith("-")):
             inserts.append(found.start("gap"))
     for at in sorted(inserts, reverse=True):
         script = f"{script[:at]} --dry-run{script[at:]}"

@@ -1,6 +1,6 @@
-"""A new run from the command line: `run-cluster CLUSTER PROFILE [EXPERIMENT]`, a sweep, a race of two profiles
-(--first-to-start), a rerun; each made and checked in full by the API (cluster_train/host/api) before anything is
-queued, then shown here. The other commands: cluster_train/host/commands.py.
+"""A new run from the command line: `run-cluster CLUSTER PROFILE [EXPERIMENT]`, a sweep, a race of two profiles or of
+runs on several clusters (--first-to-start), a rerun; each made and checked in full by the API (cluster_train/host/api)
+before anything is queued, then shown here. The other commands: cluster_train/host/commands.py.
 argparse rather than fire: `--set` repeats, and fire cannot take a repeated flag."""
 import argparse
 import sys
@@ -9,6 +9,7 @@ from typing import List, Optional
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import commands
+from cluster_train.host.api import race
 from cluster_train.host.api.job import Job, after_dirs, refuse_mixed
 from cluster_train.host.api.over_ssh import checked
 from cluster_train.host.api.pipeline import Pipeline, refuse_options
@@ -22,6 +23,7 @@ from cluster_train.host.usage import Parser
 
 USAGE = """run-cluster CLUSTER PROFILE [EXPERIMENT] [--set KEY=VALUE ...] [--dry-run] [options]
        run-cluster CLUSTER PROFILE [EXPERIMENT] -- COMMAND ...     your own code: COMMAND runs in the image
+       run-cluster --first-to-start CLUSTER:PROFILE CLUSTER:PROFILE ... [EXPERIMENT]   the first of them to start
        run-cluster --rerun runs/<id>
        run-cluster COMMAND ...                                      (below; run-cluster COMMAND --help)"""
 
@@ -51,8 +53,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline", metavar="NAME",
                    help="queue every stage of CLUSTER's pipeline NAME (its cluster file's pipelines:), each after the "
                         "ones it names, all checked first")
-    p.add_argument("--first-to-start", nargs=2, metavar=("PROFILE_A", "PROFILE_B"),
-                   help="submit both, keep whichever starts first, cancel the other")
+    p.add_argument("--first-to-start", nargs="+", metavar="PROFILE|CLUSTER:PROFILE",
+                   help="PROFILE_A PROFILE_B of CLUSTER, or two or more CLUSTER:PROFILE runs, each on its own cluster "
+                        "(over ssh where your settings say so): submit all, keep whichever starts first, cancel the "
+                        "rest")
     p.add_argument("--flavor", help="image flavor to run (default: the one the partition needs)")
     p.add_argument("--run-id", help="name of the run directory (default: time, cluster, profile, random suffix)")
     p.add_argument("--dev", action="store_true",
@@ -70,12 +74,15 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
     """A new run, a sweep, a race of two profiles, or a rerun: made and checked by the API
     (cluster_train/host/api/job.py), shown and queued here."""
     args = parser().parse_intermixed_args(argv)
+    race.sort_words(args)
     refuse_mixed(bool(args.sweeps or args.sweep_file), args.max_parallel, rerun=bool(args.rerun),
                  first_to_start=bool(args.first_to_start), command=bool(command), after=bool(args.after))
     if args.rerun:
         return rerun(args)
     if args.pipeline:
         return pipeline(args, command)
+    if race.across(args):
+        return race_across(args, args.first_to_start, [args.cluster, args.profile, args.experiment])
     if not args.cluster or not (args.profile or args.first_to_start):
         raise UserError("name a cluster and a profile: run-cluster CLUSTER PROFILE [EXPERIMENT] (or --rerun runs/<id>)")
     profile, experiment = args.profile, args.experiment
@@ -84,6 +91,8 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
     job = Job(args.cluster, profile, experiment, overrides=args.overrides, command=command, flavor=args.flavor,
               run_id=args.run_id, dev=args.dev, stale_image_ok=args.stale_image_ok)
     site = Site.load(args.cluster)
+    if site.user.get("ssh") and args.first_to_start:  # two profiles of a cluster over SSH: raced as across clusters
+        return race_across(args, [f"{args.cluster}:{name}" for name in args.first_to_start], [experiment])
     if site.user.get("ssh"):
         return over_ssh(job, site, args, argv)
     if args.first_to_start or args.sweeps or args.sweep_file:
@@ -95,12 +104,23 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
                           args.timeout)
 
 
+def race_across(args, entries: List[str], positionals: List[Optional[str]]) -> int:
+    """`run-cluster --first-to-start CLUSTER:PROFILE CLUSTER:PROFILE ... [EXPERIMENT]`: each run checked on its own
+    cluster (over SSH where your settings say so), then all queued and the first to start kept."""
+    if args.run_id:
+        raise UserError(f"--run-id {args.run_id} names one run; --first-to-start queues one per entry: drop --run-id")
+    plan = race.race_plan_across(entries, race.experiment_of(positionals),
+                                 overrides=args.overrides, flavor=args.flavor, dev=args.dev,
+                                 stale_image_ok=args.stale_image_ok, dry_run=args.dry_run, timeout_s=args.timeout)
+    return show_and_queue(plan, args.dry_run, False, args.timeout)
+
+
 def over_ssh(job: Job, site: Site, args, argv: List[str]) -> int:
     """A cluster your settings reach over SSH: checked here as far as the config goes, then the same command runs on
     its login node (cluster_train/host/remote), its output streamed."""
     from cluster_train.host.remote import commands as remote
 
-    sending = checked(job, site, args.dry_run, args.after, first_to_start=bool(args.first_to_start))
+    sending = checked(job, site, args.dry_run, args.after)
     for line in sending.warnings:
         print(f"run-cluster: {line}", file=sys.stderr)
     with shown_progress() as shown:

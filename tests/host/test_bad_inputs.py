@@ -252,6 +252,7 @@ def api_outcome(argv: List[str]) -> dict:
 def api_calls(argv: List[str]):
     """[(name, call)] making the command line's request through the API, or why it cannot be made there."""
     from cluster_train.host import cli, commands, submit
+    from cluster_train.host.api import race
     from cluster_train.host.api.errors import ClusterTrainError
     from cluster_train.host.api.job import Job
 
@@ -261,7 +262,10 @@ def api_calls(argv: List[str]):
     try:
         words, command = cli.split_command(argv)
         args = submit.parser().parse_intermixed_args(words)
+        race.sort_words(args)
     except (ClusterTrainError, SystemExit):
+        return CLI_SYNTAX
+    if race.across(args):  # several clusters' runs: the API has no call for it
         return CLI_SYNTAX
     if args.rerun:
         return rerun_calls(args, command)

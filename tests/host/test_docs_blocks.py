@@ -75,6 +75,8 @@ def test_a_list_item_indented_as_text_is_not_taken_for_code():
     ("bin/run-cluster ci-slurm n1_gpu1 -- python train.py --epochs 2",  # before the user's command's --
      "bin/run-cluster --dry-run ci-slurm n1_gpu1 -- python train.py --epochs 2"),
     ("bin/run-cluster --rerun runs/x", "bin/run-cluster --dry-run --rerun runs/x"),
+    ("bin/run-cluster --first-to-start gilbreth:a torch-hpc:b demo",  # a race across clusters
+     "bin/run-cluster --dry-run --first-to-start gilbreth:a torch-hpc:b demo"),
     ("bin/run-cluster resume runs/x --set trainer.max_epochs=8", "bin/run-cluster resume --dry-run runs/x --set "
                                                                  "trainer.max_epochs=8"),
     ("cd ~/p && bin/run-cluster dtu default \\\n    --set a=1  # a comment", "cd ~/p && bin/run-cluster --dry-run dtu "

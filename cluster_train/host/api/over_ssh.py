@@ -27,7 +27,7 @@ class Remote:
     data: Any  # the data image the run names, from this machine's store; None when it names none
 
 
-def checked(job: Job, site: Site, dry_run: bool, after: After = (), first_to_start: bool = False) -> Remote:
+def checked(job: Job, site: Site, dry_run: bool, after: After = ()) -> Remote:
     """What needs only the config, checked here (the rest is checked on the login node), and this machine's image
     and data image the job needs there."""
     from cluster_train.host.data import store as data_store
@@ -35,8 +35,8 @@ def checked(job: Job, site: Site, dry_run: bool, after: After = (), first_to_sta
     from cluster_train.host.jobs.build import stale_image
     from cluster_train.host.jobs.job import new_run_id
 
-    unsupported = [name for name, value in (("--first-to-start", first_to_start), ("--dev", job.dev),
-                                            ("a command after --", job.command), ("after=", list(after))) if value]
+    unsupported = [name for name, value in (("--dev", job.dev), ("a command after --", job.command),
+                                            ("after=", list(after))) if value]
     if unsupported:
         refuse_over_ssh(site, ", ".join(unsupported))
     profile = site.cluster.profile(job.profile)

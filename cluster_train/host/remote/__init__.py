@@ -14,4 +14,5 @@ status, logs, cancel, resume and --rerun of such a run are the same commands run
     sync.py      what a job needs sent by content (code, settings, image); a run's small files fetched back
     commands.py  submit there; status, logs, cancel, resume and --rerun proxied; report and compare on fetched copies
     runs.py      the same questions for the Python API's Run (cluster_train/host/api/run.py), their answers read here
+    race.py      --first-to-start across clusters: runs here and over SSH queued, the first to start kept
 """

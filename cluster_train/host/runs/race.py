@@ -1,5 +1,6 @@
 """`run-cluster CLUSTER --first-to-start PROFILE_A PROFILE_B`: seed 004's hybrid. Two shapes of the same training are
-queued; whichever the scheduler starts first is kept and the other cancelled (its run records by whom)."""
+queued; whichever the scheduler starts first is kept and the other cancelled (its run records by whom). On a cluster
+reached over SSH, and across clusters, the race is cluster_train/host/remote/race.py's."""
 import time
 from pathlib import Path
 from typing import List, Tuple
