@@ -6,39 +6,20 @@ first, every time."""
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
-from conftest import ROOT, job_logs, run_cluster, wait_for_slurm_job
-
-from cluster_train.host.remote import ssh
-
-sys.path.insert(0, str(ROOT / "tests" / "ssh"))
-import login  # noqa: E402  (tests/ssh/login.py: the test's OpenSSH server)
+from conftest import job_logs, run_cluster, wait_for_slurm_job
 
 SMALL = ["demo", "--set", "data.num_workers=0", "--set", "trainer.max_epochs=1", "--set",
          "trainer.limit_train_batches=2", "--set", "trainer.limit_val_batches=1"]
-
-
-@pytest.fixture(scope="module")
-def login_node(tmp_path_factory):
-    """The test's sshd: (client config, base directory); every shared connection closed at the end."""
-    base = tmp_path_factory.mktemp("sshd")
-    proc, config, ports = login.start(base, f"{ROOT / 'tests' / 'lsf'}:")  # the LSF stand-in's commands too
-    yield config, base
-    for host in ports:
-        subprocess.run(["ssh", "-F", str(config), "-o", f"ControlPath={ssh.control_dir()}/%C", "-O", "exit", host],
-                       capture_output=True)
-    proc.terminate()
-    proc.wait(10)
 
 
 @pytest.fixture
 def laptop_of_two(login_node, tmp_path):
     """The laptop's environment: ci-slurm and ci-lsf both over ssh to the one login node, their runs and images
     there; this machine's runs (the records of runs over SSH) under tmp_path. Every Slurm job left is cancelled."""
-    config, base = login_node
+    config, base, _ = login_node  # tests/cluster/conftest.py
     cluster = base / "cluster"
     reach = {"ssh": "ct-login", "ssh_config": str(config), "remote_dir": str(cluster / "cluster-train"),
              "runs": str(cluster / "runs"), "images": str(cluster / "images")}
