@@ -17,12 +17,12 @@ def later_cluster(tmp_path, begin: str):
     return path
 
 
-def test_a_dry_run_prints_slurm_s_start_estimate_and_the_most_it_costs(cpu_image, slurm_cluster, tmp_path,
-                                                                        runs_dir):
+def test_a_dry_run_prints_slurm_s_start_estimate_and_the_most_it_costs(cpu_image, slurm_cluster, demo_data,
+                                                                        tmp_path, runs_dir):
     """A job that may begin only in two hours: the estimate is Slurm's (two hours from now), not the clock's."""
     begin = datetime.datetime.now().replace(microsecond=0) + datetime.timedelta(hours=2)
     dry = run_cluster(later_cluster(tmp_path, begin.isoformat()), "later", "demo", "--set", "data.num_workers=0",
-                      "--dry-run")
+                      "--set", f"data.root={demo_data}", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     estimate = re.search(r"^start: Slurm expects it at (\S+) on n\d in partition ci \(sbatch --test-only, nothing "
                          r"queued\)$", dry.stdout, re.M)
@@ -31,7 +31,8 @@ def test_a_dry_run_prints_slurm_s_start_estimate_and_the_most_it_costs(cpu_image
     assert "cost: at most 0.33 GPU-hours (time 00:20:00 x 1 GPU(s)), each requeue as much again" in dry.stdout
     assert not list(runs_dir.iterdir())  # nothing written, and --test-only queues nothing
 
-    lsf = run_cluster("ci-lsf", "single_host_2gpu", "demo", "--sweep", "optim.lr=0.1,0.2", "--dry-run")
+    lsf = run_cluster("ci-lsf", "single_host_2gpu", "demo", "--set", f"data.root={demo_data}", "--sweep",
+                      "optim.lr=0.1,0.2", "--dry-run")
     assert lsf.returncode == 0, lsf.stderr
     assert "start: LSF gives no start estimate before a job is queued" in lsf.stdout
     assert "cost: at most 1.33 GPU-hours (time 0:20 x 2 GPU(s) x 2 runs), each requeue as much again" in lsf.stdout

@@ -20,7 +20,14 @@ from cluster.test_remote import close_shared
 # the image's torch, as its lock pins it (the shell must import the image's, not this machine's)
 TORCH = re.search(r"^torch==(\S+)", (ROOT / "containers" / "requirements" / "cpu.debian.txt").read_text(),
                   re.M).group(1)
-DEMO = ["demo", "--set", "data.num_workers=0"]
+
+
+@pytest.fixture(scope="module")
+def demo(demo_data) -> list:
+    """The demo experiment on the suite's generated data (a clean checkout has no data/ of its own)."""
+    return ["demo", "--set", "data.num_workers=0", "--set", f"data.root={demo_data}"]
+
+
 # the test cluster's file with two more profiles: one held pending for an hour (--begin), one no node fits
 HELD = """profiles:
   held: {<<: *site, partition: ci, mem_gb: 1, directives: ["--begin=now+1hour"], description: "pends an hour"}
@@ -44,7 +51,7 @@ def released(run_dir: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def laptop(login_node, slurm_cluster, cpu_image, tmp_path_factory):
+def laptop(login_node, slurm_cluster, cpu_image, demo, tmp_path_factory):
     """The laptop's environment, ci-slurm reached over ssh (ct-login); the cluster's image store is this machine's
     own, so the image is found there and not copied."""
     config, base, _ = login_node
@@ -55,12 +62,12 @@ def laptop(login_node, slurm_cluster, cpu_image, tmp_path_factory):
         "runs": str(cluster / "runs"), "images": str(ROOT / "images")}}}))
     env = {**os.environ, "CT_SETTINGS": str(tmp / "settings.yaml"), "CT_RUNS_DIR": str(tmp / "runs")}
     env.pop("CT_IMAGES", None)
-    return dict(env=env, runs=cluster / "runs")
+    return dict(env=env, runs=cluster / "runs", demo=demo)
 
 
 @pytest.mark.slow  # a real sshd and the Slurm cluster
 def test_a_command_from_the_laptop_runs_in_the_image_on_a_node(laptop):
-    done = run_cluster("shell", "ci-slurm", "n1_gpu1", *DEMO, "--run-id", "shell-command", "--command",
+    done = run_cluster("shell", "ci-slurm", "n1_gpu1", *laptop["demo"], "--run-id", "shell-command", "--command",
                        'hostname; python -c "import torch; print(torch.__version__)"; exit 7', env=laptop["env"],
                        timeout=180)
     assert done.returncode == 7, done.stderr  # the command's own exit status
@@ -86,13 +93,13 @@ def read_until(fd: int, pattern: str, timeout_s: float, seen: bytearray) -> bool
     return False
 
 
-def on_a_pty(env: dict, run_id: str, talk) -> int:
+def on_a_pty(laptop: dict, run_id: str, talk) -> int:
     """`run-cluster shell` from the laptop on a pty, as from a person's terminal; `talk(fd, seen)` types into it.
     Its exit status once the session has ended."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: run-cluster on this pty
         os.execve(sys.executable, [sys.executable, str(ROOT / "bin" / "run-cluster"), "shell", "ci-slurm",
-                                   "n1_gpu1", *DEMO, "--run-id", run_id], env)
+                                   "n1_gpu1", *laptop["demo"], "--run-id", run_id], laptop["env"])
     seen = bytearray()
     try:
         assert read_until(fd, r"the session starts on its first node", 120, seen), seen.decode(errors="replace")
@@ -114,22 +121,22 @@ def test_an_interactive_shell_from_the_laptop_runs_hostname_on_the_node_and_exit
         assert read_until(fd, r"ON=n[1-4]\r?\n", 60, seen), seen.decode(errors="replace")
         os.write(fd, b"exit\n")
 
-    assert on_a_pty(laptop["env"], "shell-pty", hostname_then_exit) == 0
+    assert on_a_pty(laptop, "shell-pty", hostname_then_exit) == 0
     released(laptop["runs"] / "shell-pty")
 
 
 @pytest.mark.slow  # a real sshd and the Slurm cluster
 def test_a_dropped_connection_releases_the_allocation(laptop, login_node):
     config, _, _ = login_node
-    on_a_pty(laptop["env"], "shell-drop", lambda fd, seen: close_shared(config, "ct-login"))
+    on_a_pty(laptop, "shell-drop", lambda fd, seen: close_shared(config, "ct-login"))
     deadline = time.time() + 30  # the login node's run-cluster, hung up, cancels the job
     while time.time() < deadline and not try_released(laptop["runs"] / "shell-drop"):
         time.sleep(1)
     released(laptop["runs"] / "shell-drop")
 
 
-def test_a_command_on_the_lsf_stand_in(lsf_path, runs_dir):
-    done = run_cluster("shell", "ci-lsf", "one_gpu", *DEMO, "--command", "hostname; echo $CT_RUN_DIR; exit 3",
+def test_a_command_on_the_lsf_stand_in(lsf_path, runs_dir, demo):
+    done = run_cluster("shell", "ci-lsf", "one_gpu", *demo, "--command", "hostname; echo $CT_RUN_DIR; exit 3",
                        timeout=120)
     assert done.returncode == 3, done.stderr
     host, run_dir = done.stdout.split()[-2:]
@@ -154,10 +161,10 @@ def refused(*args, env=None) -> str:
     return done.stderr
 
 
-def test_bad_sessions_are_one_line_and_queue_nothing(slurm_cluster, held_cluster, runs_dir, tmp_path):
-    said = refused(str(held_cluster), "eight_gpus", *DEMO)
+def test_bad_sessions_are_one_line_and_queue_nothing(slurm_cluster, held_cluster, runs_dir, tmp_path, demo):
+    said = refused(str(held_cluster), "eight_gpus", *demo)
     assert "asks for 8 GPUs per node but a node has 4" in said, said
-    said = refused("ci-slurm", "n1_gpu1", *DEMO, "--time", "00:30:00")
+    said = refused("ci-slurm", "n1_gpu1", *demo, "--time", "00:30:00")
     assert "--time 00:30:00 is longer than the profile's time limit 00:20:00" in said, said
     from cluster_train.host.images import store
 
@@ -165,15 +172,15 @@ def test_bad_sessions_are_one_line_and_queue_nothing(slurm_cluster, held_cluster
     sif.write_text("stand-in image\n")
     record = store.record("cpu", sif, ROOT / "pyproject.toml", ROOT / "pyproject.toml", root=tmp_path / "images")
     Path(record.path).write_text("changed\n")
-    said = refused("ci-slurm", "n1_gpu1", *DEMO, "--stale-image-ok",
+    said = refused("ci-slurm", "n1_gpu1", *demo, "--stale-image-ok",
                    env={**os.environ, "CT_IMAGES": str(tmp_path / "images")})
     assert f"was tampered with: its sha256 is no longer {record.sha256}" in said, said
     assert not list(runs_dir.iterdir())
 
 
-def test_ctrl_c_while_pending_withdraws_the_request(slurm_cluster, held_cluster, runs_dir):
+def test_ctrl_c_while_pending_withdraws_the_request(slurm_cluster, held_cluster, runs_dir, demo):
     session = subprocess.Popen([sys.executable, str(ROOT / "bin" / "run-cluster"), "shell", str(held_cluster), "held",
-                                *DEMO, "--command", "true"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                *demo, "--command", "true"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     lines = []
     try:
