@@ -1,5 +1,6 @@
 """Fixtures only the real-component tests use: the OCI registry, the MLflow server as the nodes reach it, the LSF
-stand-in on PATH, and `make demo` run once in a clean clone (its finished run reused as `demo_run`)."""
+stand-in on PATH, the sshd that plays a login node (tests/ssh/login.py), and `make demo` run once in a clean clone
+(its finished run reused as `demo_run`)."""
 import contextlib
 import os
 import re
@@ -12,6 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import MLFLOW_SERVERS, ROOT
+
+sys.path.insert(0, str(ROOT / "tests" / "ssh"))
+import login  # noqa: E402  (tests/ssh/login.py: the test's OpenSSH server)
 
 # The last line `make demo` prints (Makefile): the run it trained and where that run's report is
 DEMO_DONE = re.compile(r"^make demo: run (\S+) finished; its report: (\S+)$", re.M)
@@ -95,6 +99,21 @@ def mlflow_for_nodes(mlflow_server, slurm_cluster):
     yield url
     relay.shutdown()
     relay.server_close()
+
+
+@pytest.fixture(scope="module")
+def login_node(tmp_path_factory):
+    """The test's sshd: (client config, base directory, ports); every shared connection closed at the end."""
+    from cluster_train.host.remote import ssh
+
+    base = tmp_path_factory.mktemp("sshd")
+    proc, config, ports = login.start(base, f"{ROOT / 'tests' / 'lsf'}:")  # the LSF stand-in's commands too
+    yield config, base, ports
+    for host in ports:
+        subprocess.run(["ssh", "-F", str(config), "-o", f"ControlPath={ssh.control_dir()}/%C", "-O", "exit", host],
+                       capture_output=True)
+    proc.terminate()
+    proc.wait(10)
 
 
 @pytest.fixture

@@ -47,19 +47,6 @@ def test_a_full_disk_is_named_as_the_cause_not_the_broken_pipe_it_leaves():
     assert "quota there is full (No space left on device)" in said and "dropped" not in said
 
 
-@pytest.fixture(scope="module")
-def login_node(tmp_path_factory):
-    """The test's sshd: (client config, base directory, ports); every shared connection closed at the end."""
-    base = tmp_path_factory.mktemp("sshd")
-    proc, config, ports = login.start(base, f"{ROOT / 'tests' / 'lsf'}:")  # the LSF stand-in's commands too
-    yield config, base, ports
-    for host in ports:
-        subprocess.run(["ssh", "-F", str(config), "-o", f"ControlPath={ssh.control_dir()}/%C", "-O", "exit", host],
-                       capture_output=True)
-    proc.terminate()
-    proc.wait(10)
-
-
 def failure(reach: Reach) -> str:
     with pytest.raises(UserError) as err:
         ssh.run(reach, ["true"], capture=True)
