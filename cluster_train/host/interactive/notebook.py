@@ -136,9 +136,10 @@ def submission(site: Site, args) -> Submission:
         here = str(Path.cwd().resolve())
         command = ["bash", "-c", 'cd -- "$1" && exec "${@:2}"', "notebook", here, *LAUNCHER]
         site = with_cluster(site, binds=[*site.cluster.binds, here])
-    if args.time:
-        profile = dataclasses.replace(site.cluster.profile(args.profile), time=args.time)
-        site = with_cluster(site, profiles={**site.cluster.profiles, args.profile: profile})
+    # never requeued: nobody would be attached to the next one; --time shortens the allocation
+    profile = dataclasses.replace(site.cluster.profile(args.profile), max_requeues=0)
+    profile.time = args.time or profile.time
+    site = with_cluster(site, profiles={**site.cluster.profiles, args.profile: profile})
     job = Job(args.cluster, args.profile, args.experiment, overrides=["name=notebook"], command=command,
               flavor=args.flavor, run_id=args.run_id, stale_image_ok=args.stale_image_ok or args.dev)
     return job.submission(site, dry_run=False)
