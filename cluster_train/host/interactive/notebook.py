@@ -73,10 +73,10 @@ def main(argv: List[str]) -> int:
     sub = submission(site, args)
     for line in sub.warnings:
         print(f"run-cluster: {line}", file=sys.stderr)
-    if args.over_ssh:  # the laptop's connection is our stdin: its end (Ctrl-C there, a dropped tunnel) is a Ctrl-C
-        threading.Thread(target=interrupt_at_eof, daemon=True).start()
     session = Session.queue(sub, say)
     try:
+        if args.over_ssh:  # the laptop's connection is our stdin: its end (Ctrl-C there, a drop) is our Ctrl-C
+            threading.Thread(target=interrupt_at_eof, daemon=True).start()
         server = session.server()
         if args.over_ssh:
             say(SERVER + json.dumps({**server, "token": session.token}))
