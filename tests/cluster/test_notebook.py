@@ -93,21 +93,29 @@ def test_a_taken_port_and_an_image_without_jupyterlab_are_refused_before_anythin
 
 
 @pytest.mark.slurm
-def test_dev_runs_the_kernel_in_this_directory_bound_live_and_time_shortens_the_allocation(cpu_image, tmp_path):
+def test_dev_runs_the_kernel_in_this_directory_bound_live_and_time_only_shortens(cpu_image):
     import argparse
 
     from cluster_train.host.interactive import notebook
     from cluster_train.host.jobs.build import Site
 
-    args = argparse.Namespace(cluster="ci-slurm", profile="n1_gpu1", experiment=None, dev=True, time="00:10:00",
-                              flavor=None, run_id=None, stale_image_ok=False)
-    sub = notebook.submission(Site.load("ci-slurm"), args)
-    sub.discard()
+    def built(**given):
+        asked = dict(cluster="ci-slurm", profile="n1_gpu1", experiment=None, dev=False, time=None, flavor=None,
+                     run_id=None, stale_image_ok=False)
+        sub = notebook.submission(Site.load("ci-slurm"), argparse.Namespace(**{**asked, **given}))
+        sub.discard()
+        return sub
+
+    sub = built(dev=True, time="00:05:00")
     here = str(Path.cwd().resolve())
     assert f"{here}:{here}" in sub.job.work.binds and sub.run.command[-3:] == notebook.LAUNCHER
     assert sub.run.command[:2] == ["bash", "-c"] and sub.run.command[4] == here
-    assert sub.job.placement.time == "00:10:00" and sub.job.placement.max_requeues == 0
-    assert "--time=00:10:00" in sub.script
+    assert "--time=00:05:00" in sub.script and sub.job.placement.max_requeues == 0
+    assert sub.job.placement.grace_s == 150  # the profile's 300 s warning would come at the start: halfway instead
+    for time_limit, said in (("10:00:00", "--time 10:00:00 is longer than profile n1_gpu1's time limit 00:20:00"),
+                             ("banana", "--time 'banana' is not a time limit")):
+        with pytest.raises(UserError, match=re.escape(said)):
+            built(time=time_limit)
 
 
 # ---- one notebook, from the laptop over ssh ------------------------------------------------------------------------

@@ -136,13 +136,30 @@ def submission(site: Site, args) -> Submission:
         here = str(Path.cwd().resolve())
         command = ["bash", "-c", 'cd -- "$1" && exec "${@:2}"', "notebook", here, *LAUNCHER]
         site = with_cluster(site, binds=[*site.cluster.binds, here])
-    # never requeued: nobody would be attached to the next one; --time shortens the allocation
+    # never requeued: nobody would be attached to the next one
     profile = dataclasses.replace(site.cluster.profile(args.profile), max_requeues=0)
-    profile.time = args.time or profile.time
+    if args.time:
+        shorten(profile, args.time, adapter(site.cluster.scheduler))
     site = with_cluster(site, profiles={**site.cluster.profiles, args.profile: profile})
     job = Job(args.cluster, args.profile, args.experiment, overrides=["name=notebook"], command=command,
               flavor=args.flavor, run_id=args.run_id, stale_image_ok=args.stale_image_ok or args.dev)
     return job.submission(site, dry_run=False)
+
+
+def shorten(profile, time_limit: str, scheduler) -> None:
+    """--time: the profile's limit made shorter (never longer: the profile states what the site allows), and its
+    time-limit warning moved to halfway where it would come at the start."""
+    seconds = scheduler.time_seconds(time_limit)
+    limit = profile.time or scheduler.default_time
+    if not seconds:
+        raise UserError(f"--time {time_limit!r} is not a time limit; write it like 01:00:00 (at most the profile's "
+                        f"{limit})")
+    longest = scheduler.time_seconds(limit)
+    if longest and seconds > longest:
+        raise UserError(f"--time {time_limit} is longer than profile {profile.name}'s time limit {limit}; --time only "
+                        f"shortens it: give at most {limit}, or choose a profile with a longer limit")
+    profile.time = time_limit
+    profile.grace_s = min(profile.grace_s, seconds // 2)
 
 
 def with_cluster(site: Site, **changed) -> Site:
