@@ -12,7 +12,7 @@ from typing import List, Tuple
 from cluster_train.shared.errors import UserError
 from cluster_train.host import project
 from cluster_train.host.interactive import forward
-from cluster_train.host.interactive.notebook import SERVER, flavor_of, refuse_without_jupyterlab, say, url
+from cluster_train.host.interactive.notebook import SERVER, flavor_of, opened, refuse_without_jupyterlab
 from cluster_train.host.jobs.build import Site
 from cluster_train.host.jobs.job import new_run_id
 from cluster_train.host.reach import Reach
@@ -74,7 +74,7 @@ def follow(session: subprocess.Popen, reach: Reach, port: int, forwarded: List[T
             target = (server["address"], int(server["port"]))
             forward.ssh_forward(reach, port, target)
             forwarded.append(target)
-            say(f"[cluster-train] notebook on {server['host']}: {url(port, server['token'])}")
+            opened(server["host"], port, server["token"])
         else:
             print(line, end="", flush=True)
     session.wait()

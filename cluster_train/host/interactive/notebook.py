@@ -100,14 +100,15 @@ def serve_here(session: "Session", port: int, target) -> None:
     """On the login node: the relay from 127.0.0.1:port to the node, the URL, then the foreground until the end."""
     relay = forward.relay(port, target)
     try:
-        say(f"[cluster-train] notebook on {session.server()['host']}: {url(port, session.token)}")
+        opened(session.server()["host"], port, session.token)
         session.hold()
     finally:
         relay.stop()
 
 
-def url(port: int, token: str) -> str:
-    return f"http://127.0.0.1:{port}/lab?token={token}"
+def opened(host: str, port: int, token: str) -> None:
+    say(f"[cluster-train] notebook on {host}: http://127.0.0.1:{port}/lab?token={token}")
+    say("[cluster-train] notebook: Ctrl-C here stops it and releases the allocation")
 
 
 def say(line: str) -> None:
