@@ -279,3 +279,27 @@ def test_a_dropped_connection_is_one_line_and_the_login_node_cancels_the_job(lap
     while in_queue(job_id) and time.monotonic() < deadline:
         time.sleep(1)
     assert not in_queue(job_id)
+
+
+@pytest.mark.image
+@pytest.mark.slurm
+def test_on_the_login_node_dev_gives_the_kernel_this_checkout_live_through_the_relay(cpu_image, slurm_cluster,
+                                                                                     tmp_path):
+    """No ssh: the command's own relay carries the port; --dev runs the kernel in this checkout, not a snapshot."""
+    (tmp_path / "settings.yaml").write_text("{}\n")
+    env = {**os.environ, "CT_SETTINGS": str(tmp_path / "settings.yaml"), "CT_RUNS_DIR": str(tmp_path / "runs")}
+    proc = start(SimpleNamespace(env=env), "--dev")
+    lines = []
+    try:
+        found = read_until_url(proc, lines)
+        nb = SimpleNamespace(port=int(found.group(3)), token=found.group(4))
+        kernel = api(nb, "POST", "/api/kernels", {"name": "python3"})
+        code = "import os, cluster_train\nprint(os.getcwd(), cluster_train.__file__)"
+        said = asyncio.run(asyncio.wait_for(run_cell(nb, kernel["id"], code), 120)).split()
+        assert said == [str(ROOT), str(ROOT / "cluster_train" / "__init__.py")], said
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(120) == 0, proc.stderr.read()
+    job_id = json.loads(next((tmp_path / "runs").glob("*/manifest.json")).read_text())["scheduler"]["job_id"]
+    assert "nothing is allocated" in proc.stdout.read() and not in_queue(job_id)
+    assert not forward.port_taken(nb.port)  # the relay ended with the command
