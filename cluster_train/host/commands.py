@@ -22,6 +22,8 @@ COMMANDS = (
             "a shell (or --command CMD) in the pinned image on a compute node of the profile's shape"),
     Command("names", "cluster_train.host.cli:names", "run",
             "every name an experiment may use: models, data sets, tasks, strategies, optimizers, ..."),
+    Command("notebook", "cluster_train.host.interactive.notebook:main", "run",
+            "JupyterLab from the image on a compute node, forwarded here; Ctrl-C releases the allocation"),
     Command("status", RUNS, "watch", "a run's state, asked of its scheduler (a sweep's: each element's)", True),
     Command("logs", RUNS, "watch", "a run's log (--follow: as it grows, until the job ends)", True),
     Command("runs", "cluster_train.host.runs.table:main", "watch",

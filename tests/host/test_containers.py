@@ -256,6 +256,8 @@ def test_lock_agrees_with_top_level_pins_and_labels(flavor):
     assert label["org.cluster-train.torchvision"] == provided["torchvision"]
     assert label["org.cluster-train.pytorch-lightning"] == versions["pytorch-lightning"]
     assert label["org.cluster-train.deepspeed"] == versions["deepspeed"]
+    # how the host knows an image has JupyterLab without starting it (cluster_train/host/images/packages.py)
+    assert label.get("org.cluster-train.jupyterlab") == versions.get("jupyterlab"), "jupyterlab label != lock"
 
 
 def test_make_lock_recipe_uses_uv_with_hashes():
