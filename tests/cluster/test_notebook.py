@@ -107,8 +107,8 @@ def test_dev_runs_the_kernel_in_this_directory_bound_live_and_time_only_shortens
     assert sub.run.command[:2] == ["bash", "-c"] and sub.run.command[4] == here
     assert "--time=00:05:00" in sub.script and sub.job.placement.max_requeues == 0
     assert sub.job.placement.grace_s == 150  # the profile's 300 s warning would come at the start: halfway instead
-    for time_limit, said in (("10:00:00", "--time 10:00:00 is longer than profile n1_gpu1's time limit 00:20:00"),
-                             ("banana", "--time 'banana' is not a time limit")):
+    for time_limit, said in (("10:00:00", "--time 10:00:00 is longer than the profile's time limit 00:20:00"),
+                             ("banana", "--time 'banana' is not a Slurm time limit")):
         with pytest.raises(UserError, match=re.escape(said)):
             built(time=time_limit)
 

@@ -12,7 +12,7 @@ from typing import List, Tuple
 from cluster_train.shared.errors import UserError
 from cluster_train.host import project
 from cluster_train.host.interactive import forward
-from cluster_train.host.interactive.notebook import SERVER, flavor_of, opened, refuse_without_jupyterlab
+from cluster_train.host.interactive.notebook_common import SERVER, flavor_of, opened, refuse_without_jupyterlab
 from cluster_train.host.jobs.build import Site
 from cluster_train.host.jobs.job import new_run_id
 from cluster_train.host.reach import Reach

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from cluster_train.shared.errors import UserError
-from cluster_train.host import project
 from cluster_train.host.interactive import forward, waiting
+from cluster_train.host.interactive.allocation import shorter_time
+from cluster_train.host.interactive.notebook_common import SERVER, flavor_of, opened, refuse_without_jupyterlab, say
 from cluster_train.host.jobs.build import Site, Submission
 from cluster_train.host.schedulers import adapter
 from cluster_train.host.schedulers.base import State
@@ -34,7 +35,6 @@ DIR = "notebook"  # in the run directory: token (from here), server.json and war
 LAUNCHER = ["python", "-m", "cluster_train.image.notebook"]  # contract C1, cluster_train/image/notebook.py
 POLL_S = 2.0
 STOP_WAIT_S = 90  # how long a cancelled job may take to leave the queue before we stop waiting on it
-SERVER = "[cluster-train] notebook server: "  # the login node's line for a laptop (laptop.py): JSON follows
 PROBLEM = re.compile(r"error|not in this image|No module named|Traceback", re.I)  # a log line that says why it ended
 NOTICE = "[cluster-train] notebook: the allocation ends soon (the job's time-limit warning came): save your notebooks"
 
@@ -106,28 +106,6 @@ def serve_here(session: "Session", port: int, target) -> None:
         relay.stop()
 
 
-def opened(host: str, port: int, token: str) -> None:
-    say(f"[cluster-train] notebook on {host}: http://127.0.0.1:{port}/lab?token={token}")
-    say("[cluster-train] notebook: Ctrl-C here stops it and releases the allocation")
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
-
-
-def flavor_of(site: Site, args) -> str:
-    return args.flavor or site.cluster.partition(site.cluster.profile(args.profile).partition).image
-
-
-def refuse_without_jupyterlab(image) -> None:
-    """An image without JupyterLab (a store.ImageRecord), refused before anything is queued: its flavor and the fix."""
-    from cluster_train.host.images.packages import jupyterlab_missing
-
-    missing = jupyterlab_missing(image)
-    if missing:
-        raise missing
-
-
 def submission(site: Site, args) -> Submission:
     """The notebook's job, built and checked as any run of a command (nothing written yet)."""
     from cluster_train.host.api.job import Job
@@ -148,19 +126,10 @@ def submission(site: Site, args) -> Submission:
 
 
 def shorten(profile, time_limit: str, scheduler) -> None:
-    """--time: the profile's limit made shorter (never longer: the profile states what the site allows), and its
-    time-limit warning moved to halfway where it would come at the start."""
-    seconds = scheduler.time_seconds(time_limit)
-    limit = profile.time or scheduler.default_time
-    if not seconds:
-        raise UserError(f"--time {time_limit!r} is not a time limit; write it like 01:00:00 (at most the profile's "
-                        f"{limit})")
-    longest = scheduler.time_seconds(limit)
-    if longest and seconds > longest:
-        raise UserError(f"--time {time_limit} is longer than profile {profile.name}'s time limit {limit}; --time only "
-                        f"shortens it: give at most {limit}, or choose a profile with a longer limit")
-    profile.time = time_limit
-    profile.grace_s = min(profile.grace_s, seconds // 2)
+    """--time: the profile's limit made shorter (allocation.shorter_time), and its time-limit warning moved to
+    halfway where it would come at the start."""
+    profile.time = shorter_time(scheduler, profile.time or scheduler.default_time, time_limit)
+    profile.grace_s = min(profile.grace_s, scheduler.time_seconds(time_limit) // 2)
 
 
 def with_cluster(site: Site, **changed) -> Site:
