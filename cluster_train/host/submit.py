@@ -66,6 +66,9 @@ def parser() -> argparse.ArgumentParser:
                    help="submit with an image built from other code than this checkout's (it runs its own code)")
     p.add_argument("--wait", dest="wait", action="store_true", default=None, help="wait for the job, following its log")
     p.add_argument("--no-wait", dest="wait", action="store_false", help="return once the job is queued")
+    p.add_argument("--strict-budget", action="store_true",
+                   help="refuse a submission that may pass your GPU-hour budget (budget: in your settings); "
+                        "without it, a warning")
     p.add_argument("--timeout", type=float, default=24 * 3600, help="seconds --wait and --first-to-start wait at most")
     return p
 
@@ -99,9 +102,9 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
         plan = job.plan(site, dry_run=args.dry_run, sweeps=args.sweeps, sweep_file=args.sweep_file,
                         max_parallel=args.max_parallel, first_to_start=args.first_to_start, timeout_s=args.timeout,
                         after=args.after)
-        return show_and_queue(plan, args.dry_run, args.wait, args.timeout)
+        return show_and_queue(plan, args.dry_run, args.wait, args.timeout, args.strict_budget)
     return show_and_queue(one_run(job.submission(site, args.dry_run, args.after)), args.dry_run, args.wait,
-                          args.timeout)
+                          args.timeout, args.strict_budget)
 
 
 def race_across(args, entries: List[str], positionals: List[Optional[str]]) -> int:
@@ -135,7 +138,7 @@ def rerun(args) -> int:
                                       ("--first-to-start", args.first_to_start), ("--dev", args.dev)) if value]
     sub = rerun_submission(args.rerun, args.overrides, args.run_id, args.dry_run, args.stale_image_ok, extra=extra,
                            after=after_dirs(args.after))
-    return show_and_queue(one_run(sub), args.dry_run, args.wait, args.timeout)
+    return show_and_queue(one_run(sub), args.dry_run, args.wait, args.timeout, args.strict_budget)
 
 
 def pipeline(args, command: Optional[List[str]]) -> int:

@@ -38,6 +38,7 @@ class Plan:
     said: Callable[[Any], List[str]] = lambda queued: []  # what the command line says of what `queue` returned
     run_dirs: List[Path] = field(default_factory=list)  # the run directories `queue` creates (a sweep: its own)
     start_estimate: Callable[[], str] = lambda: ""  # a dry run's line on when it would start (asks the scheduler)
+    jobs: List[Any] = field(default_factory=list)  # the Jobs it queues at most (a budget's check: runs/budget.py)
 
 
 def one_run(sub: Submission, submit: Optional[Callable[[Submission], str]] = None) -> Plan:
@@ -49,7 +50,7 @@ def one_run(sub: Submission, submit: Optional[Callable[[Submission], str]] = Non
                 followed=lambda job_id: Followed(Path(sub.job.work.run_dir), job_id, sub.job.scheduler),
                 follow_by_default=scheduler.follow_by_default,
                 said=lambda job_id: [] if submit else [submitted(sub, job_id)], run_dirs=[Path(sub.job.work.run_dir)],
-                start_estimate=lambda: start_estimate(sub.job.scheduler, sub.script))
+                start_estimate=lambda: start_estimate(sub.job.scheduler, sub.script), jobs=[sub.job])
 
 
 def start_estimate(scheduler: str, script: str) -> str:

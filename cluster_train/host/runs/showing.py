@@ -4,14 +4,20 @@ a rerun, a resume, a sweep, a race of two profiles): the library makes the Plan
 import sys
 from typing import Optional
 
+from cluster_train.host.runs import budget
 from cluster_train.host.runs.queue import Plan
 from cluster_train.host.runs.waiting import follow_plan
 
 
-def show_and_queue(plan: Plan, dry_run: bool, wait: Optional[bool], timeout_s: float) -> int:
+def show_and_queue(plan: Plan, dry_run: bool, wait: Optional[bool], timeout_s: float,
+                   strict_budget: bool = False) -> int:
     print(plan.summary)
-    for warning in dict.fromkeys(plan.warnings):
+    said = budget.check(plan.jobs, strict_budget)
+    for warning in dict.fromkeys([*plan.warnings, *(line for line in said if line.startswith("warning: "))]):
         print(f"run-cluster: {warning}", file=sys.stderr)
+    for line in said:
+        if not line.startswith("warning: "):
+            print(line)
     if dry_run:
         plan.discard()
         estimate = plan.start_estimate()

@@ -244,7 +244,8 @@ def plan_of(sweep: Sweep, sweep_file: Optional[str] = None) -> Plan:
                 follow_by_default=adapter(sweep.elements[0].job.scheduler).follow_by_default,
                 said=lambda array_ids: [submitted(sweep, array_ids)],
                 run_dirs=[Path(sub.job.work.run_dir) for sub in sweep.elements],
-                start_estimate=lambda: start_estimate(sweep.elements[0].job.scheduler, sweep.scripts()[0]))
+                start_estimate=lambda: start_estimate(sweep.elements[0].job.scheduler, sweep.scripts()[0]),
+                jobs=[sub.job for sub in sweep.elements])
 
 
 def dry_run_text(sweep: Sweep) -> str:

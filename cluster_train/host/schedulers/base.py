@@ -107,12 +107,12 @@ class Scheduler:
       log_name()       the job's log file name in the run's logs/ (the scheduler's own % patterns).
     May fill in (the defaults describe a scheduler without arrays, accounting, requeue or directives):
       accounting(), accounting_name  the record of ended jobs that outlives state() (sacct, bhist); None: none.
+      usage(), gpu_hour_limits()  what jobs held (runs/cost.py, a budget's use) and the site's GPU-hour limits.
       array_directives(), element_id(), array_index, array_log, array_replaces, array_cap(), cancel_array()
                        job arrays for sweeps; without them `--sweep` is refused.
       wait_options()   submit options holding a job until others COMPLETED (--after); None: --after is refused.
       array_limit(), after_directive()   most elements per array; how an array waits for the one before.
-      array_states(), array_accounting()
-                       a whole array's states in one question (a 1000-element sweep's status); else per element.
+      array_states(), array_accounting()  a whole array's states in one question; else per element.
       requeue_command, requeue_leaving_out()
                        how the batch shell puts its own job back in the queue ("": a time-limited run just ends), and
                        how with the nodes of $ct_left_out left out of its next allocation ("": it cannot).
@@ -232,13 +232,12 @@ class Scheduler:
         raise NotImplementedError  # the id of the array's element `index` (0-based), as its commands take it
 
     def after_directive(self, job_id: str) -> Optional[str]:
-        """The script line that holds a job until `job_id` has ended, however it ended (a split sweep's next
-        array); None: this scheduler cannot chain jobs here, so a sweep over the array limit is refused."""
+        """The script line holding a job until `job_id` has ended, however (a split sweep's next array); None: it
+        cannot chain jobs here, so a sweep over the array limit is refused."""
         return None
 
     def array_limit(self) -> Optional[int]:
-        """The most elements one array may hold (None: no limit): its own default, or what its controller says."""
-        return None
+        return None  # the most elements one array may hold (None: no limit), as its controller says
 
     def array_cap(self, cpus_per_run: int) -> int:
         return 4  # how many elements of a sweep run at once unless --max-parallel says: a cluster's queue takes a few
@@ -258,8 +257,7 @@ class Scheduler:
         raise NotImplementedError
 
     def inventory(self) -> Optional["Inventory"]:
-        """The live cluster's partitions and this user's accounts and QOS (init-cluster, check-cluster's drift);
-        None where this scheduler cannot say or its commands are not on this machine."""
+        """The live cluster's partitions, your accounts and QOS (init-cluster, check-cluster); None: not known here."""
         return None
 
     def test_script(self, script: Path) -> Optional[Tuple[bool, str]]:
@@ -288,8 +286,11 @@ class Scheduler:
         'exit_code', 'nodes', 'said' (its own words, with who ended the job where it says)}; None if it has none."""
         return None
 
-    def usage(self, job_id: str) -> Optional[List[Dict[str, float]]]:
-        return None  # each allocation's gpu_s, cpu_s, cpu_used_s, energy_j (runs/cost.py); None: no accounting
+    def usage(self, job_id: str = "", since: str = "", account: str = "") -> Optional[List[Dict[str, float]]]:
+        return None  # each allocation's gpu_s, cpu_s, cpu_used_s, energy_j: the job's, else yours since; None: none
+
+    def gpu_hour_limits(self) -> Dict[str, float]:
+        return {}  # account -> the GPU-hours the site lets it use, where the scheduler states it
 
     def associations(self) -> Optional[Dict[str, Tuple[str, ...]]]:
         """The accounts this user may charge, each with its QOS (`doctor`); None: no such record, or not asked."""

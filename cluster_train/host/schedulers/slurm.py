@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
 from cluster_train.host.schedulers.sessions import SlurmSession
 from cluster_train.host.schedulers.slurm_estimates import pending_start, test_only_start
-from cluster_train.host.schedulers.slurm_inventory import inventory as live_inventory, qos_by_account
+from cluster_train.host.schedulers.slurm_inventory import gpu_hour_limits, inventory as live_inventory, qos_by_account
 from cluster_train.host.schedulers.slurm_usage import usage as sacct_usage
 
 if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
@@ -235,8 +235,11 @@ class Slurm(Scheduler):
     def associations(self) -> Optional[Dict[str, Tuple[str, ...]]]:
         return qos_by_account()
 
-    def usage(self, job_id: str) -> Optional[List[Dict[str, float]]]:
-        return sacct_usage(job_id)
+    def usage(self, job_id: str = "", since: str = "", account: str = "") -> Optional[List[Dict[str, float]]]:
+        return sacct_usage(job_id, since, account)
+
+    def gpu_hour_limits(self) -> Dict[str, float]:
+        return gpu_hour_limits()
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         run_or_refuse(["scancel", job_id], "scancel")

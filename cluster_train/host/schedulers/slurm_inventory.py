@@ -3,6 +3,7 @@
 configuration, merged here), and the accounts and QOS the user may use from `sacctmgr`'s associations."""
 import getpass
 import math
+import re
 import shutil
 import subprocess
 from typing import Dict, List, Optional, Tuple
@@ -89,6 +90,17 @@ def qos_by_account() -> Optional[Dict[str, Tuple[str, ...]]]:
         if account:
             found.setdefault(account, set()).update(filter(None, qos.split(",")))
     return {account: tuple(sorted(qos)) for account, qos in found.items()}
+
+
+def gpu_hour_limits() -> Dict[str, float]:
+    """Each of this user's accounts with a GPU limit: GrpTRESMins gres/gpu, in hours; {} where none is stated."""
+    try:
+        done = subprocess.run(["sacctmgr", "--noheader", "--parsable2", "show", "assoc", f"user={getpass.getuser()}",
+                               "format=account,grptresmins"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    found = [(line.split("|")[0], re.search(r"gres/gpu=(\d+)", line)) for line in done.stdout.splitlines()]
+    return {account: int(limit[1]) / 60 for account, limit in found if limit and done.returncode == 0}
 
 
 def cores_per_gpu(part: LivePartition) -> int:

@@ -1,6 +1,7 @@
 """What Slurm's accounting says a job's allocations held and used (`sacct --duplicates`: a requeued job's every
 allocation, not only its last): elapsed seconds x the GPUs and CPUs of its AllocTRES, the CPU time its steps used
 (TotalCPU; 0 where the site gathers none) and ConsumedEnergyRaw (joules, where the site has an energy plugin)."""
+import getpass
 import re
 import subprocess
 from typing import Dict, List, Optional
@@ -9,12 +10,14 @@ FIELDS = "JobID,AllocTRES,ElapsedRaw,TotalCPU,ConsumedEnergyRaw"
 CLOCK = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")  # sacct's [D-][H:]M:S[.mmm]
 
 
-def usage(job_id: str) -> Optional[List[Dict[str, float]]]:
-    """One record per allocation: gpu_s, cpu_s (held), cpu_used_s, energy_j; None where sacct is not here or
-    does not answer."""
+def usage(job_id: str = "", since: str = "", account: str = "") -> Optional[List[Dict[str, float]]]:
+    """One record per allocation: gpu_s, cpu_s (held), cpu_used_s, energy_j; of one job, or of all your jobs since
+    a time (YYYY-MM-DDTHH:MM:SS, one account's where named: a budget's use). None where sacct is not here or does
+    not answer."""
+    which = ["-j", job_id] if job_id else ["-u", getpass.getuser(), "-S", since, "-E", "now"]
     try:
-        done = subprocess.run(["sacct", "-j", job_id, "--duplicates", "-X", "-n", "-P", "-o", FIELDS],
-                              capture_output=True, text=True)
+        done = subprocess.run(["sacct", *which, *(["-A", account] if account else []), "--duplicates", "-X", "-n",
+                               "-P", "-o", FIELDS], capture_output=True, text=True)
     except FileNotFoundError:
         return None
     if done.returncode != 0:

@@ -1,0 +1,74 @@
+"""Your GPU-hour budget on a cluster (issue 46): `budget: {gpu_hours: 500, period: 30d}` in your settings, for one
+cluster (`clusters: {NAME: {budget: ...}}`) or all; `period`: a rolling `Nd`, the calendar `month` or `year`, or a
+start date (YYYY-MM-DD); `account`: count only that account's jobs. What is used is the scheduler's accounting of
+all your jobs there since the period began (Slurm's sacct), else cluster-train's own runs of that cluster. A
+submission whose most possible cost (runs/cost: time limit x GPUs, every run it queues) would pass what is left is
+warned of, or refused with --strict-budget; where the site states the account's own limit (sacctmgr GrpTRESMins),
+the line names it."""
+import datetime
+from typing import Dict, List, Tuple
+
+from cluster_train.shared.errors import UserError
+from cluster_train.host import settings
+from cluster_train.host.clusters.budget_setting import Budget, parse
+from cluster_train.host.jobs.cost import most_hours, unit
+from cluster_train.host.jobs.job import Job
+from cluster_train.host.runs import cost
+from cluster_train.host.schedulers import adapter
+
+def used_gpu_hours(cluster: str, scheduler: str, budget: Budget) -> Tuple[float, str]:
+    """GPU-hours used on the cluster since the budget's period began, and from whose record."""
+    records = adapter(scheduler).usage(since=budget.since.strftime("%Y-%m-%dT%H:%M:%S"), account=budget.account)
+    if records is not None:
+        return sum(r["gpu_s"] for r in records) / 3600, f"{adapter(scheduler).title}'s accounting, all your jobs"
+    from cluster_train.host.runs import run_roots, read_manifest  # the runs rooms' list, read only without accounting
+
+    hours = 0.0
+    for root in run_roots():
+        for file in root.glob("*/manifest.json") if root.is_dir() else []:
+            manifest = read_manifest(file.parent)
+            submitted = cost.epoch(manifest.get("submitted_at", "")) or 0
+            if manifest.get("cluster") == cluster and submitted >= budget.since.timestamp():
+                hours += cost.gpu_hours(manifest, file.parent)
+    return hours, "cluster-train's runs only: this scheduler keeps no accounting here"
+
+
+def check(jobs: List[Job], strict: bool) -> List[str]:
+    """What the submission of `jobs` says of each budget it draws on: a line per cluster with one, `warning: ...`
+    where it may pass what is left; over it with `strict`, a UserError and nothing queued."""
+    lines, now = [], datetime.datetime.now()
+    for cluster, gpu_jobs in by_cluster(jobs).items():
+        user = settings.load(cluster)
+        if "budget" not in user:
+            continue
+        budget = parse(user["budget"], f"your settings for {cluster}", now)
+        used, source = used_gpu_hours(cluster, gpu_jobs[0].scheduler, budget)
+        most, left = sum(most_hours(job) for job in gpu_jobs), budget.gpu_hours - used
+        said = (f"budget on {cluster}: {used:.2f} of {budget.gpu_hours:g} GPU-hours used since "
+                f"{budget.since:%Y-%m-%d %H:%M} ({source}){site_limit(gpu_jobs[0], budget)}; this submission may take "
+                f"up to {most:.2f}, {max(left, 0):.2f} are left")
+        if most <= left:
+            lines.append(said)
+        elif strict:
+            raise UserError(f"{said}: --strict-budget refuses it; shorten the time limit, ask for fewer GPUs or runs, "
+                            f"or raise budget.gpu_hours in your settings")
+        else:
+            lines.append(f"warning: {said}: it may pass your budget (--strict-budget refuses such a submission)")
+    return lines
+
+
+def by_cluster(jobs: List[Job]) -> Dict[str, List[Job]]:
+    found: Dict[str, List[Job]] = {}
+    for job in jobs:
+        if unit(job) == "GPU":
+            found.setdefault(job.cluster, []).append(job)
+    return found
+
+
+def site_limit(job: Job, budget: Budget) -> str:
+    """', the site's limit for account A: 100 GPU-hours' where the scheduler states one (Slurm: GrpTRESMins)."""
+    account = budget.account or job.placement.account or ""
+    for name, hours in adapter(job.scheduler).gpu_hour_limits().items():
+        if not account or name == account:
+            return f", the site's limit for account {name}: {hours:g} GPU-hours"
+    return ""
