@@ -34,6 +34,15 @@ def test_a_dry_run_prints_slurm_s_start_estimate_and_the_most_it_costs(cpu_image
     assert abs((datetime.datetime.fromisoformat(estimate[1]) - begin).total_seconds()) < 120, (estimate[1], begin)
     assert "cost: at most 0.33 GPU-hours (time 00:20:00 x 1 GPU(s)), each requeue as much again" in dry.stdout
     assert not list(runs_dir.iterdir())  # nothing written, and --test-only queues nothing
+    queued = run_cluster(later_cluster(tmp_path, begin.isoformat()), "later", "demo", "--set", "data.num_workers=0",
+                         "--set", f"data.root={demo_data}", "--run-id", "later", "--no-wait")
+    assert queued.returncode == 0, queued.stderr
+    try:  # `runs` shows a pending run's start estimate: squeue's StartTime, its --begin here
+        listed = run_cluster("runs", "--here")
+        assert re.search(rf"later .*PENDING .*expected start {begin:%Y-%m-%dT%H:%M} \(BeginTime\)", listed.stdout), \
+            listed.stdout
+    finally:
+        subprocess.run(["scancel", json.loads((runs_dir / "later" / "manifest.json").read_text())["scheduler"]["job_id"]])
 
     lsf = run_cluster("ci-lsf", "single_host_2gpu", "demo", "--set", f"data.root={demo_data}", "--sweep",
                       "optim.lr=0.1,0.2", "--dry-run")

@@ -62,8 +62,10 @@ def local_rows(cluster: Optional[str]) -> List[Dict]:
 
 def row_of(run_dir: Path, manifest: Dict) -> Dict:
     job_id = manifest["scheduler"]["job_id"]
+    said: Dict = {}
     try:
-        state = ending.run_state(adapter(manifest["scheduler"]["name"]), job_id, run_dir)["state"].value
+        said = ending.run_state(adapter(manifest["scheduler"]["name"]), job_id, run_dir)
+        state = said["state"].value
     except Exception as err:  # a scheduler this machine cannot ask (its commands missing): the row says so
         state = f"UNKNOWN ({str(err).splitlines()[0][:40]})" if str(err) else "UNKNOWN"
     epoch, last = progress(run_dir)
@@ -71,8 +73,15 @@ def row_of(run_dir: Path, manifest: Dict) -> Dict:
     return {"cluster": manifest.get("cluster", Path(manifest["cluster_file"]).stem), "run": manifest["run_id"],
             "state": state, "segments": len(segments.read(run_dir)),
             "progress": f"{epoch}/{epochs}" if epochs else str(epoch), "gpu-h": f"{cost.gpu_hours(manifest, run_dir):.2f}",
-            "last": failures.of_failed(run_dir, state) or last,
+            "last": failures.of_failed(run_dir, state) or pending(said) or last,
             "age": age(manifest.get("submitted_at")), "dir": str(run_dir)}
+
+
+def pending(said: Dict) -> str:
+    """A pending job's start estimate (squeue's StartTime; LSF's estimate) and why it waits, where it has them."""
+    if not said.get("start"):
+        return ""
+    return f"expected start {said['start']}" + (f" ({said['reason']})" if said.get("reason") else "")
 
 
 def progress(run_dir: Path):
