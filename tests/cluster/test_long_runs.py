@@ -177,6 +177,28 @@ def assert_resumed_to_the_same_result(long_dir: Path, reference: Path, found: li
     # and how: precision auto is 32-bit on the CPU; the input wait of the last segment's rank 0
     assert manifest(long_dir)["speed"]["precision"] == long["precision"] == "32-true"
     assert f"waited for data {long['input']['wait_fraction']:.0%}" in status.stdout, status.stdout
+    assert_cost_recorded(long_dir, status.stdout, found)
+
+
+def assert_cost_recorded(run_dir: Path, said: str, found: list) -> None:
+    """Issue 46: status records what the run cost: on Slurm the GPU-hours sacct has (every allocation of the requeued
+    job, elapsed x its GPUs), elsewhere the segments' own times; each segment's queue wait and each requeue's lost
+    steps."""
+    recorded = manifest(run_dir)
+    cost = recorded["cost"]
+    assert [s["segment"] for s in cost["segments"]] == [s.number for s in found], cost
+    assert all(isinstance(s["queue_wait_s"], int) for s in cost["segments"]), cost
+    assert all(isinstance(s["lost_steps"], int) for s in cost["segments"][1:]), cost
+    if recorded["scheduler"]["name"] == "slurm":
+        done = subprocess.run(["sacct", "-j", recorded["scheduler"]["job_id"], "--duplicates", "-X", "-n", "-P", "-o",
+                               "ElapsedRaw,AllocTRES"], capture_output=True, text=True, check=True)
+        allocations = [line.split("|") for line in done.stdout.splitlines()]
+        held = sum(int(e) * int(re.search(r"gres/gpu=(\d+)", t)[1]) for e, t in allocations) / 3600
+        assert len(allocations) == len(found) and cost["source"] == "sacct", (allocations, cost)
+        assert cost["gpu_hours"] == round(held, 4), (cost, allocations)
+    else:
+        assert cost["source"] == "the run's segments" and cost["gpu_hours"] > 0, cost
+    assert f"cost: {cost['gpu_hours']:.4f} GPU-hours on {cost['gpus']} GPU(s)" in said, said
 
 
 # The Lightning example (examples/lightning_smart) with ~80 s of training under requeue_1x1's 2-minute limit.

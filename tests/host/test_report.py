@@ -139,7 +139,8 @@ def test_run_report_has_curves_results_config_digest_code_segments_and_throughpu
     assert {p["column"] for p in points} == {"train/acc", "train/loss", "val/acc", "val/loss"}
     assert next(p["points"] for p in points if p["column"] == "val/loss") == 4  # before fit + 3 epochs
     for text in (DIGEST, COMMIT, "uncommitted changes", "final_val_loss", "<td>4.2</td>", "COMPLETED", "node1",
-                 "max_epochs: 3", "samples/s", "17%", "160"):  # 15 steps x 32 / 3 s = 160 samples/s
+                 "max_epochs: 3", "samples/s", "17%", "160",  # 15 steps x 32 / 3 s = 160 samples/s
+                 "0.0331 CPU-hours held"):  # its segment's 119 s on one CPU (issue 46's cost)
         assert text in page, text
     assert page.count("<table") == 5 and "<script" not in page.replace('<script type="application/json"', "")
 

@@ -17,7 +17,7 @@ from cluster_train.host.reports import curves
 from cluster_train.host.reports.html_blocks import Images, esc, facts_table, page, section, table
 from cluster_train.host.reports.run_facts import (
     Run, code_version, differing, flat, is_number, load_run, lower_is_better, short_digest, show)
-from cluster_train.host.runs import data_version, segments
+from cluster_train.host.runs import cost, data_version, segments
 from cluster_train.host.usage import Parser
 
 REPORT = "report.html"
@@ -106,6 +106,9 @@ def run_fact_rows(run: Run) -> List[Tuple[str, object]]:
     code = m.get("code")
     if isinstance(code, dict) and code.get("sha256"):
         facts.append(("code snapshot", f"sha256:{code['sha256']} of {code.get('source') or '?'}"))
+    found = segments.read(run.path)
+    spent = m.get("cost") or (cost.run_cost(m, found, None) if found else None)  # status records the accounting's
+    facts.append(("cost", cost.cost_line(spent).removeprefix("cost: ") if spent else None))
     return [(k, v) for k, v in facts if v not in (None, "")]
 
 
