@@ -73,8 +73,8 @@ def bench(models=None, strategies=None, variants=None, ranks: int = 2, batch=Non
           repeats=None, out_dir="benchmarks/results"):
     """Throughput, step time, peak memory per model, strategy and variant, and a plain PyTorch loop for reference:
     `bench [--models=resnet50_224,...] [--strategies=ddp,zero3] [--variants=fp32,bf16] [--batch=N] [--steps=N]
-    [--repeats=N]`: steps timed (default 50 after 15 on a GPU, 100 after 3 on the CPU); repeats: the loop comparison's runs, alternately
-    (default 1 on a GPU, 5 on the CPU)."""
+    [--repeats=N]`: steps timed (default 50 after 15 on a GPU, 100 after 3 on the CPU); repeats: the loop
+    comparison's runs, alternately (default 1 on a GPU, 5 on the CPU)."""
     from cluster_train.image.bench import bench as run_bench
 
     run_bench(models=models, strategies=strategies, variants=variants, ranks=ranks, batch=batch, steps=steps,

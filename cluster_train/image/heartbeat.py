@@ -24,6 +24,8 @@ from typing import Optional
 
 from pytorch_lightning.callbacks import Callback
 
+from cluster_train.image import gpu_power
+
 TIMED_STEPS = 50  # STEP_S is the median over this many recent steps
 MIN_TIMED = 5  # ... once this many were timed (0.000 before)
 _beat: list = []  # this process's one Heartbeat, however many Trainers it runs
@@ -41,6 +43,7 @@ class Heartbeat(Callback):
         self._last_dump = 0.0
         self._main = threading.main_thread().ident
         self._thread: Optional[threading.Thread] = None
+        self.power: Optional[gpu_power.PowerMeter] = None  # this rank's GPU's energy, sampled each beat
 
     # the training loop's side: numbers only
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -87,10 +90,20 @@ class Heartbeat(Callback):
             try:
                 self.write()
                 self._dump_if_asked()
+                if self.power is not None:
+                    self.sample_power()
             except OSError:
                 pass  # a full or vanished file system: the watchdog sees this rank go silent, which is the truth
             if self._stopped.wait(self.interval_s):
                 return
+
+    def sample_power(self) -> None:
+        line = self.power.sample()
+        if line is None:
+            self.power = None
+            return
+        self.power.path.parent.mkdir(exist_ok=True)
+        _replace(self.power.path, line)
 
     def line(self) -> str:
         return (f"{self.step} {int(self.progress_time)} {int(time.time())} {self.step_s():.3f} "
@@ -154,6 +167,7 @@ def start(trainer) -> Optional[Heartbeat]:
         interval = float(os.environ.get("CT_HEARTBEAT_S") or 5)
         _beat.append(Heartbeat(Path(run_dir) / "logs" / "progress", trainer.global_rank, interval,
                                trainer.global_step))
+        _beat[0].power = gpu_power.meter(run_dir, trainer.global_rank)
     _beat[0].start()
     if _beat[0] not in trainer.callbacks:
         trainer.callbacks.append(_beat[0])

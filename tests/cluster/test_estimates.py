@@ -42,7 +42,8 @@ def test_a_dry_run_prints_slurm_s_start_estimate_and_the_most_it_costs(cpu_image
         assert re.search(rf"later .*PENDING .*expected start {begin:%Y-%m-%dT%H:%M} \(BeginTime\)", listed.stdout), \
             listed.stdout
     finally:
-        subprocess.run(["scancel", json.loads((runs_dir / "later" / "manifest.json").read_text())["scheduler"]["job_id"]])
+        job_id = json.loads((runs_dir / "later" / "manifest.json").read_text())["scheduler"]["job_id"]
+        subprocess.run(["scancel", job_id])
 
     lsf = run_cluster("ci-lsf", "single_host_2gpu", "demo", "--set", f"data.root={demo_data}", "--sweep",
                       "optim.lr=0.1,0.2", "--dry-run")

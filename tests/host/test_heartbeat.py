@@ -98,3 +98,33 @@ def test_a_checkpoint_saves_end_is_progress(beat, tmp_path):
     started.progress_time = 0.0
     AtomicCheckpointIO().save_checkpoint({"step": 7}, tmp_path / "last.ckpt")
     assert (tmp_path / "last.ckpt").exists() and abs(started.progress_time - time.time()) < 5
+
+
+def test_the_beat_samples_its_gpu_s_power_into_the_run_s_energy_and_outlives_a_reading_that_fails(
+        beat, monkeypatch):
+    """Issue 46's sampled energy (cluster_train/image/gpu_power.py): each beat adds power x time to the rank's file,
+    which the host sums into the run's cost, marked as sampled; NVML failing later stops the readings, not the beat.
+    The watts are given here (this machine has no GPU; on one, torch.cuda.power_draw reads NVML)."""
+    from cluster_train.host.runs import cost
+    from cluster_train.image import gpu_power
+
+    started, _, progress = beat
+    assert gpu_power.meter(str(progress.parent.parent), 3) is None  # no GPU here: no meter, no file
+    readings = [250.0] * 4 + [RuntimeError("NVML: GPU is lost")]
+
+    def read_watts():
+        reading = readings.pop(0) if readings else 250.0
+        if isinstance(reading, Exception):
+            raise reading
+        return reading
+
+    energy = progress.parent / "energy" / "segment-1-rank-3"
+    started.power = gpu_power.PowerMeter(energy, read_watts)
+    assert wait_for(lambda: started.power is None, 5)  # four readings, then the failed one ended the sampling
+    joules, seconds, samples = energy.read_text().split()
+    assert int(samples) == 4 and abs(float(joules) - 250 * float(seconds)) <= 13 and float(seconds) > 0.2  # written to 0.1 s
+    alive = fields(progress)[2]
+    assert wait_for(lambda: fields(progress)[2] != alive, 3)  # the beat goes on
+    spent = cost.run_cost({}, [], None, progress.parent.parent)
+    assert spent["energy_kwh"] == round(float(joules) / 3.6e6, 6)
+    assert "(sampled from the GPUs' power draw)" in cost.cost_line(spent)

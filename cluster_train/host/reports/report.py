@@ -107,7 +107,7 @@ def run_fact_rows(run: Run) -> List[Tuple[str, object]]:
     if isinstance(code, dict) and code.get("sha256"):
         facts.append(("code snapshot", f"sha256:{code['sha256']} of {code.get('source') or '?'}"))
     found = segments.read(run.path)
-    spent = m.get("cost") or (cost.run_cost(m, found, None) if found else None)  # status records the accounting's
+    spent = m.get("cost") or (cost.run_cost(m, found, None, run.path) if found else None)  # status: the accounting's
     facts.append(("cost", cost.cost_line(spent).removeprefix("cost: ") if spent else None))
     return [(k, v) for k, v in facts if v not in (None, "")]
 

@@ -12,8 +12,10 @@ from cluster_train.host.runs import segments
 from cluster_train.host.runs.segments import Segment
 
 
-def run_cost(manifest: Dict[str, Any], found: List[Segment], usage: Optional[List[Dict[str, float]]]) -> Dict:
-    """The run's cost record; `usage`: the scheduler's accounting of its allocations (None where it keeps none)."""
+def run_cost(manifest: Dict[str, Any], found: List[Segment], usage: Optional[List[Dict[str, float]]],
+             run_dir: Optional[Path] = None) -> Dict:
+    """The run's cost record; `usage`: the scheduler's accounting of its allocations (None where it keeps none);
+    `run_dir`: where the ranks' sampled GPU energy lies (cluster_train/image/gpu_power.py)."""
     job = manifest.get("job") or {}
     gpus = int(job.get("nodes") or 1) * int(job.get("gpus_per_node") or 0)
     cpus = int(job.get("nodes") or 1) * int(job.get("tasks_per_node") or 1) * int(job.get("cpus_per_task") or 1)
@@ -25,15 +27,30 @@ def run_cost(manifest: Dict[str, Any], found: List[Segment], usage: Optional[Lis
                 "source": "the run's segments"}
     used = [u["cpu_used_s"] for u in usage or [] if u.get("cpu_used_s")]
     energy = [u["energy_j"] for u in usage or [] if u.get("energy_j")]
+    energy_source = "accounting" if energy else ""
+    if not energy and run_dir is not None:
+        energy, energy_source = sampled_joules(run_dir), "sampled from the GPUs' power draw"
     waits = queue_waits(manifest.get("submitted_at", ""), found)
     lost = [lost_steps(seg) for seg in found]
     return {"gpus": gpus, "gpu_hours": round(held["gpu_hours"], 4), "cpu_hours": round(held["cpu_hours"], 4),
             "source": held["source"], "cpu_hours_used": round(sum(used) / 3600, 4) if used else None,
             "energy_kwh": round(sum(energy) / 3.6e6, 6) if energy else None,
+            "energy_source": energy_source if energy else None,
             "segments": [{"segment": seg.number, "queue_wait_s": wait, "lost_steps": steps}
                          for seg, wait, steps in zip(found, waits, lost)],
             "queue_wait_s": sum(w for w in waits if w is not None),
             "lost_steps": sum(s for s in lost if s is not None)}
+
+
+def sampled_joules(run_dir: Path) -> List[float]:
+    """Each rank's and segment's sampled energy (logs/energy/segment-S-rank-R: `JOULES SECONDS SAMPLES`)."""
+    found = []
+    for file in sorted((Path(run_dir) / "logs" / "energy").glob("segment-*-rank-*")):
+        try:
+            found.append(float(file.read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            continue  # a torn or unreadable file: that rank's share is missing, not the run's cost
+    return [joules for joules in found if joules > 0]
 
 
 def hours(usage: List[Dict[str, float]], key: str) -> float:
@@ -79,8 +96,8 @@ def cost_line(cost: Dict[str, Any]) -> str:
     3 s; no steps lost; energy not recorded by this site'"""
     used = (f"{cost['cpu_hours_used']:.4f} used" if cost.get("cpu_hours_used") is not None
             else "CPU time used not recorded")
-    energy = (f"energy {cost['energy_kwh']:.4f} kWh" if cost.get("energy_kwh") is not None
-              else "energy not recorded by this site")
+    energy = (f"energy {cost['energy_kwh']:.4f} kWh ({cost.get('energy_source') or 'accounting'})"
+              if cost.get("energy_kwh") is not None else "energy not recorded by this site")
     lost = f"{cost['lost_steps']} steps lost to requeues" if cost.get("lost_steps") else "no steps lost"
     gpus = f"{cost['gpu_hours']:.4f} GPU-hours on {cost['gpus']} GPU(s), " if cost.get("gpus") else ""
     return (f"cost: {gpus}{cost['cpu_hours']:.4f} CPU-hours held ({cost['source']}), {used}; "

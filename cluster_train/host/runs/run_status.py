@@ -75,7 +75,8 @@ def status_of(manifest: Dict[str, Any], scheduler, run_dir: Path) -> RunStatus:
     job_id = manifest["scheduler"]["job_id"]
     state = ending.run_state(scheduler, job_id, run_dir)
     found = segments.read(run_dir)
-    spent = cost.run_cost(manifest, found, getattr(scheduler, "usage", lambda _: None)(job_id)) if found else {}
+    usage = getattr(scheduler, "usage", lambda _: None)(job_id)  # a laptop's view of a remote run has none
+    spent = cost.run_cost(manifest, found, usage, run_dir) if found else {}
     runs.update_manifest(run_dir, segments=segments.as_records(run_dir), **({"cost": spent} if spent else {}))
     job = manifest.get("job") or {}
     slow_network = fabric.verdict(run_dir, job.get("fabric", "")) if job.get("check_fabric") else None

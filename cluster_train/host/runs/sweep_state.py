@@ -81,9 +81,10 @@ def element_rows(sweep_dir: Path) -> List[Dict]:
         job_id = runs.read_manifest(run_dir)["scheduler"]["job_id"]  # a resumed element's new job
         state = run_state(view, job_id, run_dir)
         swept = {key: element["values"].get(key, "-") for key in keys}  # a sweep file's run may leave a key out
+        held = cost.gpu_hours(runs.read_manifest(run_dir), run_dir)
         rows.append({"element": f"e{element['index']}", **swept, "state": ending.shown(state),
-                     "segments": str(len(read_segments(run_dir))),
-                     "gpu-h": f"{cost.gpu_hours(runs.read_manifest(run_dir), run_dir):.2f}", "best": best_metric(run_dir)})
+                     "segments": str(len(read_segments(run_dir))), "gpu-h": f"{held:.2f}",
+                     "best": best_metric(run_dir)})
     return rows
 
 

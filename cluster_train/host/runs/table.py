@@ -72,7 +72,8 @@ def row_of(run_dir: Path, manifest: Dict) -> Dict:
     epochs = (manifest.get("config") or {}).get("trainer", {}).get("max_epochs")
     return {"cluster": manifest.get("cluster", Path(manifest["cluster_file"]).stem), "run": manifest["run_id"],
             "state": state, "segments": len(segments.read(run_dir)),
-            "progress": f"{epoch}/{epochs}" if epochs else str(epoch), "gpu-h": f"{cost.gpu_hours(manifest, run_dir):.2f}",
+            "progress": f"{epoch}/{epochs}" if epochs else str(epoch),
+            "gpu-h": f"{cost.gpu_hours(manifest, run_dir):.2f}",
             "last": failures.of_failed(run_dir, state) or pending(said) or last,
             "age": age(manifest.get("submitted_at")), "dir": str(run_dir)}
 
