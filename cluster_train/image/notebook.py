@@ -10,8 +10,9 @@ $CT_RUN_DIR/notebook/warning; SIGTERM or SIGINT stop JupyterLab, its kernels wit
 
 JupyterLab runs in a session of its own: a terminal's Ctrl-C or the scheduler's signals reach only this launcher,
 which stops the server once (Jupyter would otherwise ask on a terminal whether to shut down, and print its status on
-SIGUSR1). Imports no torch and no Jupyter.
+SIGUSR1); it dies with the launcher. Imports no torch and no Jupyter.
 """
+import ctypes
 import importlib.util
 import json
 import os
@@ -29,6 +30,7 @@ NOTICE = "[cluster-train] notebook: the allocation ends soon: save your notebook
 READY_TIMEOUT_S = 300  # a first start on a cold shared file system imports a few hundred modules
 STOP_GRACE_S = 10  # well within Slurm's KillWait (30 s by default) after its SIGTERM
 POLL_S = 0.2
+PR_SET_PDEATHSIG = 1  # prctl(2)
 CANNOT_START = 2  # no JupyterLab in the image, no token: nothing a retry would change
 
 
@@ -69,7 +71,7 @@ def main() -> int:
     signals.install()
     port = free_port()
     server = subprocess.Popen(jupyter_command(port, Path.cwd()), env=jupyter_env(token, notebook_dir),
-                              start_new_session=True)
+                              start_new_session=True, preexec_fn=die_with_parent)
     try:
         return serve(server, port, token, signals)
     finally:
@@ -91,6 +93,13 @@ def serve(server: subprocess.Popen, port: int, token: str, signals: _Signals) ->
             return _ended_early(server)
         time.sleep(POLL_S)
     return 0
+
+
+def die_with_parent() -> None:
+    """In the child before it runs Jupyter: the kernel sends it SIGTERM when this launcher dies, even by SIGKILL. In
+    a session of its own, a scheduler that signals only the job's process groups (LSF without cgroups) would
+    otherwise leave the server running on the node after the job."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def jupyter_command(port: int, root: Path) -> List[str]:
