@@ -26,6 +26,8 @@ import urllib.request
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from cluster_train.image.launch_env import PER_TASK
+
 NOTICE = "[cluster-train] notebook: the allocation ends soon: save your notebooks"
 READY_TIMEOUT_S = 300  # a first start on a cold shared file system imports a few hundred modules
 STOP_GRACE_S = 10  # well within Slurm's KillWait (30 s by default) after its SIGTERM
@@ -55,11 +57,15 @@ class _Signals:
 
 
 def main() -> int:
+    notebook_dir = Path(os.environ["CT_RUN_DIR"]) / "notebook"
+    signals = _Signals(notebook_dir)
+    signals.install()
+    if not first_task(os.environ):
+        return idle_until_stopped(signals)
     if importlib.util.find_spec("jupyterlab") is None:
         sys.stderr.write(f"JupyterLab is not in this image ({sys.executable} cannot import jupyterlab): use a cpu or "
                          "cuda12.8 image built with it (make lock; make image FLAVOR=...)\n")
         return CANNOT_START
-    notebook_dir = Path(os.environ["CT_RUN_DIR"]) / "notebook"
     token_file = notebook_dir / "token"
     try:
         token = token_file.read_text().strip()
@@ -67,8 +73,6 @@ def main() -> int:
         sys.stderr.write(f"no notebook token at {token_file} ({err.strerror}): "
                          "start the server with bin/run-cluster notebook\n")
         return CANNOT_START
-    signals = _Signals(notebook_dir)
-    signals.install()
     port = free_port()
     server = subprocess.Popen(jupyter_command(port, Path.cwd()), env=jupyter_env(token, notebook_dir),
                               start_new_session=True, preexec_fn=die_with_parent)
@@ -76,6 +80,19 @@ def main() -> int:
         return serve(server, port, token, signals)
     finally:
         stop(server)
+
+
+def first_task(environ) -> bool:
+    """One server per job: where the launch starts a task per rank (srun, blaunch: a profile with several GPUs or
+    nodes), only global rank 0 serves; the job's other tasks hold their place until the job ends."""
+    names = PER_TASK.get(environ.get("CT_LAUNCH", ""))
+    return not names or environ.get(names[0], "0") == "0"
+
+
+def idle_until_stopped(signals: _Signals) -> int:
+    while not signals.stop:
+        time.sleep(POLL_S * 5)
+    return 0
 
 
 def serve(server: subprocess.Popen, port: int, token: str, signals: _Signals) -> int:

@@ -99,6 +99,20 @@ def test_without_jupyterlab_one_line_and_status_2(run_dir):
     assert done.stderr.startswith("JupyterLab is not in this image (") and done.stderr.count("\n") == 1, done.stderr
 
 
+def test_a_profile_with_several_tasks_serves_once_from_rank_0(run_dir):
+    """A notebook on a 4-GPU srun profile starts four tasks: only global rank 0 serves, the others wait for the job's
+    end (SIGTERM) and leave no server of their own."""
+    assert notebook.first_task({"CT_LAUNCH": "srun", "SLURM_PROCID": "0"})
+    assert not notebook.first_task({"CT_LAUNCH": "blaunch", "CT_GLOBAL_RANK": "2"})
+    assert notebook.first_task({"CT_LAUNCH": "lightning"}) and notebook.first_task({})
+    waiting = subprocess.Popen([sys.executable, "-m", "cluster_train.image.notebook"], cwd=ROOT,
+                               env=dict(os.environ, CT_RUN_DIR=str(run_dir), CT_LAUNCH="srun", SLURM_PROCID="1"))
+    time.sleep(2)
+    assert waiting.poll() is None and not (run_dir / "notebook" / "server.json").exists()
+    waiting.send_signal(signal.SIGTERM)
+    assert waiting.wait(10) == 0
+
+
 def test_the_kernels_see_the_runs_code_first_and_jupyter_writes_under_the_run(run_dir, monkeypatch):
     monkeypatch.chdir(run_dir / "code")
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
