@@ -8,8 +8,11 @@ import os
 import re
 import subprocess
 
+import pytest
 import yaml
 from conftest import ROOT, run_cluster
+
+pytestmark = [pytest.mark.image, pytest.mark.slurm]
 
 
 def later_cluster(tmp_path, begin: str):

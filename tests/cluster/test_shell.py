@@ -135,6 +135,7 @@ def test_a_dropped_connection_releases_the_allocation(laptop, login_node):
     released(laptop["runs"] / "shell-drop")
 
 
+@pytest.mark.image  # the CPU image, checked against its digest before anything is queued
 def test_a_command_on_the_lsf_stand_in(lsf_path, runs_dir, demo):
     done = run_cluster("shell", "ci-lsf", "one_gpu", *demo, "--command", "hostname; echo $CT_RUN_DIR; exit 3",
                        timeout=120)
@@ -161,6 +162,8 @@ def refused(*args, env=None) -> str:
     return done.stderr
 
 
+@pytest.mark.image  # the CPU image, checked against its digest before anything is queued
+@pytest.mark.slurm
 def test_bad_sessions_are_one_line_and_queue_nothing(slurm_cluster, held_cluster, runs_dir, tmp_path, demo):
     said = refused(str(held_cluster), "eight_gpus", *demo)
     assert "asks for 8 GPUs per node but a node has 4" in said, said
@@ -178,6 +181,8 @@ def test_bad_sessions_are_one_line_and_queue_nothing(slurm_cluster, held_cluster
     assert not list(runs_dir.iterdir())
 
 
+@pytest.mark.image  # the CPU image, checked against its digest before anything is queued
+@pytest.mark.slurm
 def test_ctrl_c_while_pending_withdraws_the_request(slurm_cluster, held_cluster, runs_dir, demo):
     session = subprocess.Popen([sys.executable, str(ROOT / "bin" / "run-cluster"), "shell", str(held_cluster), "held",
                                 *demo, "--command", "true"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
