@@ -1,7 +1,6 @@
 """Fixtures only the real-component tests use: the OCI registry, the MLflow server as the nodes reach it, the LSF
 stand-in on PATH, the sshd that plays a login node (tests/ssh/login.py), and `make demo` run once in a clean clone
 (its finished run reused as `demo_run`)."""
-import contextlib
 import os
 import re
 import shutil
@@ -61,44 +60,13 @@ def mlflow_for_nodes(mlflow_server, slurm_cluster):
     """The MLflow server as the test cluster's nodes reach it: their network is the bridge's 10.77.0.0/24 only (as
     compute nodes often reach only the login node), so a relay on the bridge's 10.77.0.1 carries each connection to
     the server on 127.0.0.1, as an `ssh -L` tunnel on a login node would."""
-    import socket
-    import socketserver
-    import threading
+    from cluster_train.host.interactive.forward import Relay  # the notebook's relay: the same job
 
-    target = ("127.0.0.1", int(mlflow_server.rsplit(":", 1)[1]))
-
-    def pump(src, dst):
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                dst.shutdown(socket.SHUT_WR)
-
-    class Relay(socketserver.BaseRequestHandler):
-        def handle(self):
-            try:
-                upstream = socket.create_connection(target)
-            except OSError:  # the server not started yet: the client sees the connection close, and retries
-                return
-            with upstream:
-                back = threading.Thread(target=pump, args=(upstream, self.request), daemon=True)
-                back.start()
-                pump(self.request, upstream)
-                back.join(60)
-
-    class Server(socketserver.ThreadingTCPServer):
-        daemon_threads = True  # a connection left open does not hold the session's end
-
-    relay = Server(("10.77.0.1", 0), Relay)
-    threading.Thread(target=relay.serve_forever, daemon=True).start()
+    relay = Relay(0, ("127.0.0.1", int(mlflow_server.rsplit(":", 1)[1])), host="10.77.0.1")
     url = f"http://10.77.0.1:{relay.server_address[1]}"
     MLFLOW_SERVERS[url] = MLFLOW_SERVERS[mlflow_server]
     yield url
-    relay.shutdown()
-    relay.server_close()
+    relay.stop()
 
 
 @pytest.fixture(scope="module")

@@ -61,15 +61,15 @@ def pump(source: socket.socket, sink: socket.socket) -> None:
 
 
 class Relay(socketserver.ThreadingTCPServer):
-    """127.0.0.1:port here -> target, each connection carried both ways by two threads (JupyterLab's websockets stay
+    """127.0.0.1:port here (or host:port) -> target, each connection carried both ways by two threads (JupyterLab's websockets stay
     open for the session, so one thread per direction, not a poll loop)."""
 
     daemon_threads = True  # a browser's open connection does not hold the command's end
     allow_reuse_address = True  # a port left in TIME_WAIT by the last notebook is free to listen on again
 
-    def __init__(self, port: int, target: Tuple[str, int]) -> None:
+    def __init__(self, port: int, target: Tuple[str, int], host: str = LOCAL) -> None:
         self.target = target
-        super().__init__((LOCAL, port), Carry)
+        super().__init__((host, port), Carry)
         threading.Thread(target=self.serve_forever, name="notebook-relay", daemon=True).start()
 
     def stop(self) -> None:
