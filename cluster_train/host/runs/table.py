@@ -148,6 +148,12 @@ def ask(reach, user: Dict, batch: bool) -> List[Dict]:
 
 
 def table(rows: List[Dict]) -> str:
-    cells = [[c.upper() for c in COLUMNS]] + [[str(r.get(c, "")) for c in COLUMNS] for r in rows]
+    """The rows under their columns; a cluster that did not answer is its name, state and cause, the cause right
+    after the state (its run's columns are empty: the line stays within a terminal's width)."""
+    answered = [r for r in rows if r["state"] != "UNREACHABLE"]
+    cells = [[c.upper() for c in COLUMNS]] + [[str(r.get(c, "")) for c in COLUMNS] for r in answered]
+    unreached = [[str(r.get(c, "")) for c in ("cluster", "run", "state", "last")] for r in rows if r not in answered]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS) - 1)]
-    return "\n".join("  ".join([*(v.ljust(w) for v, w in zip(row, widths)), row[-1]]).rstrip() for row in cells)
+    widths[:3] = [max([widths[i], *(len(row[i]) for row in unreached)]) for i in range(3)]
+    lines = ["  ".join([*(v.ljust(w) for v, w in zip(row, widths)), row[-1]]).rstrip() for row in cells]
+    return "\n".join(lines + ["  ".join([*(v.ljust(w) for v, w in zip(row[:3], widths)), row[3]]) for row in unreached])
