@@ -86,7 +86,7 @@ def test_the_seed_sweep_example_on_slurm_arrays_capped_at_two_and_split_at_the_a
     completed_elements(sweep_dir)
     table = run_cluster("status", sweep_dir).stdout
     assert table.startswith(f"{sweep_dir.name}: slurm arrays {first}, {second}, 3 runs"), table
-    assert len(re.findall(r"^e\d .* COMPLETED +1 +best_", table, re.M)) == 3, table
+    assert len(re.findall(r"^e\d .* COMPLETED +1 +[\d.]+ +best_", table, re.M)) == 3, table
 
 
 def test_the_seed_sweep_example_on_lsf_is_one_array_through_the_standin(cpu_image, slurm_cluster, demo_data, runs_dir,
