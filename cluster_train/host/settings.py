@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Set, Tuple
 
 from cluster_train.shared.errors import UserError
-from cluster_train.host.clusters import budget_setting, signing_policy
+from cluster_train.host.clusters import budget_setting, search_storage_setting, signing_policy
 from cluster_train.host import reach
 from cluster_train.host.schedulers.base import BUILT_IN as BUILT_IN_SCHEDULERS, MODULE_NAME, SAFE_NAME
 from cluster_train.shared.yaml_file import load_yaml
@@ -30,7 +30,7 @@ def path() -> Path:
 
 
 BUILT_IN = ("email", "account", "modules", "images", "runs", "require_signed", "signers", "clusters", "tracker",
-            "schedulers", "budget", *reach.KEYS)  # every other key is a value cluster files refer to
+            "schedulers", "budget", "search_storage", *reach.KEYS)  # every other key is a value cluster files refer to
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 PATHS = ("scratch", "images")  # settings read as directories (runs: is checked once ${scratch} is filled in)
 
@@ -138,7 +138,8 @@ def _tracker(value: Any, where: str) -> None:
 
 NOT_SCALARS = {"modules": _modules, "require_signed": signing_policy.flag, "signers": signing_policy.fingerprints,
                "tracker": _tracker, "schedulers": _schedulers,
-               "budget": lambda value, where: budget_setting.parse(value, where, datetime.datetime.now())}
+               "budget": lambda value, where: budget_setting.parse(value, where, datetime.datetime.now()),
+               "search_storage": search_storage_setting.check}
 
 
 def _scalar(where: str, value: Any) -> str:

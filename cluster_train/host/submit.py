@@ -46,6 +46,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-parallel", type=int, metavar="K",
                    help="a sweep's elements at once (default 4 on a cluster, this machine's CPUs / cpus_per_task "
                         "on local)")
+    p.add_argument("--search", metavar="FILE",
+                   help="an Optuna study over the space FILE gives (objective, trials, sampler, pruner): trials queued "
+                        "as job arrays of at most --max-parallel, pruned from their metrics; resume continues it")
     p.add_argument("--rerun", metavar="RUN_DIR", help="submit again with the same config and image digest")
     p.add_argument("--after", metavar="RUN[,RUN]", type=lambda text: [Path(p) for p in text.split(",") if p],
                    default=[], help="start only once these runs (directories or ids) have COMPLETED; cancelled if one "
@@ -78,6 +81,8 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
     (cluster_train/host/api/job.py), shown and queued here."""
     args = parser().parse_intermixed_args(argv)
     race.sort_words(args)
+    if args.search:
+        return search(args, command)
     refuse_mixed(bool(args.sweeps or args.sweep_file), args.max_parallel, rerun=bool(args.rerun),
                  first_to_start=bool(args.first_to_start), command=bool(command), after=bool(args.after))
     if args.rerun:
@@ -105,6 +110,16 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
         return show_and_queue(plan, args.dry_run, args.wait, args.timeout, args.strict_budget)
     return show_and_queue(one_run(job.submission(site, args.dry_run, args.after)), args.dry_run, args.wait,
                           args.timeout, args.strict_budget)
+
+
+def search(args, command: Optional[List[str]]) -> int:
+    """`run-cluster CLUSTER PROFILE EXPERIMENT --search FILE.yaml`: cluster_train/host/search."""
+    from cluster_train.host.search.commands import start
+
+    if not args.cluster or not args.profile:
+        raise UserError("name a cluster and a profile: run-cluster CLUSTER PROFILE EXPERIMENT --search FILE.yaml")
+    return start(args, Job(args.cluster, args.profile, args.experiment, overrides=args.overrides, command=command,
+                           flavor=args.flavor, run_id=args.run_id, dev=args.dev, stale_image_ok=args.stale_image_ok))
 
 
 def race_across(args, entries: List[str], positionals: List[Optional[str]]) -> int:

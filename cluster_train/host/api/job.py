@@ -11,13 +11,16 @@ to through cluster_train/host/remote, as from its login node (cluster_train/host
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 from cluster_train.host import runs
 from cluster_train.host.api import over_ssh
 from cluster_train.host.api.over_ssh import refuse_over_ssh
 from cluster_train.host.api.errors import ClusterTrainError
 from cluster_train.host.api.run import Run
+
+if TYPE_CHECKING:
+    from cluster_train.host.api.study import Study
 from cluster_train.host.api.values import After, DryRun, Overrides
 from cluster_train.host.jobs.build import Request, Site, Submission, build
 from cluster_train.host.runs.after import build_after
@@ -122,6 +125,15 @@ class Job:
         plan = self.plan(site, dry_run=False, axes=axes_given(axes), max_parallel=max_parallel, after=after)
         plan.queue()
         return Sweep(plan.run_dirs[0].parent, [Run(run_dir) for run_dir in plan.run_dirs])
+
+    def search(self, search: Union[str, Path, Mapping[str, Any]], max_parallel: Optional[int] = None, *,
+               wait: bool = True, timeout_s: float = RACE_TIMEOUT_S) -> "Study":
+        """An Optuna study over the space of `search` (a search file's path, or its mapping: space, objective, trials,
+        sampler, pruner), its trials queued as job arrays of at most `max_parallel`; checked whole before anything
+        is queued, then driven here until it ends (`wait`) or in the background. See cluster_train/host/api/study.py."""
+        from cluster_train.host.api.study import start
+
+        return start(self, search, max_parallel, wait, timeout_s)
 
     @staticmethod
     def rerun_of(run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Optional[str] = None,

@@ -24,6 +24,10 @@ RUN_COMMANDS = ("status", "logs", "cancel", "resume")
 
 def run_command(argv: List[str]) -> int:
     args = parser(argv[0]).parse_args(argv[1:])
+    if (Path(args.run_dir) / "study.json").is_file():  # a study (cluster_train/host/search): its own commands
+        from cluster_train.host.search.commands import study_command
+
+        return study_command(argv[0], args)
     if argv[0] == "resume":
         return sweep.resume(args) if sweep_state.is_sweep(args.run_dir) else resume(args)
     if sweep_state.is_sweep(args.run_dir):

@@ -100,12 +100,19 @@ def prepare_sweep(site: Site, base: Request, specs: List[str], sweep_file: Optio
     if cap is not None and cap < 1:
         raise UserError(f"--max-parallel {cap} runs nothing; give 1 or more")
     settings = read_sweep_file(sweep_file) if sweep_file else combinations(axes or parse_axes(specs))
-    limit = array_limit(site, len(settings))
     sweep_id = base.run_id or new_run_id(Path(site.cluster.path).stem, base.profile)
     sweep_dir = project.run_dir_for(sweep_id, site.runs_root)
     if sweep_dir.exists():
         raise UserError(f"sweep directory {sweep_dir} already exists; choose another --run-id or remove it")
-    elements = build_elements(site, base, settings, sweep_dir)
+    return prepare_listed(site, base, settings, cap, sweep_id, sweep_dir)
+
+
+def prepare_listed(site: Site, base: Request, settings: List[Dict[str, str]], cap: Optional[int], sweep_id: str,
+                   sweep_dir: Path, named: str = "--sweep") -> Sweep:
+    """The runs of `settings` (each: key -> value as --set takes it) built and checked as one array in `sweep_dir`
+    (a study's batch of trials is one too); `named`: the option a refused value is blamed on."""
+    limit = array_limit(site, len(settings))
+    elements = build_elements(site, base, settings, sweep_dir, named)
     scheduler = adapter(elements[0].job.scheduler)
     cap = cap if cap is not None else scheduler.array_cap(elements[0].job.placement.slots_per_node)
     if elements[0].job.work.tasks:
@@ -131,7 +138,8 @@ def array_limit(site: Site, count: int) -> int:
     return limit or count
 
 
-def build_elements(site: Site, base: Request, settings: List[Dict[str, str]], sweep_dir: Path) -> List[Submission]:
+def build_elements(site: Site, base: Request, settings: List[Dict[str, str]], sweep_dir: Path,
+                   named: str = "--sweep") -> List[Submission]:
     elements, failed = [], {}  # problem line -> the settings of the elements it refused
     for i, setting in enumerate(settings):
         overrides = base.overrides + [f"{k}={v}" for k, v in setting.items()]
@@ -140,17 +148,17 @@ def build_elements(site: Site, base: Request, settings: List[Dict[str, str]], sw
         except UserError as err:
             for line in err.lines:
                 failed.setdefault(line, []).append(setting)
-    raise_all([UserError(blame(line, refused, len(settings))) for line, refused in failed.items()])
+    raise_all([UserError(blame(line, refused, len(settings), named)) for line, refused in failed.items()])
     return elements
 
 
-def blame(line: str, refused: List[Dict[str, str]], count: int) -> str:
+def blame(line: str, refused: List[Dict[str, str]], count: int, named: str = "--sweep") -> str:
     """A problem once, with the swept values every element it refused shares (the bad value), or none when it
     refused them all (not the sweep's fault)."""
     shared = {k: v for k, v in refused[0].items() if all(s.get(k) == v for s in refused)}
     if len(refused) == count or not shared:
         return line
-    return f"--sweep {' '.join(f'{k}={v}' for k, v in shared.items())}: {line}"
+    return f"{named} {' '.join(f'{k}={v}' for k, v in shared.items())}: {line}"
 
 
 def shared_directives(elements: List[Submission]) -> List[str]:
@@ -185,7 +193,7 @@ def render_sweep(sweep: "Sweep", first: int, count: int, after: Optional[str] = 
         runs=[sub.job.work.run_dir for sub in elements], log=scheduler.array_log.format(name=name))
 
 
-def queue_sweep(sweep: Sweep) -> List[str]:
+def queue_sweep(sweep: Sweep, **manifest_extra) -> List[str]:
     """Write every element's run directory and the sweep's, submit the array (or the chained arrays of a split
     sweep, each waiting for the one before), record every manifest; the arrays' job ids."""
     scheduler = adapter(sweep.elements[0].job.scheduler)
@@ -200,7 +208,7 @@ def queue_sweep(sweep: Sweep) -> List[str]:
     job_ids = [scheduler.element_id(array["job_id"], i - array["first"])
                for array in arrays for i in range(array["first"], array["first"] + array["count"])]
     for i, (sub, setting, job_id) in enumerate(zip(sweep.elements, sweep.settings, job_ids)):
-        write_manifest(sub, job_id, sweep={"sweep_id": sweep.sweep_id, "index": i, "values": setting})
+        write_manifest(sub, job_id, sweep={"sweep_id": sweep.sweep_id, "index": i, "values": setting}, **manifest_extra)
     record = {"sweep_id": sweep.sweep_id, "scheduler": scheduler.name, "array_job_id": arrays[0]["job_id"],
               "arrays": arrays, "max_parallel": sweep.cap, "axes": [{"key": k, "values": v} for k, v in sweep.axes],
               "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

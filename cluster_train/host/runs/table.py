@@ -52,11 +52,14 @@ def in_state(rows: List[Dict], state: Optional[str]) -> List[Dict]:
 
 def local_rows(cluster: Optional[str]) -> List[Dict]:
     from cluster_train.host.runs import run_roots
+    from cluster_train.host.search.showing import study_row
 
     manifests = [m for root in run_roots() if root.is_dir() for m in sorted(root.glob("*/manifest.json"))
                  + sorted(root.glob("*/e*/manifest.json"))]  # sweeps: one row per element
     rows = [row_of(m.parent, json.loads(m.read_text())) for m in manifests
             if not (m.parent / "remote.json").exists()]  # a copy fetched for a report: the cluster's row says it
+    studies = [study_row(s.parent) for root in run_roots() if root.is_dir() for s in sorted(root.glob("*/study.json"))]
+    rows += [{**row, "age": age(row.pop("submitted_at"))} for row in studies]  # a study: one row, its trials inside
     return [r for r in rows if not cluster or r["cluster"] == cluster]
 
 

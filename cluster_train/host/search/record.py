@@ -1,0 +1,97 @@
+"""A study's directory: study.json (what was asked: cluster, profile, experiment, overrides, the search, the storage,
+each batch of trials and its job array), study.db (Optuna's SQLite storage, unless the settings name PostgreSQL),
+trials.json (each trial as the driver last saw it, for `status`, `runs` and reports without Optuna), driver.lock and
+driver.log, and one directory per batch of trials, batch-N/, a sweep directory (sweep.json, e0, e1, ...)."""
+import fcntl
+import json
+import os
+import socket
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+from cluster_train.shared.durable import atomic_write_bytes
+from cluster_train.shared.errors import UserError
+
+STUDY = "study.json"
+TRIALS = "trials.json"
+LOCK = "driver.lock"
+CANCELLED = "cancelled"  # written by `cancel`: the driver stops at its next look; `resume` removes it
+FINISHED = ("COMPLETE", "PRUNED", "FAIL")  # Optuna's finished states: each counts towards the study's trials
+
+
+def is_study(path: Path) -> bool:
+    return (Path(path) / STUDY).is_file()
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        if default is not None:
+            return default
+        raise UserError(f"{path} is missing; this is not a study directory") from None
+    except ValueError:
+        raise UserError(f"{path} is not valid JSON; it is damaged, restore it") from None
+
+
+def read_record(study_dir: Path) -> Dict[str, Any]:
+    return read_json(Path(study_dir) / STUDY)
+
+
+def write_json(path: Path, value: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(value, indent=2) + "\n").encode())
+
+
+def read_trials(study_dir: Path) -> List[Dict[str, Any]]:
+    return read_json(Path(study_dir) / TRIALS, [])
+
+
+def best(trials: List[Dict[str, Any]], direction: str) -> Optional[Dict[str, Any]]:
+    complete = [t for t in trials if t["state"] == "COMPLETE" and t.get("value") is not None]
+    pick = max if direction == "maximize" else min
+    return pick(complete, key=lambda t: t["value"]) if complete else None
+
+
+def progress(study_dir: Path) -> Dict[str, Any]:
+    """What `status` and `runs` say of a study: how many trials finished of how many, pruned, failed, running, the
+    best, and whether a driver is at work."""
+    record, trials = read_record(study_dir), read_trials(study_dir)
+    count = {state: sum(t["state"] == state for t in trials) for state in (*FINISHED, "RUNNING")}
+    return {"trials": record["spec"]["trials"], "finished": sum(count[s] for s in FINISHED), "pruned": count["PRUNED"],
+            "failed": count["FAIL"], "running": count["RUNNING"], "best": best(trials, direction(record)),
+            "driver": driver_holder(study_dir), "metric": record["spec"]["objective"]["metric"]}
+
+
+def direction(record: Dict[str, Any]) -> str:
+    return record["spec"]["objective"]["direction"]
+
+
+@contextmanager
+def driver_lock(study_dir: Path) -> Iterator[None]:
+    """One driver per study at a time (flock: released when its process dies, however it dies)."""
+    path = Path(study_dir) / LOCK
+    with path.open("a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise UserError(f"a driver of study {Path(study_dir).name} is at work ({driver_holder(study_dir)}); "
+                            f"stop it first, or let it finish") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        lock.flush()
+        yield
+
+
+def driver_holder(study_dir: Path) -> str:
+    """"pid N on HOST" while a driver holds the study's lock, else ""."""
+    path = Path(study_dir) / LOCK
+    if not path.exists():
+        return ""
+    with path.open("r") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return lock.read().strip() or "running"
+        return ""
