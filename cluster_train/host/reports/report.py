@@ -2,8 +2,10 @@
 
 A run: its curves (PNG, from its CSV logs), results, resolved config, image digest, code version, segments and
 throughput. A directory of runs (a sweep; any directory whose subdirectories hold manifest.json): one table of every
-run sorted by a metric, their curves overlaid, and the config keys that differ. The images are data: URIs, so the
-file can be mailed or copied off the cluster alone; a JSON block records how many points each curve drew.
+run sorted by a metric, their curves overlaid, and the config keys that differ. A study (study.json, --search):
+study.py's page of its best trial, Optuna's plots and every trial, each trial's run reported too. The images are
+data: URIs, so the file can be mailed or copied off the cluster alone; a JSON block records how many points each curve
+drew.
 """
 import json
 import os
@@ -13,7 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
-from cluster_train.host.reports import curves
+from cluster_train.host.reports import curves, study
 from cluster_train.host.reports.html_blocks import Images, esc, facts_table, page, section, table
 from cluster_train.host.reports.run_facts import (
     Run, code_version, differing, flat, is_number, load_run, lower_is_better, short_digest, show)
@@ -26,7 +28,8 @@ DEFAULT_METRIC = re.compile(r"^(best|final)_.*val")  # best_val_acc, final_val_l
 
 def main(argv: List[str]) -> int:
     p = Parser(prog="run-cluster report", description=__doc__.split("\n\n")[0])
-    p.add_argument("path", type=runs.find, help="a run directory (runs/<id>, or the id), or a directory of runs")
+    p.add_argument("path", type=runs.find, help="a run directory (runs/<id>, or the id), a directory of runs, or a "
+                                                "study's directory")
     p.add_argument("--metric", help="the results.json metric a group is sorted by (default: the first best_*/final_* "
                                     "validation metric)")
     args = p.parse_args(argv)
@@ -41,6 +44,10 @@ def write_report(path: Path, metric: Optional[str] = None) -> Path:
         if metric and metric not in run.metrics():
             raise unknown_metric(metric, [run])
         text = run_page(run)
+    elif study.is_study(path):  # a study (study.json): its trials are runs in batch-N/, reported by study.py
+        for run_dir in study.trial_run_dirs(path):
+            write_report(run_dir)  # the study page links to each trial's own report
+        text = study.study_page(path)
     else:
         members = group_members(path)
         text = group_page(path, members, choose_metric(members, metric))
