@@ -1,6 +1,7 @@
 """Why a run failed, read from its logs: one line each, with the fix (data, not code paths). Only evidence of a
 failure counts: a rank that saved and stopped as asked exits REQUEUE (a cancel, a time-limit or preemption save),
 and a run that was cancelled is named by its cancel (cluster_train/host/runs/ending.py), never by its log."""
+import json
 import re
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
@@ -99,3 +100,14 @@ def waited_on(after: List[Dict[str, str]], ended: Callable[[Dict[str, str]], Opt
         if how and how != "COMPLETED":
             return ended_by("waited", run_id=entry["run_id"], how=how)
     return ""
+
+
+def pruned(run_dir: Path) -> str:
+    """A study's trial its pruner stopped (pruned.json, written by cluster_train/host/search/driver.py)."""
+    try:
+        said = json.loads((Path(run_dir) / "pruned.json").read_text())
+        return (f"pruned by study {said['study']} (trial {said['trial']}) after epoch {said['epoch']}: "
+                f"{said['metric']} {said['value']:.4g}, the median of {said['of_trials']} finished trials "
+                f"{said['median']:.4g}")
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
