@@ -229,6 +229,15 @@ def runs_dir(tmp_path, monkeypatch):
     return path
 
 
+def ctrl_c_as_at_a_terminal() -> None:
+    """A Popen preexec_fn for a child the test will Ctrl-C (SIGINT): a suite started in the background of a shell
+    without job control (`nohup make test &`) hands its children SIGINT ignored, and Python then never raises
+    KeyboardInterrupt."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_cluster(*args, env=None, cwd=None, timeout=900):
     """`bin/run-cluster ARGS` in a process of its own, forked from this one (tests/forked.py), as subprocess.run with
     capture_output and text returns it."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import ROOT, run_cluster
+from conftest import ROOT, ctrl_c_as_at_a_terminal, run_cluster
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.interactive import forward
@@ -145,7 +145,8 @@ def laptop(login_node, cpu_image, slurm_cluster, tmp_path_factory):
 
 def start(laptop, *args: str) -> subprocess.Popen:
     return subprocess.Popen([str(ROOT / "bin" / "run-cluster"), "notebook", "ci-slurm", "n1_gpu1", *args],
-                            env=laptop.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                            env=laptop.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            preexec_fn=ctrl_c_as_at_a_terminal)
 
 
 @pytest.fixture(scope="module")
@@ -294,7 +295,14 @@ def test_on_the_login_node_dev_gives_the_kernel_this_checkout_live_through_the_r
         assert said == [str(ROOT), str(ROOT / "cluster_train" / "__init__.py")], said
     finally:
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(120) == 0, proc.stderr.read()
-    job_id = json.loads(next((tmp_path / "runs").glob("*/manifest.json")).read_text())["scheduler"]["job_id"]
+        try:
+            ended = proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            ended = None
+        job_id = json.loads(next((tmp_path / "runs").glob("*/manifest.json")).read_text())["scheduler"]["job_id"]
+        if ended != 0:
+            subprocess.run(["scancel", job_id], capture_output=True)  # a failed test leaves no job holding a node
+    assert ended == 0, proc.stderr.read()
     assert "nothing is allocated" in proc.stdout.read() and not in_queue(job_id)
     assert not forward.port_taken(nb.port)  # the relay ended with the command

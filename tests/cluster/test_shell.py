@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, manifest, run_cluster
+from conftest import ROOT, ctrl_c_as_at_a_terminal, manifest, run_cluster
 from cluster.test_remote import close_shared
 
 # the image's torch, as its lock pins it (the shell must import the image's, not this machine's)
@@ -186,7 +186,7 @@ def test_bad_sessions_are_one_line_and_queue_nothing(slurm_cluster, held_cluster
 def test_ctrl_c_while_pending_withdraws_the_request(slurm_cluster, held_cluster, runs_dir, demo):
     session = subprocess.Popen([sys.executable, str(ROOT / "bin" / "run-cluster"), "shell", str(held_cluster), "held",
                                 *demo, "--command", "true"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_as_at_a_terminal)
     lines = []
     try:
         for line in session.stderr:
