@@ -62,7 +62,8 @@ def study_command(command: str, args) -> int:
     study_dir = Path(args.run_dir).resolve()
     if command == "status":
         if args.json:
-            raise UserError(f"status --json is of one run; name a trial's run directory (run-cluster status {study_dir})")
+            raise UserError(f"status --json is of one run; name a trial's run directory (run-cluster status "
+                            f"{study_dir} lists them)")
         print(status_text(study_dir))
     elif command == "logs":
         log = study_dir / "driver.log"

@@ -96,10 +96,11 @@ class Driver:
             if new and trial.should_prune():
                 self.prune(frozen.number, trial, run_dir, *new[-1])
             return
-        value = objective.final(run_dir, self.spec.metric, self.max_epochs) if state["state"] == State.COMPLETED else None
+        completed = state["state"] == State.COMPLETED
+        value = objective.final(run_dir, self.spec.metric, self.max_epochs) if completed else None
         if value is None:
             ended = (f"{describe(state)}: {failures.of_failed(run_dir, state['state'].value)}".rstrip(": ")
-                     if state["state"] != State.COMPLETED else f"no {self.spec.metric} in its results")
+                     if not completed else f"no {self.spec.metric} in its results")
             trial.set_user_attr("ended", ended)
             self.study.tell(frozen.number, state=self.optuna.trial.TrialState.FAIL)
             self.say(f"trial {frozen.number} failed: {ended} ({run_dir})")
@@ -138,13 +139,11 @@ class Driver:
         try:
             sweep = prepare_listed(self.site, self.request(), settings, len(trials), f"{self.record['study_id']}-b"
                                    f"{number}", self.dir / name, named="trial")
-            queue_sweep(sweep, study={"study_id": self.record["study_id"], "trials": [t.number for t in trials]})
-        except UserError as err:  # a value the space allows that the config refuses: the trial fails, not the study
-            for t in trials:
-                self.optuna.trial.Trial(self.study, t._trial_id).set_user_attr("ended", err.lines[0])
-                self.study.tell(t.number, state=self.optuna.trial.TrialState.FAIL)
-            self.say(f"trials {', '.join(str(t.number) for t in trials)} refused: {err.lines[0]}")
-            return
+        except UserError as err:  # the space was checked whole: what refuses a batch now is the site (an image
+            # rebuilt, data moved): the driver stops, and its asked trials wait for `resume`, with their values
+            raise UserError(f"the study's trials cannot be queued: {err.lines[0]}; fix that, then continue it: "
+                            f"run-cluster resume {self.dir}") from None
+        queue_sweep(sweep, study={"study_id": self.record["study_id"], "trials": [t.number for t in trials]})
         for t, sub, setting in zip(trials, sweep.elements, settings):
             manifest = runs.read_manifest(Path(sub.job.work.run_dir))
             trial = self.optuna.trial.Trial(self.study, t._trial_id)

@@ -4,7 +4,6 @@ refuses the study, every problem at once); then shown like any submission (summa
 script on a dry run) and created: its directory, study.json and the Optuna storage."""
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -43,8 +42,8 @@ def study_plan(site: Site, base: Request, spec: SearchSpec, cap: Optional[int], 
     if study_dir.exists():
         raise UserError(f"study directory {study_dir} already exists; choose another --run-id, or continue it: "
                         f"run-cluster resume {study_dir}")
-    probes = prepare_listed(site, replace(base, dry_run=True), probe_settings(spec), None, study_id,
-                            study_dir / "batch-0", named="--search space")
+    probes = prepare_listed(site, base, probe_settings(spec), None, study_id, study_dir / "batch-0",
+                            named="--search space")  # checked as the trials will be (a stale image refused)
     first = probes.elements[0]
     task = first.run.task
     problem = first_metric_problem(spec.metric, objective.LOGGED.get(task), task)
@@ -55,15 +54,23 @@ def study_plan(site: Site, base: Request, spec: SearchSpec, cap: Optional[int], 
     record = study_record(site, base, spec, cap, study_id, study_dir, task, first.run.trainer.max_epochs, experiment)
     record["spec"]["sampler"] = {spec.sampler: {**spec.sampler_args, "seed": seed}}
     settings = probe_settings(spec)  # the first batch, as the dry run shows it: a batch is split as a sweep is
-    batch = prepare_listed(site, replace(base, dry_run=True), [settings[i % len(settings)] for i in range(cap)], cap,
-                           study_id, study_dir / "batch-0")
-    return Plan(summary(spec, record, first), [w for sub in probes.elements for w in sub.warnings] + warnings(spec, task),
+    batch = prepare_listed(site, base, [settings[i % len(settings)] for i in range(cap)], cap, study_id,
+                           study_dir / "batch-0")
+    said = [w for sub in probes.elements for w in sub.warnings] + warnings(spec, task)
+    return Plan(summary(spec, record, first), said,
                 f"(dry run: the study's first batch; each trial takes the values the sampler draws)\n"
                 f"{dry_run_text(batch)}",
-                queue=lambda: create(study_dir, record),
-                discard=lambda: [s.discard() for s in probes.elements + batch.elements],
+                queue=lambda: discard_then(probes.elements + batch.elements, lambda: create(study_dir, record)),
+                discard=lambda: discard_then(probes.elements + batch.elements, lambda: None),
                 run_dirs=[study_dir], jobs=[first.job] * spec.trials,
                 start_estimate=lambda: start_estimate(first.job.scheduler, batch.scripts()[0]))
+
+
+def discard_then(checked: List, then):
+    """What checking the trials took (code snapshots) dropped, then `then` done: the driver builds each batch anew."""
+    for sub in checked:
+        sub.discard()
+    return then()
 
 
 def study_record(site: Site, base: Request, spec: SearchSpec, cap: int, study_id: str, study_dir: Path, task: str,

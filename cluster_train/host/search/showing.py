@@ -24,8 +24,8 @@ def best_line(p: Dict) -> str:
 def head(study_dir: Path) -> List[str]:
     p = rec.progress(study_dir)
     best = p["best"]
-    driver = (f"its driver is at work ({p['driver']})" if p["driver"] else
-              "" if state_of(p) == "COMPLETED" else f"no driver at work: continue it with run-cluster resume {study_dir}")
+    stopped = f"no driver at work: continue it with run-cluster resume {study_dir}"
+    driver = f"its driver is at work ({p['driver']})" if p["driver"] else "" if state_of(p) == "COMPLETED" else stopped
     lines = [f"study {study_dir.name}: {state_of(p)}, {p['finished']} of {p['trials']} trials finished "
              f"({p['pruned']} pruned, {p['failed']} failed), {p['running']} running; {best_line(p)}"]
     if best:
