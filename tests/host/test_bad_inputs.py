@@ -420,9 +420,14 @@ def results(request, tmp_path_factory):
     """Run the selected cases a few at a time (each a forked child), once per module."""
     wanted = [item.callspec.params["case"]["id"] for item in request.session.items
               if getattr(item, "originalname", None) == "test_bad_input" and hasattr(item, "callspec")]
+    import tempfile
+
     by_id = {case["id"]: case for case in CASES}
-    base = tmp_path_factory.mktemp("bad_inputs")
-    done = run_cases([(by_id[cid], base / f"case{i}") for i, cid in enumerate(wanted)])
+    # the same length of path every run (not pytest-N's counter, nor case9 against case10): a line that cuts a long
+    # value at a width shows the same characters of it, as refusals.yaml holds them
+    base = Path(tempfile.mkdtemp(prefix="bad-inputs-", dir=tmp_path_factory.getbasetemp().parent))
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
+    done = run_cases([(by_id[cid], base / f"case{i:04d}") for i, cid in enumerate(wanted)])
     return dict(zip(wanted, done))
 
 
@@ -466,7 +471,7 @@ def main(ids: List[str]) -> int:
 
     chosen = [case for case in CASES if not ids or case["id"] in ids]
     with tempfile.TemporaryDirectory() as base:
-        done = run_cases([(case, Path(base) / f"case{i}") for i, case in enumerate(chosen)])
+        done = run_cases([(case, Path(base) / f"case{i:04d}") for i, case in enumerate(chosen)])
     failing = [(case, result) for case, result in zip(chosen, done) if result.problems]
     for case, result in failing:
         print(describe(case, result))
