@@ -118,8 +118,8 @@ def test_what_the_search_knows_classify_logs_is_what_a_trial_wrote(study):
 def test_a_four_trial_study_on_the_lsf_stand_in(cpu_image, demo_data, tmp_path, lsf_path, runs_dir):
     search = tmp_path / "four.yaml"
     search.write_text(SEARCH.read_text().replace("trials: 12", "trials: 4"))
-    done = run_cluster("ci-lsf", "one_gpu", "demo", "--search", search, "--max-parallel", "2",
-                       "--set", f"data.root={demo_data}", *SMALL, "--set", "trainer.max_epochs=2", "--run-id", "lsf",
+    done = run_cluster("ci-lsf", "one_gpu", "demo", "--search", search, "--max-parallel", "4",
+                       "--set", f"data.root={demo_data}", *SMALL, "--set", "trainer.max_epochs=1", "--run-id", "lsf",
                        timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     trials = record.read_trials(runs_dir / "lsf")

@@ -88,6 +88,7 @@ def check_table_and_best(page: str, study_dir) -> None:
     assert '">batch-1/e0</td>' in page  # a run directory not here (yet): its path, not a link
 
 
+@pytest.mark.slow  # headless Chromium: in make test, not make test-fast
 def test_study_report_shows_the_best_trial_optunas_plots_and_every_trial(study_dir, tmp_path):
     style = (matplotlib.rcParams["axes.prop_cycle"], matplotlib.rcParams["axes.facecolor"])
     out = write_report(study_dir)
