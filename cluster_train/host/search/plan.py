@@ -42,28 +42,34 @@ def study_plan(site: Site, base: Request, spec: SearchSpec, cap: Optional[int], 
     if study_dir.exists():
         raise UserError(f"study directory {study_dir} already exists; choose another --run-id, or continue it: "
                         f"run-cluster resume {study_dir}")
-    probes = prepare_listed(site, base, probe_settings(spec), None, study_id, study_dir / "batch-0",
-                            named="--search space")  # checked as the trials will be (a stale image refused)
+    probes = checked_space(site, base, spec, study_id, study_dir)
     first = probes.elements[0]
-    task = first.run.task
-    problem = first_metric_problem(spec.metric, objective.LOGGED.get(task), task)
-    if problem:
-        raise UserError(problem)
     cap = min(cap or probes.cap, spec.trials)
-    seed = int(spec.sampler_args.get("seed", first.run.seed or 0))  # seeded: the file's, else the experiment's
-    record = study_record(site, base, spec, cap, study_id, study_dir, task, first.run.trainer.max_epochs, experiment)
-    record["spec"]["sampler"] = {spec.sampler: {**spec.sampler_args, "seed": seed}}
+    record = study_record(site, base, spec, cap, study_id, study_dir, first.run, experiment)
     settings = probe_settings(spec)  # the first batch, as the dry run shows it: a batch is split as a sweep is
     batch = prepare_listed(site, base, [settings[i % len(settings)] for i in range(cap)], cap, study_id,
                            study_dir / "batch-0")
-    said = [w for sub in probes.elements for w in sub.warnings] + warnings(spec, task)
-    return Plan(summary(spec, record, first), said,
+    checked = probes.elements + batch.elements
+    return Plan(summary(spec, record, first), [w for sub in probes.elements for w in sub.warnings]
+                + warnings(spec, first.run.task),
                 f"(dry run: the study's first batch; each trial takes the values the sampler draws)\n"
                 f"{dry_run_text(batch)}",
-                queue=lambda: discard_then(probes.elements + batch.elements, lambda: create(study_dir, record)),
-                discard=lambda: discard_then(probes.elements + batch.elements, lambda: None),
+                queue=lambda: discard_then(checked, lambda: create(study_dir, record)),
+                discard=lambda: discard_then(checked, lambda: None),
                 run_dirs=[study_dir], jobs=[first.job] * spec.trials,
                 start_estimate=lambda: start_estimate(first.job.scheduler, batch.scripts()[0]))
+
+
+def checked_space(site: Site, base: Request, spec: SearchSpec, study_id: str, study_dir: Path):
+    """Every end of the space built as the trials will be (a stale image refused as a trial's would be), and the
+    objective checked against what the task logs; the probes, as a sweep."""
+    probes = prepare_listed(site, base, probe_settings(spec), None, study_id, study_dir / "batch-0",
+                            named="--search space")
+    task = probes.elements[0].run.task
+    problem = first_metric_problem(spec.metric, objective.LOGGED.get(task), task)
+    if problem:
+        raise UserError(problem)
+    return probes
 
 
 def discard_then(checked: List, then):
@@ -73,14 +79,19 @@ def discard_then(checked: List, then):
     return then()
 
 
-def study_record(site: Site, base: Request, spec: SearchSpec, cap: int, study_id: str, study_dir: Path, task: str,
-                 max_epochs: int, experiment: Optional[str]) -> Dict[str, Any]:
-    return {"study_id": study_id, "cluster_file": str(site.cluster.path), "cluster": site.cluster.name,
-            "profile": base.profile, "experiment": experiment_path(experiment), "overrides": list(base.overrides),
-            "flavor": base.flavor, "dev": base.dev, "stale_image_ok": base.stale_image_ok, "max_parallel": cap,
-            "scheduler": site.cluster.scheduler, "task": task, "max_epochs": max_epochs, "spec": spec.as_dict(),
-            "storage": storage_of(site.user, study_dir), "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "batches": []}
+def study_record(site: Site, base: Request, spec: SearchSpec, cap: int, study_id: str, study_dir: Path, run,
+                 experiment: Optional[str]) -> Dict[str, Any]:
+    """study.json: what was asked, so that a driver started anywhere continues the study as it was asked. `run`: the
+    first trial's resolved config (its task, epochs and seed)."""
+    record = {"study_id": study_id, "cluster_file": str(site.cluster.path), "cluster": site.cluster.name,
+              "profile": base.profile, "experiment": experiment_path(experiment), "overrides": list(base.overrides),
+              "flavor": base.flavor, "dev": base.dev, "stale_image_ok": base.stale_image_ok, "max_parallel": cap,
+              "scheduler": site.cluster.scheduler, "task": run.task, "max_epochs": run.trainer.max_epochs,
+              "spec": spec.as_dict(), "storage": storage_of(site.user, study_dir),
+              "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "batches": []}
+    seed = int(spec.sampler_args.get("seed", run.seed or 0))  # seeded: the file's seed, else the experiment's
+    record["spec"]["sampler"] = {spec.sampler: {**spec.sampler_args, "seed": seed}}
+    return record
 
 
 def experiment_path(experiment: Optional[str]) -> Optional[str]:
