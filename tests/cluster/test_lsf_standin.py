@@ -165,3 +165,17 @@ def test_bsub_ti_ends_an_orphan_and_refuses_what_lsf_refuses(lsf_env, tmp_path):
         done = subprocess.run(["bsub", *argv], input="#!/bin/bash\n#BSUB -q ci\necho ran\n", capture_output=True,
                               text=True, env=lsf_env)
         assert done.returncode == 255 and message in done.stderr, (argv, done.stderr)
+
+
+def test_cancelling_a_job_that_has_just_finished_is_no_error(lsf_env, monkeypatch):
+    """bkill of a finished job exits 255, "Job has already finished": a cancel that raced the job's end (a sweep's
+    element finishing as the sweep is cancelled) has nothing left to do."""
+    from cluster_train.host.schedulers import adapter
+
+    job = submitted(bsub("#!/bin/bash\n#BSUB -q ci\necho done\n", lsf_env))
+    assert stat_when_ended(job, lsf_env)[0] == "DONE"
+    said = subprocess.run(["bkill", job], capture_output=True, text=True, env=lsf_env)
+    assert said.returncode != 0 and "Job has already finished" in said.stderr + said.stdout
+    for key in ("PATH", "CT_LSF_STATE"):
+        monkeypatch.setenv(key, lsf_env[key])
+    adapter("lsf").cancel(job)

@@ -11,7 +11,8 @@ from cluster_train.host.api.job import Job, Sweep
 from cluster_train.host.api.values import DryRun
 
 PAGE = ROOT / "docs" / "how-to" / "python-api.md"
-PUBLIC = (Job, Sweep, DryRun, ct.Run, ct.RunStatus, ct.Pipeline, ct.Executor, ct.FunctionRun, ct.FunctionError)
+PUBLIC = (Job, Sweep, DryRun, ct.Run, ct.RunStatus, ct.Pipeline, ct.Executor, ct.FunctionRun, ct.FunctionError,
+          ct.Study)
 
 
 def attributes(cls: type) -> list:

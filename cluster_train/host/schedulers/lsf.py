@@ -177,7 +177,12 @@ class Lsf(Scheduler):
                                                      else "")}
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
-        run_or_refuse(["bkill", job_id], "bkill")
+        """bkill; a job that ended since it was last seen ("Job has already finished", exit 255) needs no cancel."""
+        try:
+            run_or_refuse(["bkill", job_id], "bkill")
+        except UserError as err:
+            if "Job has already finished" not in str(err):
+                raise
 
 
 def gpu_option(place: "Placement") -> List[str]:
