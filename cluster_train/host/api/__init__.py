@@ -22,7 +22,8 @@ MODULES: Dict[str, str] = {  # each public name and the module of cluster_train/
     "ClusterTrainError": "errors", "UserErrors": "errors",
     "Job": "job", "Rerun": "job", "DryRun": "values", "Sweep": "job", "rerun": "job",
     "Run": "run", "RunStatus": "run", "State": "run", "runs": "run", "Pipeline": "pipeline",
-    "Study": "study", "Executor": "function", "FunctionRun": "function", "FunctionError": "function", "Call": "function",
+    "Study": "study", "Executor": "function", "FunctionRun": "function", "FunctionError": "function",
+    "Call": "function",
 }
 
 __all__ = sorted(MODULES)

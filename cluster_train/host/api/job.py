@@ -18,15 +18,15 @@ from cluster_train.host.api import over_ssh
 from cluster_train.host.api.over_ssh import refuse_over_ssh
 from cluster_train.host.api.errors import ClusterTrainError
 from cluster_train.host.api.run import Run
-
-if TYPE_CHECKING:
-    from cluster_train.host.api.study import Study
 from cluster_train.host.api.values import After, DryRun, Overrides
 from cluster_train.host.jobs.build import Request, Site, Submission, build
 from cluster_train.host.runs.after import build_after
 from cluster_train.host.runs.queue import Plan, one_run, start_estimate
 from cluster_train.host.runs.rerun import rerun_submission
 from cluster_train.shared import config as cfg
+
+if TYPE_CHECKING:
+    from cluster_train.host.api.study import Study
 
 RACE_TIMEOUT_S = 24 * 3600.0  # how long a race of two profiles waits for either to start
 

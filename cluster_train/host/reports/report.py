@@ -20,6 +20,7 @@ from cluster_train.host.reports.html_blocks import Images, esc, facts_table, pag
 from cluster_train.host.reports.run_facts import (
     Run, code_version, differing, flat, is_number, load_run, lower_is_better, short_digest, show)
 from cluster_train.host.runs import cost, data_version, segments
+from cluster_train.host.search.record import is_study
 from cluster_train.host.usage import Parser
 
 REPORT = "report.html"
@@ -44,7 +45,7 @@ def write_report(path: Path, metric: Optional[str] = None) -> Path:
         if metric and metric not in run.metrics():
             raise unknown_metric(metric, [run])
         text = run_page(run)
-    elif study.is_study(path):  # a study (study.json): its trials are runs in batch-N/, reported by study.py
+    elif is_study(path):  # a study (study.json): its trials are runs in batch-N/, reported by study.py
         for run_dir in study.trial_run_dirs(path):
             write_report(run_dir)  # the study page links to each trial's own report
         text = study.study_page(path)

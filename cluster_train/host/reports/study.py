@@ -27,10 +27,6 @@ PLOTS = (("objective over trials", "plot_optimization_history"),
          ("intermediate values per trial (pruned ones included)", "plot_intermediate_values"))
 
 
-def is_study(path: Path) -> bool:
-    return rec.is_study(path)
-
-
 def study_page(study_dir: Path) -> str:
     study_dir = Path(os.path.abspath(study_dir))  # compared with the absolute run directories trials.json notes
     record, trials = rec.read_record(study_dir), rec.read_trials(study_dir)

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from cluster_train.shared.errors import UserError
+from cluster_train.host import runs
 from cluster_train.host.jobs.build import Site
 from cluster_train.host.runs.ending import cancel_run, has_ended, run_state
 from cluster_train.host.runs.showing import show_and_queue
@@ -97,8 +98,6 @@ def cancel(study_dir: Path) -> str:
         run_dir = Path(trial["run_dir"]) if trial.get("run_dir") else None
         if trial["state"] != "RUNNING" or run_dir is None:
             continue
-        from cluster_train.host import runs
-
         manifest = runs.read_manifest(run_dir)
         if not has_ended(run_state(adapter(manifest["scheduler"]["name"]), trial["job_id"], run_dir)):
             cancel_run(manifest, run_dir)

@@ -149,7 +149,7 @@ class Driver:
             trial = self.optuna.trial.Trial(self.study, t._trial_id)
             trial.set_user_attr("run_dir", sub.job.work.run_dir)
             trial.set_user_attr("job_id", manifest["scheduler"]["job_id"])
-            self.say(f"trial {t.number} queued: {' '.join(f'{k}={v}' for k, v in setting.items())} "
+            self.say(f"trial {t.number} queued: {rec.shown_params(setting)} "
                      f"({sub.job.work.run_dir})")
         self.record.setdefault("image_of", sweep.elements[0].job.work.run_dir)
 
@@ -197,7 +197,7 @@ def summary_line(study_dir: Path) -> str:
     p = rec.progress(study_dir)
     best = p["best"]
     shown = (f"best {p['metric']} {best['value']:.6g}: trial {best['number']} "
-             f"({' '.join(f'{k}={v}' for k, v in best['params'].items())}) {best['run_dir']}" if best
+             f"({rec.shown_params(best['params'])}) {best['run_dir']}" if best
              else "no trial completed")
     return (f"study {Path(study_dir).name}: {p['finished']} of {p['trials']} trials finished ({p['pruned']} pruned, "
             f"{p['failed']} failed); {shown}")

@@ -47,6 +47,11 @@ def read_trials(study_dir: Path) -> List[Dict[str, Any]]:
     return read_json(Path(study_dir) / TRIALS, [])
 
 
+def shown_params(params: Dict[str, Any]) -> str:
+    """A trial's values as --set takes them: `optim.lr=0.01 optim.weight_decay=1e-05`."""
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
 def best(trials: List[Dict[str, Any]], direction: str) -> Optional[Dict[str, Any]]:
     complete = [t for t in trials if t["state"] == "COMPLETE" and t.get("value") is not None]
     pick = max if direction == "maximize" else min

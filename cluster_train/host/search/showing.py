@@ -29,7 +29,7 @@ def head(study_dir: Path) -> List[str]:
     lines = [f"study {study_dir.name}: {state_of(p)}, {p['finished']} of {p['trials']} trials finished "
              f"({p['pruned']} pruned, {p['failed']} failed), {p['running']} running; {best_line(p)}"]
     if best:
-        lines.append(f"  best trial: {' '.join(f'{k}={v}' for k, v in best['params'].items())}  {best['run_dir']}")
+        lines.append(f"  best trial: {rec.shown_params(best['params'])}  {best['run_dir']}")
     return lines + ([f"  {driver}"] if driver else [])
 
 
