@@ -16,6 +16,9 @@ CLUSTER_SH = ROOT / "tests" / "slurm" / "cluster.sh"
 
 def pytest_configure(config):
     config.pluginmanager.register(suite_report, "suite_report")  # skips that fail the run; where the time went
+    config.pluginmanager.register(WorkerGroups(), "worker_groups")
+    config.addinivalue_line("markers", "xdist_group(name): pytest-xdist's worker group (WorkerGroups sets it; the image's "
+                                       "pytest, which runs some of these modules, has no xdist)")
     # here, not in pyproject.toml: that file is an input of every image, and a marker is no reason to rebuild them
     config.addinivalue_line("markers",
                             "registry: needs Debian's docker-registry (make registry); not in make test-fast")
@@ -29,17 +32,42 @@ def pytest_configure(config):
 
 @pytest.hookimpl(trylast=True)  # after -m/-k deselected what the run does not select
 def pytest_collection_modifyitems(session, config, items):
-    """Where the CUDA image's test is selected and its inputs changed since the last build that passed its %test,
-    the build starts now, in the background, and the test goes last; before it, the tests that check jobs once the
-    test cluster has forgotten them (their jobs start with the session: early_jobs)."""
+    """The CUDA image's test goes last; before it, the tests that check jobs once the test cluster has forgotten them
+    (their jobs, and the CUDA build where one is needed, start with the first real-component test: early_jobs); before
+    those, the tests of `make demo`'s run, whose input-wait check wants the host tests of the other worker done."""
     cuda = [item for item in items if item.get_closest_marker("cuda_image")]
     late = [item for item in items if item.get_closest_marker("after_min_job_age")]
-    if cuda:
-        from image.test_cuda_image import build_needed, start_build
+    demo = [item for item in items if {"made_demo", "demo_run"} & set(item.fixturenames) and item not in late + cuda]
+    items[:] = [item for item in items if item not in cuda + late + demo] + demo + late + cuda
 
-        if not config.option.collectonly and build_needed():  # listing the tests builds nothing
-            start_build()
-    items[:] = [item for item in items if item not in cuda and item not in late] + late + cuda
+
+# `make test` runs two pytest-xdist workers (--dist loadgroup). One runs every test of the shared real components in
+# order: the test Slurm cluster of four nodes (and the LSF stand-in, sshd and fixtures its tests share), the registry,
+# the CUDA build, `make demo`'s run. They wait on the cluster far more than they compute. The other runs the rest
+# meanwhile, a module at a time (so module fixtures run once): the host tests, and the image's own tests, which run
+# apptainer on this machine and read the image store, never write it.
+REAL_COMPONENTS = ("slurm", "registry", "cuda_image")
+REAL_FIXTURES = {"slurm_cluster", "made_demo", "demo_run", "cancelled_runs", "oci_registry", "mlflow_for_nodes",
+                 "login_node"}
+
+
+def uses_real_components(item) -> bool:
+    return (module_of(item).startswith("tests/cluster/") or any(item.get_closest_marker(m) for m in REAL_COMPONENTS)
+            or bool(REAL_FIXTURES & set(item.fixturenames)))
+
+
+def module_of(item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+class WorkerGroups:
+    """Each test's xdist group: "real-components" for every test of a module where one uses them, else its module."""
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own pytest_collection_modifyitems)
+    def pytest_collection_modifyitems(self, items):
+        real = {module_of(item) for item in items if uses_real_components(item)}
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group("real-components" if module_of(item) in real else module_of(item)))
 
 
 def sha256(path) -> str:
@@ -75,11 +103,12 @@ def stand_in_data(root: Path, data_set: str = "cifar100") -> Path:
     return root
 
 
-@pytest.fixture(scope="session", autouse=True)
-def default_input_dirs():
+def make_default_inputs() -> list:
+    """The stand-ins DEFAULT_INPUTS needs where no real set is: the files and directories made, each after the
+    directory that holds it."""
     from cluster_train.host.jobs.data_files import NEEDS
 
-    made = []  # files and directories, each after the directory that holds it
+    made = []
     for root, data_set in DEFAULT_INPUTS.items():
         files = [root / name for name in NEEDS[data_set]]
         if any(path.exists() for path in files):  # real data (make data), or this checkout's own stand-ins
@@ -94,12 +123,29 @@ def default_input_dirs():
                 made.append(path)
         except OSError:  # a read-only checkout (the tests that run inside the image)
             pass
-    yield
+    return made
+
+
+def remove_default_inputs(made: list) -> None:
     for path in reversed(made):
         try:
             path.rmdir() if path.is_dir() else path.unlink()
         except OSError:  # filled meanwhile (make data): keep it
             pass
+
+
+# Made and removed by the one process that sees the whole session (a plain run, or pytest-xdist's controller, whose
+# session starts before its workers' and ends after them), never by a worker that ends while others still read them.
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):
+        session.config.stash[MADE_INPUTS] = make_default_inputs()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    remove_default_inputs(session.config.stash.get(MADE_INPUTS, []))
+
+
+MADE_INPUTS = pytest.StashKey[list]()
 
 
 @pytest.fixture(scope="session")
@@ -149,11 +195,26 @@ def cancelled_runs(slurm_cluster, cpu_image, tmp_path_factory):
     subprocess.run(["scancel", *jobs], capture_output=True)  # whatever a failed test left queued
 
 
-@pytest.fixture(scope="session", autouse=True)
+EARLY = {"started": False}
+
+
+@pytest.fixture(autouse=True)
 def early_jobs(request):
-    """Jobs whose last checks wait for the scheduler to forget them start with the session, when a test that
-    checks them is selected: the session's other tests pass that time."""
-    if any("cancelled_runs" in getattr(item, "fixturenames", ()) for item in request.session.items):
+    """What runs beside the session starts with its first real-component test (under xdist, in the one worker that
+    runs them): the jobs whose last checks wait for the scheduler to forget them, when a test that checks them is
+    selected, and the CUDA image's build, when its test is selected and its inputs changed since the last build that
+    passed its %test."""
+    group = request.node.get_closest_marker("xdist_group")
+    if EARLY["started"] or not group or group.args[0] != "real-components":
+        return
+    EARLY["started"] = True
+    items = request.session.items
+    if any(item.get_closest_marker("cuda_image") for item in items):
+        from image.test_cuda_image import build_needed, start_build
+
+        if build_needed():
+            start_build()
+    if any("cancelled_runs" in getattr(item, "fixturenames", ()) for item in items):
         try:
             request.getfixturevalue("cancelled_runs")
         except (Exception, pytest.fail.Exception):  # no image or no cluster: the tests that use it say so, not all

@@ -11,6 +11,8 @@ import os
 import time
 from collections import defaultdict
 
+import pytest
+
 # nodeid pattern -> why the skip is not a hole: the same test runs elsewhere in the suite
 IN_IMAGE = "torchvision is only in the image: test_in_image.py runs this module there"
 ALLOWED_SKIPS = {"tests/image/test_models.py::*[[]vgg]": IN_IMAGE,
@@ -28,11 +30,23 @@ def allowed(nodeid: str) -> str:
     return next((why for pattern, why in ALLOWED_SKIPS.items() if fnmatch.fnmatch(nodeid, pattern)), "")
 
 
+def test_id(report) -> str:
+    """The test's node id without the "@group" pytest-xdist's --dist loadgroup appends to it."""
+    return report.nodeid.rsplit("@", 1)[0] if "@" in report.nodeid.rsplit("]", 1)[-1] else report.nodeid
+
+
 def pytest_runtest_logreport(report):
-    _durations[report.nodeid] += report.duration
+    _durations[test_id(report)] += report.duration
     if report.skipped:
         why = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        _skips[report.nodeid] = why.removeprefix("Skipped: ")
+        _skips[test_id(report)] = why.removeprefix("Skipped: ")
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's controller, as each worker ends
+def pytest_testnodedown(node, error):
+    shown = getattr(node, "workeroutput", {}).get("suite_report", {})
+    PHASES.update(shown.get("phases", {}))
+    NOTES.update(shown.get("notes", {}))
 
 
 def unexpected_skips() -> dict:
@@ -40,6 +54,8 @@ def unexpected_skips() -> dict:
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workeroutput"):  # a pytest-xdist worker: its phases and notes go to the controller
+        session.config.workeroutput["suite_report"] = {"phases": PHASES, "notes": NOTES}
     if os.environ.get("CT_NO_SKIPS") == "1" and unexpected_skips() and session.exitstatus == 0:
         session.exitstatus = 1
 

@@ -425,7 +425,10 @@ def results(request, tmp_path_factory):
     by_id = {case["id"]: case for case in CASES}
     # the same length of path every run (not pytest-N's counter, nor case9 against case10): a line that cuts a long
     # value at a width shows the same characters of it, as refusals.yaml holds them
-    base = Path(tempfile.mkdtemp(prefix="bad-inputs-", dir=tmp_path_factory.getbasetemp().parent))
+    # (pytest-of-USER, above pytest-N and above pytest-xdist's pytest-N/popen-gwK alike)
+    temp = tmp_path_factory.getbasetemp()
+    top = next((p for p in temp.parents if p.name.startswith("pytest-of-")), temp.parent)
+    base = Path(tempfile.mkdtemp(prefix="bad-inputs-", dir=top))
     request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
     done = run_cases([(by_id[cid], base / f"case{i:04d}") for i, cid in enumerate(wanted)])
     return dict(zip(wanted, done))
