@@ -104,9 +104,9 @@ $(MOTION_DATA)/meta.json: | image
 	apptainer exec --cleanenv --no-home -B "$(CURDIR)" --pwd "$(CURDIR)" $(IMAGES_DIR)/cpu.sif \
 		python -m train make_data motion_tokens $(MOTION_DATA)
 
-# Both run under pytest-xdist (tests/conftest.py: WorkerGroups): a module's tests stay in one worker.
+# Both run two pytest-xdist workers, scheduled by tests/conftest.py (worker_group): a module's tests stay in one.
 test-fast: venv
-	$(PYTEST) -q -n auto --dist loadgroup -m "not image and not slurm and not slow and not registry" tests
+	$(PYTEST) -q -n 2 -m "not image and not slurm and not slow and not registry" tests
 
 # image_copy: host copies of tests that test_in_image.py runs again inside the image, by the stack jobs use.
 # The host venv and the CPU image build side by side (minutes each, neither needs the other; apt is done by then).
@@ -119,7 +119,7 @@ test test-all:
 	  printf 'installs: Apptainer, Slurm, registry, Chromium, sshd %s\nhost venv and CPU image, side by side %s\n' \
 	    $$((mid - start)) $$((end - mid)) > $(TEST_TIMES)
 	CT_TIMES=$(TEST_TIMES) CT_NO_SKIPS=1 $(if $(filter test-all,$@),CT_CUDA_BUILD=always) \
-	  $(PYTEST) -q -rs -p no:cacheprovider -n 2 --dist loadgroup -m "not image_copy" tests
+	  $(PYTEST) -q -rs -p no:cacheprovider -n 2 -m "not image_copy" tests
 
 # After a deliberate change to what a profile renders: rewrite the golden scripts, then review `git diff tests/golden`.
 golden: venv

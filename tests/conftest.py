@@ -16,9 +16,6 @@ CLUSTER_SH = ROOT / "tests" / "slurm" / "cluster.sh"
 
 def pytest_configure(config):
     config.pluginmanager.register(suite_report, "suite_report")  # skips that fail the run; where the time went
-    config.pluginmanager.register(WorkerGroups(), "worker_groups")
-    config.addinivalue_line("markers", "xdist_group(name): pytest-xdist's worker group (WorkerGroups sets it; the image's "
-                                       "pytest, which runs some of these modules, has no xdist)")
     # here, not in pyproject.toml: that file is an input of every image, and a marker is no reason to rebuild them
     config.addinivalue_line("markers",
                             "registry: needs Debian's docker-registry (make registry); not in make test-fast")
@@ -35,39 +32,47 @@ def pytest_collection_modifyitems(session, config, items):
     """The CUDA image's test goes last; before it, the tests that check jobs once the test cluster has forgotten them
     (their jobs, and the CUDA build where one is needed, start with the first real-component test: early_jobs); before
     those, the tests of `make demo`'s run, whose input-wait check wants the host tests of the other worker done."""
+    real_components_on_their_side(items)
     cuda = [item for item in items if item.get_closest_marker("cuda_image")]
     late = [item for item in items if item.get_closest_marker("after_min_job_age")]
     demo = [item for item in items if {"made_demo", "demo_run"} & set(item.fixturenames) and item not in late + cuda]
     items[:] = [item for item in items if item not in cuda + late + demo] + demo + late + cuda
 
 
-# `make test` runs two pytest-xdist workers (--dist loadgroup). One runs every test of the shared real components in
-# order: the test Slurm cluster of four nodes (and the LSF stand-in, sshd and fixtures its tests share), the registry,
-# the CUDA build, `make demo`'s run. They wait on the cluster far more than they compute. The other runs the rest
-# meanwhile, a module at a time (so module fixtures run once): the host tests, and the image's own tests, which run
-# apptainer on this machine and read the image store, never write it.
-REAL_COMPONENTS = ("slurm", "registry", "cuda_image")
+# `make test` runs two pytest-xdist workers. One runs every test of the shared real components in order: the test
+# Slurm cluster of four nodes (and the LSF stand-in, sshd and fixtures its tests share), the registry, the CUDA build,
+# `make demo`'s run. They wait on the cluster far more than they compute. The other runs the rest meanwhile, a module
+# at a time (so module fixtures run once): the host tests, and the image's own tests, which run apptainer on this
+# machine and read the image store, never write it. The controller sees only test ids, so the split is by path; the
+# collection checks that every test of the real components is on that side.
+REAL_PATHS = ("tests/cluster/", "tests/image/test_cuda_image.py")
+REAL_MARKS = ("slurm", "registry", "cuda_image")
 REAL_FIXTURES = {"slurm_cluster", "made_demo", "demo_run", "cancelled_runs", "oci_registry", "mlflow_for_nodes",
                  "login_node"}
 
 
-def uses_real_components(item) -> bool:
-    return (module_of(item).startswith("tests/cluster/") or any(item.get_closest_marker(m) for m in REAL_COMPONENTS)
-            or bool(REAL_FIXTURES & set(item.fixturenames)))
+def worker_group(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    return "real-components" if module.startswith(REAL_PATHS) else module
 
 
-def module_of(item) -> str:
-    return item.nodeid.split("::", 1)[0]
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's controller: its scheduler, grouping tests by worker_group
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkerGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return ByWorkerGroup(config, log)
 
 
-class WorkerGroups:
-    """Each test's xdist group: "real-components" for every test of a module where one uses them, else its module."""
-
-    @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own pytest_collection_modifyitems)
-    def pytest_collection_modifyitems(self, items):
-        real = {module_of(item) for item in items if uses_real_components(item)}
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group("real-components" if module_of(item) in real else module_of(item)))
+def real_components_on_their_side(items) -> None:
+    uses = [item.nodeid for item in items if worker_group(item.nodeid) != "real-components" and (
+        any(item.get_closest_marker(mark) for mark in REAL_MARKS) or REAL_FIXTURES & set(item.fixturenames))]
+    if uses:
+        raise pytest.UsageError(f"{uses[0]} uses the shared test cluster, registry or make demo's run outside "
+                                f"{', '.join(REAL_PATHS)}: move it there, or add its module to REAL_PATHS (tests/conftest.py)")
 
 
 def sha256(path) -> str:
@@ -204,8 +209,7 @@ def early_jobs(request):
     runs them): the jobs whose last checks wait for the scheduler to forget them, when a test that checks them is
     selected, and the CUDA image's build, when its test is selected and its inputs changed since the last build that
     passed its %test."""
-    group = request.node.get_closest_marker("xdist_group")
-    if EARLY["started"] or not group or group.args[0] != "real-components":
+    if EARLY["started"] or worker_group(request.node.nodeid) != "real-components":
         return
     EARLY["started"] = True
     items = request.session.items

@@ -30,16 +30,11 @@ def allowed(nodeid: str) -> str:
     return next((why for pattern, why in ALLOWED_SKIPS.items() if fnmatch.fnmatch(nodeid, pattern)), "")
 
 
-def test_id(report) -> str:
-    """The test's node id without the "@group" pytest-xdist's --dist loadgroup appends to it."""
-    return report.nodeid.rsplit("@", 1)[0] if "@" in report.nodeid.rsplit("]", 1)[-1] else report.nodeid
-
-
 def pytest_runtest_logreport(report):
-    _durations[test_id(report)] += report.duration
+    _durations[report.nodeid] += report.duration
     if report.skipped:
         why = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        _skips[test_id(report)] = why.removeprefix("Skipped: ")
+        _skips[report.nodeid] = why.removeprefix("Skipped: ")
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's controller, as each worker ends

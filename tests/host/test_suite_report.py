@@ -39,14 +39,14 @@ def test_a_skip_fails_the_run_unless_allowed_by_name_and_the_time_table_closes_i
 
 
 def test_under_two_xdist_workers_the_notes_and_skips_of_a_worker_reach_the_report(tmp_path):
-    """make test runs two pytest-xdist workers (--dist loadgroup, which appends "@group" to each test's id): a worker's
-    notes and phases reach the controller's report, and a skip is judged by the test's own id."""
+    """make test runs two pytest-xdist workers: a worker's notes and phases reach the controller's report, and its
+    skips are judged there."""
     (tmp_path / "tests" / "image").mkdir(parents=True)
     (tmp_path / "tests" / "test_notes.py").write_text(NOTE.replace("import suite_report\n", "import suite_report\n"
                                                                    "suite_report.PHASES['a phase'] = 7\n"))
     (tmp_path / "tests" / "image" / "test_experiment_sizes.py").write_text(
-        "import pytest\n\n@pytest.mark.xdist_group('real')\ndef test_skips():\n    pytest.skip('not here')\n")
-    done = run_suite(tmp_path, "-n", "2", "--dist", "loadgroup", CT_NO_SKIPS="1")
+        "import pytest\n\ndef test_skips():\n    pytest.skip('not here')\n")
+    done = run_suite(tmp_path, "-n", "2", CT_NO_SKIPS="1")
     assert done.returncode == 0 and "allowed: torchvision is only in the image" in done.stdout, done.stdout
     notes, table = done.stdout.split("where the time went", 1)
     assert "3 run for real" in notes and "7.0 s  a phase" in table, done.stdout
