@@ -66,11 +66,14 @@ sshd:  # a real OpenSSH server plays a cluster's login node; rsync sends code; t
 	      python3-yaml python3-jinja2 >/dev/null 2>&1 || { apt-get -y -q update >/dev/null && apt-get -y -q install \
 	      --no-install-recommends openssh-server openssh-client rsync python3-yaml python3-jinja2 >/dev/null; }; }
 
+# --compile-bytecode: uv writes no .pyc by default (pip does), and where PYTHONDONTWRITEBYTECODE is set every process
+# that imports torch and Lightning compiled them again: ~16 s of each pytest worker's collection, seconds of every
+# host-side training process the tests start.
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml tests/requirements.txt docs/requirements.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q uv
-	$(VENV)/bin/uv pip install -q --python $(PY) $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS)) \
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS)) \
 	  -r tests/requirements.txt
 	touch $@
 
