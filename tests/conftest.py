@@ -40,7 +40,7 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 # `make test` runs two pytest-xdist workers. One runs every test of the shared real components in order: the test
-# Slurm cluster of four nodes (and the LSF stand-in, sshd and fixtures its tests share), the registry, the CUDA build,
+# Slurm cluster of four nodes (and the sshd, MLflow relay and fixtures its tests share), the registry, the CUDA build,
 # `make demo`'s run. They wait on the cluster far more than they compute. The other runs the rest meanwhile, a module
 # at a time (so module fixtures run once): the host tests, and the image's own tests, which run apptainer on this
 # machine and read the image store, never write it. The controller sees only test ids, so the split is by path; the
@@ -74,7 +74,8 @@ def real_components_on_their_side(items) -> None:
         any(item.get_closest_marker(mark) for mark in REAL_MARKS) or REAL_FIXTURES & set(item.fixturenames))]
     if uses:
         raise pytest.UsageError(f"{uses[0]} uses the shared test cluster, registry or make demo's run outside "
-                                f"{', '.join(REAL_PATHS)}: move it there, or add its module to REAL_PATHS (tests/conftest.py)")
+                                f"{', '.join(REAL_PATHS)}: move it there, or add its module to REAL_PATHS "
+                                "(tests/conftest.py)")
 
 
 def sha256(path) -> str:
