@@ -38,6 +38,14 @@ bench-container:
 	$(MAKE) image FLAVOR=$(BENCH_IMAGE)
 	python3 benchmarks/container_overhead.py --image images/$(BENCH_IMAGE).sif
 
+# A node's ranks starting together (issue 47): bare, a mount per rank, one mount per node (--sharens, what the
+# trainer's srun ranks use) and a sandbox unpacked to local disk per job, at 1, 2, 4 and 8 ranks ->
+# benchmarks/results/<host>-<date>-rank-start.json. Root. ~8 min on 2 cores.
+.PHONY: bench-rank-start
+bench-rank-start:
+	$(MAKE) image FLAVOR=$(BENCH_IMAGE)
+	python3 benchmarks/rank_start.py --image images/$(BENCH_IMAGE).sif
+
 # The command line's answer (issue 40): `bin/run-cluster ci-slurm n1_gpu1 demo --dry-run` as a whole process, 20 runs
 # after a warm-up, wall and CPU min/median/max -> benchmarks/results/<host>-<date>-cli.json (target: at most 0.3 s).
 # BASELINE=DIR times another checkout in the same loop (e.g. main's), runs alternated. ~30 s.

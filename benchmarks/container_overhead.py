@@ -118,8 +118,8 @@ def at_once(python: list, ranks: int) -> float:
 
 def ranks_at_once(image: str, root: Path, ranks: int, runs: int) -> dict:
     """A node's ranks starting together: each its own SquashFS mount (as jobs run them), one mount shared by all
-    (`--sharens`, Apptainer >= 1.3: ranks launched by one parent join the first one's container; jobs cannot use it,
-    benchmarks/README.md says why), and outside."""
+    (`--sharens`, Apptainer >= 1.3: ranks launched by one parent join the first one's container, as the trainer's
+    srun ranks do; benchmarks/rank_start.py times it at 1 to 8 ranks), and outside."""
     sides = {"outside": outside(root), "a mount per rank": [*APPTAINER, image, "python"],
              "one mount per node (--sharens)": [*APPTAINER, "--sharens", image, "python"]}
     found = {name: [] for name in sides}

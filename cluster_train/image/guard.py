@@ -1,7 +1,7 @@
 """RunGuard: the callback every Trainer carries so a run survives its allocation and says how it ended.
 
-- stop on request: SIGUSR1/SIGTERM (cluster_train/image/stop.py) set a flag; at every batch end the ranks agree on it
-  (one small all-reduce when world size > 1), save `last_path` at that same step, and exit
+- stop on request: SIGUSR1/SIGTERM or the job's stop file (cluster_train/image/stop.py) set a flag; at every batch end
+  the ranks agree on it (one small all-reduce when world size > 1), save `last_path` at that same step, and exit
   cluster_train.shared.exit_codes.REQUEUE (75). When the request lands on an epoch's last batch the save waits for the
   epoch end (after validation); on a step whose metrics row Lightning writes after this hook, it waits one step: the
   resumed run's metrics.csv has every row.
@@ -92,7 +92,7 @@ class RunGuard(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         value = float(loss.detach()) if torch.is_tensor(loss) else 0.0
-        stopping = 1.0 if stop.requested() else 0.0
+        stopping = 1.0 if stop.poll() else 0.0
         if trainer.world_size > 1:  # every rank must take the same decision at the same step
             agreed = trainer.strategy.reduce(torch.tensor([stopping, value], device=trainer.strategy.root_device),
                                              reduce_op="sum")

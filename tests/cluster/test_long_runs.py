@@ -128,14 +128,17 @@ def epochs_logged(run_dir: Path) -> int:
     return len(re.findall(r"\[cluster-train\] epoch \d+/", job_logs(run_dir)))
 
 
-def warned_until_ended(runs: dict, timeout_s: float) -> dict:
-    """runs: name -> (run directory, scheduler, job id, requeues to ask for). Each run's segments once it ended."""
+def warned_until_ended(runs: dict, timeout_s: float, mounts: dict) -> dict:
+    """runs: name -> (run directory, scheduler, job id, requeues to ask for). Each run's segments once it ended.
+    mounts: name -> the set of its live ranks' mount namespaces at each look (mount_namespaces), filled in."""
     warned = {name: [] for name in runs}  # epochs logged when each warning was sent
     ended = {}
     deadline = time.time() + timeout_s
     while len(ended) < len(runs) and time.time() < deadline:
         for name, (run_dir, scheduler, job_id, requeues) in runs.items():
             found = segments.read(run_dir)
+            if name in mounts:
+                mounts[name].append(mount_namespaces(run_dir))
             if name in ended or not found:
                 continue
             if found[-1].how in ENDED:
@@ -152,6 +155,28 @@ def warned_until_ended(runs: dict, timeout_s: float) -> dict:
     assert not missing, (f"not ended in {timeout_s} s: {missing}\n"
                          + "".join(job_logs(r[0])[-2000:] for r in runs.values()))
     return ended
+
+
+def mount_namespaces(run_dir: Path) -> list:
+    """The mount namespace of each of the run's ranks that is training now, from the PIDs of their progress files (the
+    test nodes share this machine's PIDs): one for the ranks of a node that share one container, one per rank if not."""
+    found = []
+    for path in (run_dir / "logs" / "progress").glob("rank-[0-9]"):
+        try:
+            pid = path.read_text().split()[5]
+            if b"train" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(os.readlink(f"/proc/{pid}/ns/mnt"))
+        except (OSError, IndexError):
+            pass  # no line yet, or the rank has ended
+    return found
+
+
+def one_container_for_both_ranks(mounts: list) -> None:
+    """The warned DDP run's two ranks on one node ran in one container (--sharens) whenever both were seen training:
+    one mount namespace, not this machine's."""
+    both = {frozenset(seen) for seen in mounts if len(seen) == 2}
+    assert both and all(len(seen) == 1 for seen in both), mounts
+    assert os.readlink("/proc/self/ns/mnt") not in set().union(*both)
 
 
 def assert_resumed_to_the_same_result(long_dir: Path, reference: Path, found: list) -> None:
@@ -256,7 +281,8 @@ def test_runs_longer_than_one_allocation_requeue_themselves_and_complete(time_li
     runs = {name: (runs_dir / name, job["name"], job["job_id"], REQUEUES if name.startswith("ci-") else 0)
             for name, job in submitted.items()}
     try:
-        found = warned_until_ended(runs, 900)
+        mounts = {"ci-slurm-ddp": []}
+        found = warned_until_ended(runs, 900, mounts)
     finally:  # a failed test leaves no job requeueing itself behind
         subprocess.run(["scancel", *(job["job_id"] for job in submitted.values() if job["name"] == "slurm")],
                        capture_output=True)
@@ -267,6 +293,7 @@ def test_runs_longer_than_one_allocation_requeue_themselves_and_complete(time_li
     logged_online(runs_dir / "ci-slurm", server)
     synced_to_one_mlflow_run(runs_dir / "ci-lsf", server)
     one_wandb_run_with_continuous_steps(runs_dir / "ci-slurm-ddp")
+    one_container_for_both_ranks(mounts["ci-slurm-ddp"])
     no_canary_under(*(runs_dir / name for name in TRACKED))
     own_code_saved_on_the_warning_and_resumed(runs_dir / "own-code", found["own-code"])
     slurm_job, lsf_job = submitted["ci-slurm"]["job_id"], submitted["ci-lsf"]["job_id"]

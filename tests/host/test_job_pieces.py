@@ -18,7 +18,7 @@ MANIFEST_KEYS = {
     "gpu_request", "gpu_mem_gb", "mem_per_gpu_gb", "mem_per_cpu_gb", "whole_node", "node_mem_gb", "cpu_bind", "hint",
     "qos", "constraint", "reservation", "exclusive", "account", "email", "notify", "grace_s", "max_requeues", "tasks",
     "hang_timeout_s", "max_failures", "spare_nodes",
-    "data_image", "data_sha256", "data_name", "data_size", "data_stage", "data_stage_required", "entry",
+    "data_image", "data_sha256", "data_name", "data_size", "data_stage", "data_stage_required", "entry", "share_mount",
 }
 
 

@@ -151,7 +151,8 @@ def test_no_top_level_folder_shares_a_name_with_a_module_of_train():
     tracked = subprocess.run(["git", "ls-tree", "-d", "--name-only", "HEAD"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout.split()
     assert set(tracked) & modules_of_train == set()
-    targets = ["bench", "bench-threads", "bench-sweeps", "bench-data", "bench-loop", "bench-container", "bench-cli"]
+    targets = ["bench", "bench-threads", "bench-sweeps", "bench-data", "bench-loop", "bench-container", "bench-cli",
+               "bench-rank-start"]
     planned = subprocess.run(["make", "-n", *targets], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert planned.returncode == 0, planned.stderr
     assert all((ROOT / script).is_file() for script in re.findall(r"\bbenchmarks/\w+\.py", planned.stdout))

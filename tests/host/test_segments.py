@@ -15,13 +15,16 @@ from cluster_train.shared.exit_codes import REQUEUE
 # srun: drop its options, run the task; scontrol: the node list, and record a requeue; apptainer: a "training" that
 from cluster_train.host.runs import causes, segments
 
-# saves and exits REQUEUE on SIGUSR1 or SIGTERM, or completes after $CT_FAKE_SECONDS
+# saves and exits REQUEUE on SIGUSR1 or SIGTERM or when the warning's stop file appears (as the trainer does:
+# cluster_train/image/stop.py), or completes after $CT_FAKE_SECONDS
 FAKES = {
     "srun": '#!/bin/bash\nwhile [[ "$1" == -* ]]; do shift; done\nexec "$@"\n',
     "scontrol": '#!/bin/bash\nif [ "$1" = requeue ]; then echo "$2" >> "$CT_FAKE_DIR/requeued"; else echo n1; fi\n',
     "apptainer": f'#!/bin/bash\ntrap \'echo saved; kill $s; exit {REQUEUE}\' USR1 TERM\n'
-                 'sleep "${CT_FAKE_SECONDS:-30}" >/dev/null 2>&1 & s=$!\necho "training '
-                 'segment $CT_SEGMENT"\nwait $s\n',
+                 'sleep "${CT_FAKE_SECONDS:-30}" >/dev/null 2>&1 & s=$!\necho "training segment $CT_SEGMENT"\n'
+                 'while kill -0 $s 2>/dev/null; do\n'
+                 f'  if [ -f "$CT_STOP_FILE" ]; then echo "saved ($(cat "$CT_STOP_FILE"))"; kill $s; exit {REQUEUE}; fi\n'
+                 '  sleep 0.1 & wait $!\ndone\nwait $s\n',
 }
 
 
@@ -64,7 +67,9 @@ def test_the_warning_saves_requeues_and_every_segment_is_recorded(store, tmp_pat
     first = start(script, tmp_path, "30")
     out = signal_when_training(first)  # what Slurm's --signal=B:USR1@grace does before the time limit
     assert first.returncode == 0, out
-    assert "saved" in out and "checkpoint saved (REQUEUED); requeueing job 4242 (segment 1" in out
+    # the trainer's ranks are warned by the stop file, not by a signal (cluster_train/image/stop.py)
+    assert "saved (SIGUSR1)" in out and "checkpoint saved (REQUEUED); requeueing job 4242 (segment 1" in out
+    assert (run_dir / "logs" / "stop-1").read_text() == "SIGUSR1\n"
     assert (tmp_path / "requeued").read_text().split() == ["4242"]
     second = start(script, tmp_path, "0")  # the requeued job runs the same script again and completes
     out, _ = second.communicate(timeout=60)

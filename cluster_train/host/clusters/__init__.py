@@ -65,8 +65,7 @@ class Partition:
     @property
     def scheduler_name(self) -> str:
         """What the script names: "" for none."""
-        name = self.partition or self.name
-        return "" if name == NO_PARTITION else name
+        return "" if (self.partition or self.name) == NO_PARTITION else self.partition or self.name
 
 
 @dataclass
@@ -99,6 +98,7 @@ class Profile:
     exclusive: bool = False  # whole nodes, shared with no other job
     time: str = ""  # in the scheduler's format; at most the partition's max_time; "": one hour (default_time)
     cpu_bind: str = ""  # how srun binds each task to CPUs (--cpu-bind=cores); "": the site's default
+    share_mount: bool = True  # a node's srun ranks in one container (jobs/job.py Work.shares_mount); false: one each
     launch: Optional[str] = None  # srun | lightning | blaunch | independent; default from the scheduler
     description: str = ""
     experiment: str = ""  # the experiment this profile is made for (packed tasks, a seed's shape): the default

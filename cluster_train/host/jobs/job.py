@@ -52,11 +52,21 @@ class Work:
     modules: List[str] = field(default_factory=list)
     module_init: str = ""
     tasks: List[Task] = field(default_factory=list)
+    share_mount: bool = False  # the profile's share_mount: see shares_mount
 
     @property
     def shape(self) -> Launch:
         """How its processes start (cluster_train/host/schedulers/launches.py)."""
         return LAUNCHES[self.launch]
+
+    @property
+    def shares_mount(self) -> bool:
+        """A node's ranks join one container (apptainer --sharens): the image is mounted, and its pages read, once per
+        node instead of once per rank. Only the trainer's: it takes the time-limit warning from the stop file, while a
+        signal to a process that joined a shared container kills it (Apptainer 1.4 does not forward it), and your own
+        code is warned by a signal. A scancel's or preemption's SIGTERM, which Slurm sends every process itself, so
+        ends a node's joined ranks without a save: the profile's share_mount: false keeps a container per rank."""
+        return self.share_mount and self.shape.one_parent_per_node and self.entry == "fit" and self.ranks_per_node > 1
 
 
 @dataclass

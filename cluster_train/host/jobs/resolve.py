@@ -66,7 +66,7 @@ def work_of(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: L
     return Work(
         entry="command" if run.command else "fit", launch=shape.name, ranks_per_node=1 if tasks else profile.ranks,
         run_dir=str(run_dir), config_path=str(run_dir / "config.yaml"), log_path=str(run_dir / "logs" / log_name),
-        data_dir=run.data.root, tasks=tasks,
+        data_dir=run.data.root, tasks=tasks, share_mount=profile.share_mount,
         binds=bind_mounts(cluster, task_runs or [run], run_dir, user)  # packed: only the tasks run
         + (net.binds if net else []),
         env=env, credentials=tracker_config.credentials(run.tracker),

@@ -14,10 +14,13 @@ class Launch:
     packed: bool = False  # independent trainings, one task each, packed into one job
     lightning_starts_ranks: bool = False  # the one process per host is Lightning, which starts the host's ranks
     shell_watches_ranks: bool = False  # the batch shell starts each rank itself, and ends the rest when one fails
+    # a node's tasks start from one parent (srun's step daemon), so apptainer --sharens can run them in one container
+    one_parent_per_node: bool = False
 
 
 LAUNCHES: Dict[str, Launch] = {shape.name: shape for shape in (
-    Launch("srun", "per-GPU ranks, one srun task each, on every node", task_per_rank=True, multi_host=True),
+    Launch("srun", "per-GPU ranks, one srun task each, on every node", task_per_rank=True, multi_host=True,
+           one_parent_per_node=True),
     Launch("lightning", "one process per host, Lightning starts its ranks", task_per_rank=False, multi_host=False,
            lightning_starts_ranks=True),
     Launch("blaunch", "per-GPU ranks, one blaunch task each, on every host", task_per_rank=True, multi_host=True,
