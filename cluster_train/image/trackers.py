@@ -76,9 +76,9 @@ class StepWandbLogger(WandbLogger):
 
 
 def finish(run: cfg.RunConfig, exit_code: int) -> None:
-    """A segment's end, on rank 0 (the only rank that logs): W&B's run closed with the process's exit code, then its
-    offline directories folded into one (cluster_train/shared/wandb_offline.py). A segment killed before this is folded
-    by the next segment's start, or by `run-cluster sync`."""
+    """A segment's end, on rank 0 (the only rank that logs): W&B's run closed with the process's exit code, its log
+    complete on disk, then its offline directories folded into one (cluster_train/shared/wandb_offline.py). A segment
+    killed before this is folded by the next segment's start, or by `run-cluster sync`."""
     if "wandb" not in run.tracker.use or rank_zero_only.rank != 0:
         return
     import wandb
@@ -86,9 +86,25 @@ def finish(run: cfg.RunConfig, exit_code: int) -> None:
     if wandb.run is not None:
         wandb.finish(exit_code=exit_code)
     if run.tracker.offline:
+        wait_for_wandb_logs(exit_code)
         for key, entry in read_state(Path(run.output_dir)).items():
             if key.split("/")[0] == "wandb":
                 wandb_offline.fold(Path(run.output_dir) / "wandb", entry["id"])
+
+
+def wait_for_wandb_logs(exit_code: int) -> None:
+    """Return once wandb-core has written this process's runs' logs whole. wandb.finish() does not wait for that: the
+    service keeps a log's last (partial) 32 KiB block, the exit record in it, in memory until it closes the run's stream
+    (its writer's Close; offline nothing flushes sooner), and finish() only asks for that close, last, without waiting
+    (ServiceConnection.inform_finish publishes). A fold right after it could read the log without its tail: under load
+    the folded log had no exit record. wandb.teardown() (what W&B's atexit hook does at the process's end anyway) has
+    the service close every stream, after that finish, and waits for its process to exit (wandb 0.24 and 0.31 alike)."""
+    import wandb
+
+    try:
+        wandb.teardown(exit_code)
+    except SystemExit as crashed:  # W&B's word for wandb-core itself exiting non-zero: the segment's own code stands
+        print(f"[cluster-train] wandb-core exited with {crashed.code}: the W&B log may lack its end", flush=True)
 
 
 class TrackedRun(Callback):

@@ -33,6 +33,7 @@ def segment(run, out: Path, steps: range, exit_code: int = 75, killed: bool = Fa
         trackers.finish(run, exit_code)
     else:  # no fold at its end, and a torn last chunk
         wandb.finish()
+        wandb.teardown()  # the log whole before it is torn: wandb-core writes its tail after finish() returns
         log = next((out / "wandb").glob(f"offline-run-*-{logger.experiment.id}/run-*.wandb"))
         log.write_bytes(log.read_bytes()[:-3])
 
