@@ -34,7 +34,9 @@ def segment(run, out: Path, steps: range, exit_code: int = 75, killed: bool = Fa
     else:  # no fold at its end, and a torn last chunk
         wandb.finish()
         wandb.teardown()  # the log whole before it is torn: wandb-core writes its tail after finish() returns
-        log = next((out / "wandb").glob(f"offline-run-*-{logger.experiment.id}/run-*.wandb"))
+        # this segment's log: the newest (the earlier segment's directory has the same run id)
+        log = max((out / "wandb").glob(f"offline-run-*-{logger.experiment.id}/run-*.wandb"),
+                  key=lambda path: path.stat().st_mtime_ns)
         log.write_bytes(log.read_bytes()[:-3])
 
 
