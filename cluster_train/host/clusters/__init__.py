@@ -65,13 +65,13 @@ class Partition:
     @property
     def scheduler_name(self) -> str:
         """What the script names: "" for none."""
-        return "" if (self.partition or self.name) == NO_PARTITION else self.partition or self.name
+        name = self.partition or self.name
+        return "" if name == NO_PARTITION else name
 
 
 @dataclass
 class Qos:
     """A quality of service a profile may name (Slurm --qos), with the limits the site sets on it."""
-
     name: str
     max_time: str = ""  # the longest time limit a job of this QOS may ask for, in the scheduler's format
 
