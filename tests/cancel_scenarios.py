@@ -33,9 +33,10 @@ SINGLE_RUNS = ("requeued", "unstarted", "scancelled")
 ELEMENTS = ("sweep/e0", "sweep/e1")
 # trains nothing: runs until signalled (SIGINT too: LSF's bkill sends it before SIGTERM), then saves and stops as a
 # rank does (slowly with `slow`), or completes at once
-STOP_SH = """echo "[test] segment $CT_SEGMENT running"
+# (the trap first: "running" is what the driver waits for before it cancels, so it must mean the trap is set)
+STOP_SH = """trap 'kill $s 2>/dev/null; echo "[test] saving"; [ "${1:-}" != slow ] || sleep 60; exit 75' USR1 TERM INT
+echo "[test] segment $CT_SEGMENT running"
 if [ -e "$CT_RUN_DIR/finish" ]; then echo "[test] finished"; exit 0; fi
-trap 'kill $s 2>/dev/null; echo "[test] saving"; [ "${1:-}" != slow ] || sleep 60; exit 75' USR1 TERM INT
 sleep 600 & s=$!
 wait $s
 """

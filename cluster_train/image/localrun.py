@@ -10,6 +10,8 @@ import socket
 import tempfile
 from pathlib import Path
 
+from cluster_train.image.leave import leave
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -25,11 +27,9 @@ def _worker(rank: int, nprocs: int, port: int, outdir: str, fn, args) -> None:
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     result = fn(rank, *args)
     Path(outdir, f"rank{rank}.pkl").write_bytes(pickle.dumps(result))
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()  # else gloo's threads abort the process at exit ("terminate called ...")
+    # as a job's rank ends (leave.py): the peers met at a barrier, then out without gloo's teardown, which aborts at a
+    # plain exit and whose destroy_process_group hung here once a peer had gone (in make test, under load)
+    leave(0)
 
 
 def spawn(fn, nprocs: int, *args) -> list:

@@ -60,13 +60,19 @@ class Work:
         return LAUNCHES[self.launch]
 
     @property
+    def stops_by_file(self) -> bool:
+        """The time-limit warning reaches the ranks as the segment's stop file (the trainer reads it, stop.py), not as a
+        signal (your own code's)."""
+        return self.entry == "fit"
+
+    @property
     def shares_mount(self) -> bool:
         """A node's ranks join one container (apptainer --sharens): the image is mounted, and its pages read, once per
         node instead of once per rank. Only the trainer's: it takes the time-limit warning from the stop file, while a
         signal to a process that joined a shared container kills it (Apptainer 1.4 does not forward it), and your own
         code is warned by a signal. A scancel's or preemption's SIGTERM, which Slurm sends every process itself, so
         ends a node's joined ranks without a save: the profile's share_mount: false keeps a container per rank."""
-        return self.share_mount and self.shape.one_parent_per_node and self.entry == "fit" and self.ranks_per_node > 1
+        return self.share_mount and self.shape.one_parent_per_node and self.stops_by_file and self.ranks_per_node > 1
 
 
 @dataclass
