@@ -106,3 +106,14 @@ def test_the_manifest_keeps_the_flat_keys_runs_on_disk_hold():
     assert record["tasks"] == [{"name": "task-0", "run_dir": "/runs/r1/task-0",
                                 "config_path": "/runs/r1/task-0/config.yaml"}]
     assert record["signing"] == {"required": False, "signers": (), "source": ""}
+
+
+@pytest.mark.parametrize("work, shares", [
+    ({"launch": "srun", "ranks_per_node": 2, "share_mount": True}, True),  # the trainer's srun ranks of one node
+    ({"launch": "srun", "ranks_per_node": 2, "share_mount": False}, False),  # the profile says no
+    ({"launch": "srun", "ranks_per_node": 2, "share_mount": True, "entry": "command"}, False),  # warned by a signal
+    ({"launch": "blaunch", "ranks_per_node": 2, "share_mount": True}, False),  # a parent per rank
+    ({"launch": "srun", "ranks_per_node": 1, "share_mount": True}, False),  # nothing to share
+])
+def test_a_nodes_ranks_share_one_container_only_where_the_warning_needs_no_signal(work, shares):
+    assert job(place(), **work).work.shares_mount is shares
