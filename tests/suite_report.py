@@ -3,7 +3,8 @@
 - Skips. A test skipped in CI proves nothing, so under `CT_NO_SKIPS=1` (make test sets it) a skip fails the run
   unless ALLOWED_SKIPS names it, with the reason the same check runs elsewhere. Every skip is listed (-rs).
 - Where the time went: the set-up steps `make test` timed before pytest (CT_TIMES, "name seconds" per line), the
-  Slurm cluster's start, the CUDA image's build or key check, pytest's whole run and its ten slowest tests.
+  Slurm cluster's start, the CUDA image's build or key check, pytest's whole run, when each worker's last test ended
+  (the run waits on the later one) and its ten slowest tests.
 - What a test asked to be shown (NOTES): the docs test's counts of blocks run for real, as --dry-run and not run.
 """
 import fnmatch
@@ -22,6 +23,7 @@ ALLOWED_SKIPS = {"tests/image/test_models.py::*[[]vgg]": IN_IMAGE,
 PHASES = {}  # name -> seconds, measured by fixtures (the Slurm cluster's start)
 NOTES = {}  # section title -> its lines, printed at the end (tests/cluster/test_docs_commands.py's counts)
 _durations = defaultdict(float)
+_done_at = {}  # xdist worker -> seconds into the run its last test ended: which worker the run waited on
 _skips = {}
 _started = time.time()
 
@@ -32,6 +34,9 @@ def allowed(nodeid: str) -> str:
 
 def pytest_runtest_logreport(report):
     _durations[report.nodeid] += report.duration
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    if worker is not None:
+        _done_at[worker.id] = time.time() - _started
     if report.skipped:
         why = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         _skips[report.nodeid] = why.removeprefix("Skipped: ")
@@ -70,6 +75,7 @@ def pytest_terminal_summary(terminalreporter):
             write(line)
     terminalreporter.section("where the time went")
     rows = [*_setup_times(), *PHASES.items(), ("pytest, whole run", time.time() - _started)]
+    rows += [(f"  worker {worker}'s last test ended", s) for worker, s in sorted(_done_at.items())]
     rows += [(f"  {nodeid}", s) for nodeid, s in sorted(_durations.items(), key=lambda kv: -kv[1])[:10]]
     for name, seconds in rows:
         write(f"{seconds:8.1f} s  {name}")
