@@ -155,23 +155,26 @@ def test_a_missing_input_path_is_one_line_and_submits_nothing(store, tmp_path):
 
 
 def test_rerun_applies_and_records_extra_set_values(store, tmp_path, monkeypatch):
-    """--rerun keeps the run's cluster, profile, config and image; a --set on top is applied and recorded."""
+    """--rerun keeps the run's cluster, profile, config and image, and what its --set chose over the profile's values
+    (its strategy, not cpu_1proc's single); a --set on top is applied and recorded."""
     from cluster_train.host import cli, submit
     from cluster_train.host.images import store as image_store
     record = image_store.current("cpu", store / "images")
     old = tmp_path / "old"
     old.mkdir()
     (old / "config.yaml").write_text(f"name: demo\ndata: {{root: {tmp_path}, num_workers: 1, rank_mem_gb: 1}}\n"
-                                     "trainer: {max_epochs: 2}\n")
+                                     "trainer: {max_epochs: 2, strategy: zero2}\n")
     (old / "manifest.json").write_text(json.dumps({
         "run_id": "old", "cluster_file": str(ROOT / "clusters" / "local.yaml"), "profile": "cpu_1proc",
+        "overrides": ["trainer.strategy=zero2", "trainer.max_epochs=2"],
         "image": {"sha256": record.sha256}, "scheduler": {"name": "local", "job_id": "4242"}}))
     seen = {}
     real = submit.one_run
     monkeypatch.setattr(submit, "one_run", lambda sub: real(seen.setdefault("sub", sub)))
     assert cli.main(["--rerun", str(old), "--set", "trainer.max_epochs=7", "--dry-run"]) == 0
     sub = seen["sub"]
-    assert sub.run.trainer.max_epochs == 7 and sub.overrides == ["trainer.max_epochs=7"] and sub.rerun_of == "old"
+    assert sub.run.trainer.max_epochs == 7 and sub.run.trainer.strategy == "zero2" and sub.rerun_of == "old"
+    assert sub.overrides == ["trainer.strategy=zero2", "trainer.max_epochs=7"]
     assert sub.job.image.sha256 == record.sha256 and sub.job.profile == "cpu_1proc"
 
 

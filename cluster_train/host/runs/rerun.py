@@ -9,6 +9,7 @@ from cluster_train.host import runs
 from cluster_train.host.images.locations import run_image
 from cluster_train.host.jobs.build import Request, Site, Submission
 from cluster_train.host.runs.after import build_after
+from cluster_train.host.runs.choices import kept_choices
 
 
 def rerun_submission(run_dir: Path, overrides: List[str], run_id: Optional[str] = None, dry_run: bool = False,
@@ -23,8 +24,10 @@ def rerun_submission(run_dir: Path, overrides: List[str], run_id: Optional[str] 
     manifest = runs.read_manifest(found)
     site = Site.load(manifest["cluster_file"])
     record = run_image(manifest, f"the image of {found}", site.image_store)
-    # The run's config.yaml already holds every override it was submitted with; new ones go on top.
-    return build_after(site, Request(manifest["profile"], str(Path(found) / "config.yaml"), list(overrides),
+    # config.yaml holds every value the run had, but the profile's go over it again: its own --set values of those
+    # keys are given again (kept_choices), new ones go on top.
+    overrides = [*kept_choices(manifest, site.cluster.profile(manifest["profile"]), overrides), *overrides]
+    return build_after(site, Request(manifest["profile"], str(Path(found) / "config.yaml"), overrides,
                                      run_id=run_id, flavor=record.flavor, image=record, rerun_of=manifest["run_id"],
                                      dry_run=dry_run, stale_image_ok=stale_image_ok,
                                      recorded_code=manifest.get("code"), code_from=Path(found),

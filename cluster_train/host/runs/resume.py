@@ -8,11 +8,10 @@ from typing import List, Optional
 from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
-from cluster_train.host.clusters import Profile
 from cluster_train.host.images.locations import run_image
 from cluster_train.host.jobs.build import Request, Site, Submission, build
-from cluster_train.host.jobs.resolve import profile_values
 from cluster_train.host.runs import segments
+from cluster_train.host.runs.choices import kept_choices
 from cluster_train.host.runs.ending import describe, has_ended, run_state
 from cluster_train.host.schedulers import State, adapter
 
@@ -47,20 +46,6 @@ def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], 
     if state["state"] == State.UNKNOWN:  # ended, but no one recorded how: say so rather than guess
         sub.warnings.append(f"warning: {run_dir.name} ended {describe(state)}; resuming it")
     return sub
-
-
-def kept_choices(manifest: dict, profile: Profile, overrides: List[str]) -> List[str]:
-    """The run's earlier --set values (its submission's, its resumes') of keys the profile decides and this resume
-    does not set: they win over the profile again, as they did when typed (a run set to zero2 resumes as zero2, not as
-    the profile's ddp or single)."""
-    earlier = [*manifest.get("overrides", []), *(o for r in manifest.get("resumes", []) for o in r["overrides"])]
-    latest = {key_of(typed): typed for typed in earlier}
-    decided, now_set = profile_values(profile), cfg.parse_overrides(overrides)
-    return [typed for key, typed in latest.items() if key in decided and key not in now_set]
-
-
-def key_of(typed: str) -> str:
-    return typed.partition("=")[0].strip()
 
 
 def recorded_trainer(manifest: dict, run_dir: Path) -> dict:
