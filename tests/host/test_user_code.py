@@ -169,7 +169,7 @@ def test_the_summary_shows_the_effective_batch_from_the_users_numbers(store, tmp
     assert "command: python train.py --config configs/x.yaml" in done.stdout
     assert "not checked" not in done.stdout
     assert "python -m train command --config" in done.stdout  # the image runs the command, not a task
-    assert not list(temp.iterdir())  # a dry run leaves no snapshot behind
+    assert not list(temp.glob("ct-code-*"))  # a dry run leaves no snapshot behind (jinja's cache may be there)
 
 
 def test_without_reads_the_command_runs_and_the_summary_says_what_was_not_checked(store, tmp_path):

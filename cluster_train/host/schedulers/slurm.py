@@ -97,9 +97,13 @@ class Slurm(Scheduler):
         return options + list(place.directives)
 
     def requeue_leaving_out(self, job: "Job") -> str:
-        # scontrol refuses ExcNodeList while the job runs ("no longer pending"), and the requeue ends this shell with
-        # SIGTERM: the trap sets it then, on the job pending again, long before its BeginTime lets it start
-        return f"trap '{self.leave_out_pending} || true; exit 0' TERM; {self.requeue_command}; sleep 60 & wait $!"
+        # scontrol refuses ExcNodeList while the job runs ("no longer pending"); once `scontrol requeue` returns the
+        # job is pending again (long before its BeginTime lets it start), and the requeue's SIGTERM to this shell
+        # follows within milliseconds, or seconds on a busy controller. The exclusion is set at once, then in the
+        # trap again, tried for 3 s: a busy test cluster once lost it to a single try in the trap (KillWait 5 s).
+        retried = f"for ct_try in 1 2 3; do {self.leave_out_pending} && break; sleep 1; done"
+        return (f"trap '{retried}; exit 0' TERM; {self.requeue_command}; {self.leave_out_pending} 2>/dev/null || true; "
+                "sleep 60 & wait $!")
 
     def task_step(self, job: "Job") -> List[str]:
         """srun's options for one packed task: one GPU, its share of the job's memory (the template's comment says
