@@ -1,7 +1,10 @@
+import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,6 +51,14 @@ def pytest_collection_modifyitems(session, config, items):
 REAL_PATHS = ("tests/cluster/", "tests/image/test_cuda_image.py")
 BESIDE = ("tests/cluster/test_lsf_requeue.py", "tests/cluster/test_lsf_standin.py",  # each test its own LSF state
           "tests/cluster/test_resume_runs.py")  # the local scheduler
+# Tests of the LSF stand-in in those modules that use the cluster's nodes (cluster_nodes), never Slurm: they run
+# beside, a group of their own, while the real components' worker waits on the cluster
+LSF_BESIDE = ("tests/cluster/test_api_examples.py::test_the_seed_sweep_example_on_lsf_",
+              "tests/cluster/test_api_examples.py::test_the_seed001_pipeline_example_on_lsf_",
+              "tests/cluster/test_api_examples.py::test_the_function_example_on_lsf_",
+              "tests/cluster/test_hangs.py::test_the_lsf_watchdog_",
+              "tests/cluster/test_launch_shapes.py::test_lsf_shapes_through_the_standin",
+              "tests/cluster/test_search.py::test_a_four_trial_study_on_the_lsf_stand_in")
 REAL_MARKS = ("slurm", "registry", "cuda_image")
 REAL_FIXTURES = {"slurm_cluster", "made_demo", "demo_run", "cancelled_runs", "oci_registry", "mlflow_for_nodes",
                  "login_node"}
@@ -55,6 +66,8 @@ REAL_FIXTURES = {"slurm_cluster", "made_demo", "demo_run", "cancelled_runs", "oc
 
 def worker_group(nodeid: str) -> str:
     module = nodeid.split("::", 1)[0]
+    if nodeid.startswith(LSF_BESIDE):
+        return "lsf-stand-in"
     return "real-components" if module.startswith(REAL_PATHS) and module not in BESIDE else module
 
 
@@ -71,7 +84,8 @@ def pytest_xdist_make_scheduler(config, log):
 
 def real_components_on_their_side(items) -> None:
     uses = [item.nodeid for item in items if worker_group(item.nodeid) != "real-components" and (
-        any(item.get_closest_marker(mark) for mark in REAL_MARKS) or REAL_FIXTURES & set(item.fixturenames))]
+        REAL_FIXTURES & set(item.fixturenames) or not item.nodeid.startswith(LSF_BESIDE) and any(
+            item.get_closest_marker(mark) for mark in REAL_MARKS))]  # LSF_BESIDE: their modules' marks
     if uses:
         raise pytest.UsageError(f"{uses[0]} uses the shared test cluster, registry or make demo's run outside "
                                 f"{', '.join(REAL_PATHS)}: move it there, or add its module to REAL_PATHS "
@@ -144,13 +158,22 @@ def remove_default_inputs(made: list) -> None:
 
 # Made and removed by the one process that sees the whole session (a plain run, or pytest-xdist's controller, whose
 # session starts before its workers' and ends after them), never by a worker that ends while others still read them.
+# So is the test Slurm cluster's stop: a worker starts it when a test first needs it (cluster_up), and both workers
+# use its nodes (the LSF stand-in's hosts are its namespaces), so it stops when the whole session ends.
 def pytest_sessionstart(session):
     if not hasattr(session.config, "workerinput"):
         session.config.stash[MADE_INPUTS] = make_default_inputs()
+        # this session's own (a pytest run inside a test has another): the workers inherit it
+        os.environ["CT_SUITE_DIR"] = tempfile.mkdtemp(prefix="ct-suite-")
 
 
 def pytest_sessionfinish(session, exitstatus):
     remove_default_inputs(session.config.stash.get(MADE_INPUTS, []))
+    if not hasattr(session.config, "workerinput") and os.environ.get("CT_SUITE_DIR"):
+        suite = Path(os.environ.pop("CT_SUITE_DIR"))
+        if (suite / CLUSTER_STARTED).exists():
+            subprocess.run(["bash", str(CLUSTER_SH), "stop"], check=True)
+        shutil.rmtree(suite, ignore_errors=True)
 
 
 MADE_INPUTS = pytest.StashKey[list]()
@@ -177,15 +200,30 @@ def demo_data(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """The real test Slurm cluster (tests/slurm/cluster.sh), started here if it is not already up."""
-    was_up = subprocess.run(["bash", str(CLUSTER_SH), "status"], capture_output=True).returncode == 0
-    if not was_up:
-        started = time.time()
-        subprocess.run(["bash", str(CLUSTER_SH), "start"], check=True)
-        suite_report.PHASES["Slurm test cluster start"] = time.time() - started
-    yield
-    if not was_up:
-        subprocess.run(["bash", str(CLUSTER_SH), "stop"], check=True)
+    """The real test Slurm cluster (tests/slurm/cluster.sh), started if it is not already up."""
+    cluster_up()
+
+
+@pytest.fixture(scope="session")
+def cluster_nodes():
+    """The test cluster's nodes n1-n4 (network namespaces, names in /etc/hosts), which the LSF stand-in's hosts are
+    too; its tests use them, not Slurm, and so run beside the real components (LSF_BESIDE)."""
+    cluster_up()
+
+
+CLUSTER_STARTED = "slurm-cluster-started"  # in $CT_SUITE_DIR: this session started the cluster, and stops it
+
+
+def cluster_up() -> None:
+    """Start the test cluster unless it is up, once for both workers (a lock); the session stops what it started."""
+    suite = Path(os.environ["CT_SUITE_DIR"])
+    with (suite / "cluster.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if subprocess.run(["bash", str(CLUSTER_SH), "status"], capture_output=True).returncode != 0:
+            started = time.time()
+            subprocess.run(["bash", str(CLUSTER_SH), "start"], check=True)
+            suite_report.PHASES["Slurm test cluster start"] = time.time() - started
+            (suite / CLUSTER_STARTED).touch()
 
 
 @pytest.fixture(scope="session")

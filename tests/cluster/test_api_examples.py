@@ -89,8 +89,8 @@ def test_the_seed_sweep_example_on_slurm_arrays_capped_at_two_and_split_at_the_a
     assert len(re.findall(r"^e\d .* COMPLETED +1 +[\d.]+ +best_", table, re.M)) == 3, table
 
 
-def test_the_seed_sweep_example_on_lsf_is_one_array_through_the_standin(cpu_image, slurm_cluster, demo_data, runs_dir,
-                                                                        lsf_path):
+def test_the_seed_sweep_example_on_lsf_is_one_array_through_the_standin(cpu_image, cluster_nodes, demo_data,
+                                                                        runs_dir, lsf_path):
     out = finished(start("seed_sweep.py", "ci-lsf", "one_gpu", "demo", *SEEDS,
                          *sets(f"data.root={demo_data}", *tiny(SWEEP_TINY))))
     sweep_dir = Path(re.search(r"^sweep (\S+): 3 runs$", out, re.M)[1])
@@ -135,7 +135,7 @@ def printed_results(out: str, run_dir: Path, tasks: tuple = ()) -> None:
 
 
 def test_the_seed001_pipeline_example_on_lsf_trains_fusion_once_the_experts_have_completed(
-        cpu_image, slurm_cluster, demo_data, runs_dir, lsf_path):
+        cpu_image, cluster_nodes, demo_data, runs_dir, lsf_path):
     out = finished(start("seed001_pipeline.py", "ci-lsf", *sets(f"data.root={demo_data}", *PIPELINE_TINY,
                                                                  "task_params.num_experts=2")))  # two fuse
     stages = stage_dirs(out)
@@ -202,6 +202,6 @@ def test_the_function_example_on_slurm_returns_a_value_and_a_requeued_call_goes_
     assert "checkpoint saved (REQUEUED)" in job_logs(run_dir)
 
 
-def test_the_function_example_on_lsf_returns_its_values(cpu_image, slurm_cluster, runs_dir, lsf_path):
+def test_the_function_example_on_lsf_returns_its_values(cpu_image, cluster_nodes, runs_dir, lsf_path):
     out = finished(start("function_call.py", "ci-lsf", "one_gpu", "--count", "5", cwd=EXAMPLES), 600)
     assert "square(7) = 49" in out and "counted to 5 in 1 segment(s)" in out, out

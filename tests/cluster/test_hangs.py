@@ -119,7 +119,7 @@ def test_a_rank_killed_at_every_start_is_requeued_twice_then_fails(cpu_image, sl
     assert f"bin/run-cluster resume {run_dir}" in log
 
 
-def test_the_lsf_watchdog_ends_a_hung_single_host_run_and_names_it(cpu_image, slurm_cluster, demo_data, runs_dir,
+def test_the_lsf_watchdog_ends_a_hung_single_host_run_and_names_it(cpu_image, cluster_nodes, demo_data, runs_dir,
                                                                    lsf_path, tmp_path):
     done = run_cluster(with_hang_timeout(tmp_path, "ci-lsf", "one_gpu"), "one_gpu", "demo",
                        "--set", f"data.root={demo_data}", "--set", "data.num_workers=0",

@@ -116,7 +116,7 @@ def test_first_to_start_keeps_the_job_that_starts(cpu_image, slurm_cluster, demo
 
 
 @pytest.mark.parametrize("profile, hosts", [("single_host_2gpu", {"n1"}), ("two_hosts", {"n1", "n2"})])
-def test_lsf_shapes_through_the_standin(cpu_image, slurm_cluster, demo_data, runs_dir, lsf_path, profile, hosts):
+def test_lsf_shapes_through_the_standin(cpu_image, cluster_nodes, demo_data, runs_dir, lsf_path, profile, hosts):
     done = run_cluster("ci-lsf", profile, "demo", "--set", f"data.root={demo_data}", *SMALL, "--run-id", profile,
                        "--wait", "--timeout", "600")
     run_dir = runs_dir / profile

@@ -115,7 +115,7 @@ def test_what_the_search_knows_classify_logs_is_what_a_trial_wrote(study):
     assert set(objective.LOGGED["classify"]["results.json"]) <= set(results)
 
 
-def test_a_four_trial_study_on_the_lsf_stand_in(cpu_image, demo_data, tmp_path, lsf_path, runs_dir):
+def test_a_four_trial_study_on_the_lsf_stand_in(cpu_image, cluster_nodes, demo_data, tmp_path, lsf_path, runs_dir):
     search = tmp_path / "four.yaml"
     search.write_text(SEARCH.read_text().replace("trials: 12", "trials: 4"))
     done = run_cluster("ci-lsf", "one_gpu", "demo", "--search", search, "--max-parallel", "4",
