@@ -13,7 +13,9 @@ pytestmark = pytest.mark.image
 FEW_BATCHES = ["--set", "trainer.limit_train_batches=8", "--set", "trainer.limit_val_batches=2"]  # steps, not accuracy
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+# fsdp, the re-sharding strategy that is not the profile's: the step goes on and the run's --set strategy stays (ddp
+# would prove less: cpu_2proc's own strategy; every strategy's checkpoint on other rank counts: test_resume_export.py)
+@pytest.mark.parametrize("strategy", ["fsdp"])
 def test_resume_with_more_epochs_on_two_ranks_continues_from_the_saved_step(cpu_image, demo_data, runs_dir,
                                                                              strategy):
     common = ["--set", f"data.root={demo_data}", "--set", "data.num_workers=0", "--set", f"trainer.strategy={strategy}",
