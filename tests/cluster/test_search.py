@@ -1,7 +1,7 @@
 """Hyperparameter search on the real test cluster: experiments/searches/demo_lr_wd.yaml (12 seeded TPE trials over the
 demo's learning rate and weight decay, median pruner) at 3 at once on Slurm, its driver killed with SIGKILL mid-study
-and started again; the best trial rerun; a 4-trial study on the LSF stand-in. The demo is shrunk to a few batches an
-epoch (its four epochs kept: the pruner compares epochs)."""
+and started again; the best trial rerun; a 4-trial study on the LSF stand-in through the Python API. The demo is
+shrunk to a few batches an epoch (its four epochs kept: the pruner compares epochs)."""
 import json
 import os
 import signal
@@ -11,8 +11,10 @@ from pathlib import Path
 
 import forked
 import pytest
+import yaml
 from conftest import ROOT, run_cluster
 
+import cluster_train as ct
 from cluster_train.host.runs import segments
 from cluster_train.host.search import objective, record
 
@@ -115,18 +117,21 @@ def test_what_the_search_knows_classify_logs_is_what_a_trial_wrote(study):
     assert set(objective.LOGGED["classify"]["results.json"]) <= set(results)
 
 
-def test_a_four_trial_study_on_the_lsf_stand_in(cpu_image, cluster_nodes, demo_data, tmp_path, lsf_path, runs_dir):
-    search = tmp_path / "four.yaml"
-    search.write_text(SEARCH.read_text().replace("trials: 12", "trials: 4"))
-    done = run_cluster("ci-lsf", "one_gpu", "demo", "--search", search, "--max-parallel", "4",
-                       "--set", f"data.root={demo_data}", *SMALL, "--set", "trainer.max_epochs=1", "--run-id", "lsf",
-                       timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
-    trials = record.read_trials(runs_dir / "lsf")
-    assert len(trials) == 4 and {t["state"] for t in trials} <= {"COMPLETE", "PRUNED"}, trials
+def test_a_four_trial_study_on_the_lsf_stand_in_through_the_python_api(cpu_image, cluster_nodes, demo_data, lsf_path,
+                                                                      runs_dir, capsys):
+    """Job.search with the search as a mapping (the Slurm study above goes through the command line and a file)."""
+    search = {**yaml.safe_load(SEARCH.read_text()), "trials": 4}
+    overrides = [f"data.root={demo_data}", *SMALL[1::2], "trainer.max_epochs=1"]
+    job = ct.Job("ci-lsf", "one_gpu", "demo", overrides=overrides, run_id="lsf")
+    study = job.search(search, max_parallel=4, timeout_s=600)
+    assert capsys.readouterr() == ("", "")  # the library printed nothing
+    trials = study.trials()
+    assert study.path == runs_dir / "lsf" and study.status()["finished"] == 4, trials
+    assert {t["state"] for t in trials} <= {"COMPLETE", "PRUNED"}, trials
     assert all(json.loads((Path(t["run_dir"]) / "manifest.json").read_text())["scheduler"]["name"] == "lsf"
                for t in trials)
-    assert "study lsf: 4 of 4 trials finished" in done.stdout
+    assert study.best_run().path == Path(study.best()["run_dir"])
+    assert study.best_run().status().state == "COMPLETED"
 
 
 def test_the_study_report_opens_in_headless_chromium_with_its_plots(study, tmp_path):
