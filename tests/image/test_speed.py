@@ -46,11 +46,14 @@ def test_channels_last_converts_2d_and_3d_convolutions_of_one_model():
 
 
 class SlowSamples(Dataset):
+    def __init__(self, read_s: float = 0.01):
+        self.read_s = read_s
+
     def __len__(self):
         return 32
 
     def __getitem__(self, i):
-        time.sleep(0.01)  # a data set read from a slow disk
+        time.sleep(self.read_s)  # a data set read from a slow disk
         return torch.randn(16), i % 4
 
 
@@ -84,7 +87,9 @@ def test_throughput_counts_the_samples_of_the_epochs_after_the_first_over_all_ra
 
 
 def test_input_wait_tells_a_slow_loader_from_a_fast_one():
-    slow = input_wait(SlowSamples())
+    # 50 ms a sample: the slow loader's 3.2 s of sleeping dwarf what a loaded machine adds to the fast one's waits (CI
+    # saw 0.17 s at a load of 10 on 2 cores, against 0.71 s for 10 ms a sample)
+    slow = input_wait(SlowSamples(read_s=0.05))
     fast = input_wait(TensorDataset(torch.randn(32, 16), torch.randint(0, 4, (32,))))
     assert slow["steps"] == fast["steps"] == 8
     # the verdict and the data waits' ratio, not a share of wall time: a loaded machine slows the compute too (CI
