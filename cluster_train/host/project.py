@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from cluster_train.shared.errors import UserError
-from cluster_train.host import git
+from cluster_train.host import git, undecodable
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ROOT / "clusters"
@@ -28,7 +28,7 @@ def runs_dir(*configured: Optional[str]) -> Path:
 
 def chosen_dir(variable: str, key: str, configured, default: Path) -> Path:
     """$variable, else the first value configured, else the default; one that names a file is refused."""
-    value = os.environ.get(variable)
+    value = undecodable.environ(variable)
     named = f"${variable}" if value else f"{key}:"
     value = value or next((c for c in configured if c), None)
     path = Path(value).expanduser() if value else default

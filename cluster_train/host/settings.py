@@ -13,19 +13,19 @@ from typing import Any, Dict, Iterable, List, Set, Tuple
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.clusters import budget_setting, search_storage_setting, signing_policy
-from cluster_train.host import reach
+from cluster_train.host import reach, undecodable
 from cluster_train.host.schedulers.base import BUILT_IN as BUILT_IN_SCHEDULERS, MODULE_NAME, SAFE_NAME
 from cluster_train.shared.yaml_file import load_yaml
 
 
 def path() -> Path:
-    if os.environ.get("CT_SETTINGS"):
+    if undecodable.environ("CT_SETTINGS"):
         chosen = Path(os.environ["CT_SETTINGS"])
         if chosen.is_dir() or not chosen.exists():
             said = "is a directory, not a settings file" if chosen.is_dir() else "does not exist"
             raise UserError(f"$CT_SETTINGS {chosen} {said}; point it at your settings YAML file (or unset it)")
         return chosen
-    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    base = Path(undecodable.environ("XDG_CONFIG_HOME") or Path.home() / ".config")
     return base / "cluster-train" / "settings.yaml"
 
 

@@ -26,8 +26,19 @@ def load_yaml(path, what: str) -> Any:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise UserError(f"{what} {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+        raise UserError(f"{what} {path} is not UTF-8 text: {undecodable_line(data, err.start)}; save it as UTF-8") \
+            from None
     return load_yaml_text(text, f"{what} {path}")
+
+
+def undecodable_line(data: bytes, at: int) -> str:
+    """The line that holds byte `at` (the first that is not UTF-8) as the user finds it in an editor: its number
+    and its text, the key first, each such byte written as \\xNN."""
+    start = data.rfind(b"\n", 0, at) + 1
+    end = data.find(b"\n", at)
+    line = data[start:end if end >= 0 else len(data)].strip().decode("utf-8", "backslashreplace")
+    number = data.count(b"\n", 0, at) + 1
+    return f"line {number} ({line[:80]})"
 
 
 def load_yaml_text(text: str, shown: str) -> Any:

@@ -9,7 +9,7 @@ Each YAML file holds `cases:` (and optionally `base:`, an argv prefix for the ca
     files:   {relative path under {tmp}: text}   written before the run; text may be {bytes: "..."}
     dirs:    [relative path under {tmp}]          created before the run
     remove:  [relative path under {tmp}]          removed before the run (after the defaults are made)
-    env:     {NAME: value}                        extra environment
+    env:     {NAME: value}                        extra environment; a value may be {bytes: "..."}
     note:    why the case is there / what the right behaviour is (not read)
 
 An argv element is a string, {bytes: "..."} (the text, placeholders filled, encoded as latin-1: one raw byte per
@@ -190,7 +190,7 @@ def prepare(case: dict, case_root: Path) -> Prepared:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "LSB_", "CT_"))}
     env.update(CT_IMAGES=str(tmp / "images"), CT_SETTINGS=str(tmp / "settings.yaml"), CT_RUNS_DIR=str(tmp / "runs"),
                PATH=f"{case_root / 'fakebin'}{os.pathsep}{os.environ.get('PATH', '')}")
-    env.update({k: _fill(str(v), values) for k, v in (case.get("env") or {}).items()})
+    env.update({k: os.fsdecode(_arg(v, values)) for k, v in (case.get("env") or {}).items()})  # bytes as os.environ
     return Prepared(case, tmp, values, marker, [_arg(a, values) for a in case["argv"]], env, _snapshot(case_root),
                     (ROOT / "PWNED").exists(), case_root.with_name(case_root.name + ".out"))
 
@@ -261,7 +261,7 @@ def api_calls(argv: List[str]):
         return NO_API if named.name in NO_API_COMMANDS else run_calls(named.name, argv[1:])
     try:
         words, command = cli.split_command(argv)
-        args = submit.parser().parse_intermixed_args(words)
+        args = without_utf8_check(submit.parser()).parse_intermixed_args(words)
         race.sort_words(args)
     except (ClusterTrainError, SystemExit):
         return CLI_SYNTAX
@@ -288,6 +288,12 @@ def api_calls(argv: List[str]):
     return [("check", job.check), ("submit", lambda: job.submit(after=args.after))]
 
 
+def without_utf8_check(p):
+    """The command line's parser without its refusal of bytes that are not UTF-8: the API must refuse them itself."""
+    p.refuse_undecodable = lambda parsed: None
+    return p
+
+
 def run_calls(name: str, words: List[str]):
     """status|logs|cancel|resume RUN through Run(RUN), and `runs` through runs(), each command's options parsed by
     its own parser (RUN as given: Run() looks it up as the command line does)."""
@@ -295,7 +301,7 @@ def run_calls(name: str, words: List[str]):
     from cluster_train.host.api.run import Run, runs
     from cluster_train.host.runs import commands as run_commands, table
 
-    p = table.parser() if name == "runs" else run_commands.parser(name)
+    p = without_utf8_check(table.parser() if name == "runs" else run_commands.parser(name))
     for action in p._actions:  # RUN as given, not looked up while parsing: Run(RUN) must refuse it itself
         action.type = str if action.dest == "run_dir" else action.type
     try:

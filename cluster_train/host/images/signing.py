@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from cluster_train.shared.errors import UserError
-from cluster_train.host import apptainer
+from cluster_train.host import apptainer, undecodable
 from cluster_train.host.clusters.signing_policy import Policy
 from cluster_train.host.images import store
 
@@ -52,7 +52,7 @@ def problem(path: str, sha256: str, flavor: str, rule: Policy) -> str:
 
 
 def keyring() -> str:
-    return os.environ.get("APPTAINER_KEYSDIR") or str(Path.home() / ".apptainer" / "keys")
+    return undecodable.environ("APPTAINER_KEYSDIR") or str(Path.home() / ".apptainer" / "keys")
 
 
 def sign(source: store.ImageRecord, root: Path, keyidx: Optional[int] = None) -> Tuple[store.ImageRecord, bool]:

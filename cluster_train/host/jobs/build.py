@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError, UserErrors
-from cluster_train.host import clusters, project, settings
+from cluster_train.host import clusters, project, settings, undecodable
 from cluster_train.host.clusters import Cluster, Profile
 from cluster_train.host.data import binding
 from cluster_train.host.images import locations, store
@@ -41,6 +41,7 @@ class Site:
 
     @classmethod
     def load(cls, name_or_path: str) -> "Site":
+        undecodable.refuse("cluster", name_or_path)
         cluster = clusters.load(clusters.find(name_or_path, project.CLUSTERS))
         return cls(cluster, settings.load(cluster.name))
 
@@ -115,6 +116,17 @@ class Request:
     # the runs it will wait on, by id (cluster_train/host/runs/after.py fills it from `after`; a pipeline, with its
     # earlier stages): ${run:<id>} names them, and its inputs may lie inside them
     awaited: Dict[str, Path] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """The API's values refused where they enter, named as the command line names them (its parser refuses the
+        same there): bytes that are not UTF-8 (cluster_train/host/undecodable.py)."""
+        for named, value in (("profile", self.profile), ("experiment", self.experiment), ("--run-id", self.run_id),
+                             ("--flavor", self.flavor)):
+            undecodable.refuse(named, value)
+        for line in self.overrides:
+            undecodable.refuse_setting("--set", line)
+        for word in self.command or ():
+            undecodable.refuse("the command after --", word)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from cluster_train.shared.errors import UserError
+from cluster_train.host import undecodable
 from cluster_train.host.reach import Reach
 
 PERSIST = "10m"  # the shared connection outlives a command by this much (`runs` refreshing every cluster, a --follow)
@@ -19,7 +20,7 @@ PERSIST = "10m"  # the shared connection outlives a command by this much (`runs`
 
 def control_dir() -> Path:
     """Sockets of the shared connections: private to the user (a socket there is a logged-in session)."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cluster-train" / "ssh"
+    base = Path(undecodable.environ("XDG_CACHE_HOME") or Path.home() / ".cache") / "cluster-train" / "ssh"
     base.mkdir(parents=True, exist_ok=True, mode=0o700)
     return base
 

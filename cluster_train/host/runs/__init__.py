@@ -30,7 +30,7 @@ from typing import Any, Dict, List
 
 from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
-from cluster_train.host import project
+from cluster_train.host import project, undecodable
 from cluster_train.host.data import binding
 
 MANIFEST = "manifest.json"
@@ -42,6 +42,7 @@ MANIFEST_KEYS = {"run_id": str, "cluster_file": str, "profile": str, "image.sha2
 def find(arg: str) -> Path:
     """A run (or sweep) directory named by its path, or by its id in any cluster's run root (on scratch, where the
     cluster file or your settings say `runs:`); a name that is neither is returned as typed, for the caller's error."""
+    undecodable.refuse("run", arg)
     path = Path(arg)
     if path.exists() or not project.RUN_ID.match(arg):
         return path
