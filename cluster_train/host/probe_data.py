@@ -17,6 +17,7 @@ from typing import List, Optional, Tuple
 from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.host import apptainer
+from cluster_train.host.clusters.flavors import make_image
 from cluster_train.host.data import store as data_store
 from cluster_train.host.images import store
 from cluster_train.host.jobs import config_check, measured
@@ -41,7 +42,7 @@ def main(argv: List[str]) -> int:
     run = probe_config(site, args.experiment, args.overrides)
     image = store.current(FLAVOR, site.image_store)
     if image is None:
-        raise UserError(f"no {FLAVOR} image has been built here; build it with: make image FLAVOR={FLAVOR}")
+        raise UserError(f"no {FLAVOR} image has been built here; build it with: {make_image(FLAVOR)}")
     for line in stale_image(image, allowed=True):
         print(f"run-cluster: {line}", file=sys.stderr)
     digest, bind = data_image(run, site)

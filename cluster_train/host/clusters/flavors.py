@@ -6,12 +6,28 @@ from typing import Any, Dict, Tuple
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import project
+from cluster_train.shared.registry import unknown_name
 from cluster_train.shared.yaml_file import load_yaml
 
 
 def image_flavors() -> Tuple[str, ...]:
     """The image flavors, from containers/flavors.yaml: the one list of them."""
     return tuple(flavor_table()["flavors"])
+
+
+def known_flavor(flavor: str) -> str:
+    """The flavor, where containers/flavors.yaml has it (a derived image, cpu+myproject, by its base: the `+` of
+    cluster_train/host/images/store.py); else refused as unknown, naming those it has and the closest."""
+    base = flavor.partition("+")[0]
+    if base not in image_flavors():
+        raise UserError(f"{unknown_name('image flavor', base, list(image_flavors()))} (containers/flavors.yaml)")
+    return flavor
+
+
+def make_image(flavor: str) -> str:
+    """The command that builds a flavor's image: every such advice is made here, so none names a flavor that
+    containers/ cannot build."""
+    return f"make image FLAVOR={known_flavor(flavor)}"
 
 
 @functools.lru_cache(maxsize=1)

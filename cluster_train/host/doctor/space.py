@@ -11,6 +11,7 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host import project
 from cluster_train.host.project import existing
 from cluster_train.host.clusters import Cluster
+from cluster_train.host.clusters.flavors import make_image
 from cluster_train.host.data import store as data_store
 from cluster_train.host.doctor.check import OK, PROBLEM, WARNING, Check, run
 from cluster_train.host.images import store
@@ -34,7 +35,7 @@ def check_image(flavor: str, root: Path) -> Tuple[Check, Optional[store.ImageRec
         if record is None:
             prefix = "" if root.resolve() == (project.ROOT / "images").resolve() else f"CT_IMAGES={root} "
             return Check(PROBLEM, f"images: no {flavor} image in the store {root}",
-                         f"{prefix}make image FLAVOR={flavor} where you can build, or bring one built elsewhere: "
+                         f"{prefix}{make_image(flavor)} where you can build, or bring one built elsewhere: "
                          f"bin/run-cluster images import {flavor}.sif --expect-sha256 SHA256 (or images pull)"), None
         store.verified(record.sha256, root, f"the {flavor} image")
     except UserError as err:

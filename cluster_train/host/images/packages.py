@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from cluster_train.shared.errors import UserError
+from cluster_train.host.clusters.flavors import make_image
 from cluster_train.host.images import sif, store
 
 JUPYTERLAB_LABEL = "org.cluster-train.jupyterlab"
@@ -28,8 +29,8 @@ def jupyterlab_missing(image: store.ImageRecord) -> Optional[UserError]:
     base = store.base_flavor(image.flavor)
     if base in NOTEBOOK_FLAVORS:
         again = f", then derive {image.flavor} from it again" if image.flavor != base else ""
-        fix = f"rebuild the {base} image with `make image FLAVOR={base}` (its lock has JupyterLab now){again}"
+        fix = f"rebuild the {base} image with `{make_image(base)}` (its lock has JupyterLab now){again}"
     else:
         fix = (f"the {base} flavor has none: use a {' or '.join(NOTEBOOK_FLAVORS)} image, or add jupyterlab to "
-               f"containers/requirements/{base}.in, then `make lock` and `make image FLAVOR={base}`")
+               f"containers/requirements/{base}.in, then `make lock` and `{make_image(base)}`")
     return UserError(f"JupyterLab is not in {shown} (built {image.built_at[:10]}): {fix}")

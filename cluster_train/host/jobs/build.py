@@ -12,6 +12,7 @@ from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError, UserErrors
 from cluster_train.host import clusters, project, settings, undecodable
 from cluster_train.host.clusters import Cluster, Profile
+from cluster_train.host.clusters.flavors import known_flavor, make_image
 from cluster_train.host.data import binding
 from cluster_train.host.images import locations, store
 from cluster_train.host.images.content_key import stale_inputs
@@ -208,7 +209,7 @@ def job_of(site: Site, profile: Profile, run: cfg.RunConfig, image: Optional[sto
 
 def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str, Any],
             code: Optional[user_code.Code], request: Request, config_file: Optional[Path]) -> Submission:
-    flavor = request.flavor or site.cluster.partition(profile.partition).image
+    flavor = known_flavor(request.flavor or site.cluster.partition(profile.partition).image)  # before any advice
     image, warnings = request.image, []
     if image is None:  # a new run takes the current image; a rerun or resume, the one it recorded
         image = store.current(flavor, site.image_store)
@@ -269,10 +270,10 @@ def stale_image(image: Optional[store.ImageRecord], allowed: bool) -> List[str]:
     changed = stale_inputs(image, project.ROOT) if image else None
     if not changed:
         return []
-    base, _, name = image.flavor.partition("+")  # a derived image (cpu+myproject) is rebuilt on a rebuilt base
+    base, _, name = known_flavor(image.flavor).partition("+")  # a derived image is rebuilt on a rebuilt base
     derive = f", then bin/run-cluster images derive {name} --from {base} --requirements YOUR.lock" if name else ""
     problem = (f"the {image.flavor} image sha256:{image.sha256[:12]} was built from other code than this checkout "
-               f"({changed} changed since); rebuild it (make image FLAVOR={base}{derive})")
+               f"({changed} changed since); rebuild it ({make_image(base)}{derive})")
     if not allowed:
         raise UserError(f"{problem}, or pass --stale-image-ok to train with the image's own code")
     return [f"warning: {problem}"]

@@ -9,7 +9,7 @@ from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.host import project
 from cluster_train.host.clusters import Cluster, fields
-from cluster_train.host.clusters.flavors import driver_version, flavor_table, gpu_model
+from cluster_train.host.clusters.flavors import driver_version, flavor_table, gpu_model, known_flavor, make_image
 from cluster_train.host.images import signing
 from cluster_train.host.images.store import base_flavor
 from cluster_train.host.jobs import config_check, data_files, memory, reads, requests
@@ -165,8 +165,7 @@ def image_can_drive_the_gpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> 
     place = job.placement
     part = cluster.partition(place.partition)
     table = flavor_table()
-    if base_flavor(job.image.flavor) not in table["flavors"]:  # a derived image (cpu+myproject) has its base's CUDA
-        raise UserError(f"unknown image flavor {job.image.flavor!r}; choose one of: {', '.join(table['flavors'])}")
+    known_flavor(job.image.flavor)  # a derived image (cpu+myproject) has its base's CUDA
     try:
         model, capability = gpu_model(part.gpu_type)
     except UserError as error:
@@ -177,7 +176,7 @@ def image_can_drive_the_gpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> 
     if "min_capability" not in flavor or not flavor["min_capability"] <= capability <= flavor["max_capability"]:
         raise UserError(
             f"image flavor {job.image.flavor!r} cannot drive {model} GPUs (compute capability {capability}) "
-            f"on {place.partition!r}; use the {part.image} image: make image FLAVOR={part.image}"
+            f"on {place.partition!r}; use the {part.image} image: {make_image(part.image)}"
         )
 
 
@@ -262,9 +261,9 @@ def directives_repeated(job: Job) -> List[UserError]:
 
 def image_missing(job: Job) -> Optional[UserError]:
     if not job.image.path or not Path(job.image.path).is_file():
-        base, _, name = job.image.flavor.partition("+")
+        base, _, name = known_flavor(job.image.flavor).partition("+")
         build = (f"bin/run-cluster images derive {name} --from {base} --requirements requirements.lock" if name
-                 else f"make image FLAVOR={job.image.flavor}")
+                 else make_image(base))
         return UserError(f"no {job.image.flavor} image has been built here; build it with: {build}")
     return None
 
