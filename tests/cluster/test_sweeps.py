@@ -4,6 +4,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,42 @@ def test_a_local_sweep_runs_at_most_k_at_once(cpu_image, demo_data, runs_dir):
                   for line in (runs_dir / "sw" / f"e{i}" / "logs" / "segments.jsonl").read_text().splitlines()
                   if '"end"' in line)
     assert starts[2] >= ends[0]  # the third started only once one of the first two had ended
+
+
+def slurm_job(job_id: str) -> dict:
+    """scontrol's fields of a job (an array's task by its ARRAY_INDEX id)."""
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
+    return dict(field.split("=", 1) for field in out.split() if "=" in field)
+
+
+def wait_for(predicate, what: str, timeout_s: float = 180) -> None:
+    deadline = time.time() + timeout_s
+    while not predicate():
+        assert time.time() < deadline, f"{what}: not within {timeout_s} s"
+        time.sleep(0.5)
+
+
+@pytest.mark.image
+@pytest.mark.slurm
+def test_a_resumed_element_waits_for_its_array_under_max_parallel(cpu_image, slurm_cluster, runs_dir, tmp_path):
+    """--max-parallel 1: e0 fails at once and the array's e1 runs. Resumed, e0 is a job outside the array, which
+    Slurm's %1 does not count: it waits for the array (afterany) instead of running beside e1. Two cheap commands,
+    no training."""
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "step.sh").write_text('case "$CT_RUN_DIR" in */e0) exit 3;; esac; sleep 8\n')
+    done = run_cluster("ci-slurm", "n1_gpu1", "--sweep", "trainer.max_epochs=1,2", "--max-parallel", "1", "--run-id",
+                       "held", "--no-wait", "--stale-image-ok", "--", "bash", "step.sh", cwd=tmp_path / "code")
+    assert done.returncode == 0, done.stdout + done.stderr
+    array = json.loads((runs_dir / "held" / "sweep.json").read_text())["array_job_id"]
+    try:
+        wait_for(lambda: slurm_job(f"{array}_1").get("JobState") == "RUNNING", "e1 runs once e0 has failed")
+        resumed = run_cluster("resume", runs_dir / "held" / "e0")
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        job_id = manifest(runs_dir / "held" / "e0")["scheduler"]["job_id"]
+        held = slurm_job(job_id)
+        wait_for(lambda: slurm_job(job_id).get("JobState") in ("FAILED", "COMPLETED"), "the resumed e0 ends")
+        assert slurm_job(job_id)["StartTime"] >= slurm_job(f"{array}_1")["EndTime"]  # never beside e1
+        assert (held["JobState"], held["Reason"]) == ("PENDING", "Dependency"), held
+        assert f"after job {array} (its sweep runs at most --max-parallel at once)" in resumed.stdout, resumed.stdout
+    finally:
+        subprocess.run(["scancel", array], capture_output=True)

@@ -3,14 +3,14 @@
 the given keys (recorded), same image digest, verified; training starts from the run's own checkpoints/last.ckpt."""
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
 from cluster_train.host.images.locations import run_image
 from cluster_train.host.jobs.build import Request, Site, Submission, build
-from cluster_train.host.runs import segments
+from cluster_train.host.runs import segments, sweep_state
 from cluster_train.host.runs.choices import kept_choices
 from cluster_train.host.runs.ending import describe, has_ended, run_state
 from cluster_train.host.schedulers import State, adapter
@@ -43,6 +43,9 @@ def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], 
                               recorded_code=manifest.get("code"), code_from=run_dir,
                               data_sha256=runs.data_digest(manifest)))
     reshardable(recorded_ranks(manifest, run_dir), sub)
+    if scheduler.after_directive("0") is None and sweep_state.holding(run_dir):
+        sub.warnings.append(f"warning: {scheduler.name} cannot hold {run_dir.name}'s job until the rest of its sweep "
+                            f"has ended: it may run beside the array's tasks, beyond --max-parallel")
     if state["state"] == State.UNKNOWN:  # ended, but no one recorded how: say so rather than guess
         sub.warnings.append(f"warning: {run_dir.name} ended {describe(state)}; resuming it")
     return sub
@@ -78,8 +81,11 @@ def reshardable(old_ranks: int, sub: Submission) -> None:
 
 
 def queue_resume(sub: Submission, run_dir: Path) -> str:
-    """Write the (changed) config and script into the same run directory, submit, record the resume."""
+    """Write the (changed) config and script into the same run directory, submit, record the resume. A sweep's
+    element waits for what of its sweep still runs (sweep_state.holding): at most --max-parallel at once still."""
     manifest = runs.read_manifest(run_dir)
+    scheduler = adapter(sub.job.scheduler)
+    held = sweep_state.holding(run_dir)
     number = len(manifest.get("resumes", [])) + 1
     ended = run_state(adapter(manifest["scheduler"]["name"]), manifest["scheduler"]["job_id"], run_dir)
     segments.record_unended_end(run_dir, ended["state"].value, describe(ended))  # before the next segment starts
@@ -87,16 +93,30 @@ def queue_resume(sub: Submission, run_dir: Path) -> str:
     if old_script.is_file():
         old_script.rename(run_dir / f"job.{number - 1}.sh")  # every script that ran stays
     cfg.dump(sub.run, sub.job.work.config_path)
-    (run_dir / "job.sh").write_text(sub.script)
-    job_id = adapter(sub.job.scheduler).submit(run_dir / "job.sh", run_dir)
+    (run_dir / "job.sh").write_text(held_script(sub.script, scheduler, held))
+    job_id = scheduler.submit(run_dir / "job.sh", run_dir)
     resume = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "job_id": job_id, "profile": sub.job.profile,
-              "overrides": sub.overrides, "previous_job_id": manifest["scheduler"]["job_id"]}
+              "overrides": sub.overrides, "previous_job_id": manifest["scheduler"]["job_id"],
+              **({"after": held} if held else {})}
     runs.update_manifest(run_dir, resumes=manifest.get("resumes", []) + [resume], profile=sub.job.profile,
                          scheduler={**manifest["scheduler"], "job_id": job_id}, job=sub.job.as_dict(),
                          config=cfg.to_dict(sub.run))
     return job_id
 
 
+def held_script(script: str, scheduler, held: Sequence[str]) -> str:
+    """The job script holding the job until every job of `held` has ended, however: a line before its first
+    directive."""
+    line = scheduler.after_directive(":".join(held)) if held else None
+    if line is None:
+        return script
+    lines = script.splitlines(keepends=True)
+    first = next(i for i, text in enumerate(lines) if text.startswith(scheduler.directive_prefix))
+    return "".join([*lines[:first], f"{line}\n", *lines[first:]])
+
+
 def resumed_line(sub: Submission, run_dir: Path, job_id: str) -> str:
-    """What the command line says of a resume it queued."""
-    return f"resumed {run_dir.name} as {sub.job.scheduler} job {job_id}"
+    """What the command line says of a resume it queued (and what it waits for)."""
+    held = runs.read_manifest(run_dir)["resumes"][-1].get("after")
+    waits = f", after job {', '.join(held)} (its sweep runs at most --max-parallel at once)" if held else ""
+    return f"resumed {run_dir.name} as {sub.job.scheduler} job {job_id}{waits}"

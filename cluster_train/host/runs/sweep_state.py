@@ -60,6 +60,29 @@ def array_ids(record: Dict) -> List[str]:
     return [array["job_id"] for array in record.get("arrays") or [{"job_id": record["array_job_id"]}]]
 
 
+def holding(run_dir: Path) -> List[str]:
+    """The jobs a resumed sweep element waits for, so that its sweep still runs at most --max-parallel at once: a
+    resumed element is a job of its own, outside the array, whose %K throttle counts only its own tasks (and none
+    can be added to it). It waits for every array of its sweep with a task queued or running, and for the sweep's
+    other resumed elements not ended once they are --max-parallel. [] where it is no sweep's element."""
+    sweep_dir = Path(run_dir).parent
+    if not is_sweep(sweep_dir):
+        return []
+    record = read_sweep(sweep_dir)
+    view = ArrayView(adapter(record["scheduler"]), record)
+    arrays = record.get("arrays") or [{"job_id": record["array_job_id"], "first": 0, "count": len(record["elements"])}]
+    held = [array["job_id"] for array in arrays
+            if any(not has_ended(view.state(e["job_id"], Path(e["run_dir"])))
+                   for e in record["elements"][array["first"]:array["first"] + array["count"]])]
+    resumed = []  # the other elements resumed before, still queued or running
+    for element in record["elements"]:
+        other = Path(element["run_dir"])
+        job_id = runs.read_manifest(other)["scheduler"]["job_id"]
+        if other != Path(run_dir) and job_id != element["job_id"] and not has_ended(view.state(job_id, other)):
+            resumed.append(job_id)
+    return held + (resumed if len(resumed) >= record.get("max_parallel", 1) else [])
+
+
 def merged(answers) -> Optional[Dict]:
     """Several arrays' answers as one (None: the scheduler did not answer for one of them, so ask per element)."""
     found: Dict = {}
