@@ -18,6 +18,9 @@ COMMON = {"optim": {"name": "adamw", "lr": 3e-3, "weight_decay": 0.0},
           "model": {"name": "resnet_cifar", "params": {"depth": 8, "width": 4}},
           "trainer": {"max_epochs": 1, "strategy": "single", "accelerator": "cpu", "limit_train_batches": 4,
                       "limit_val_batches": 1, "log_every_n_steps": 1, "export_weights": False}}
+# what sync reads of a run's manifest.json, as every command that takes a run does (cluster_train/host/runs)
+MANIFEST = {"run_id": "tracked", "cluster_file": "clusters/ci-slurm.yaml", "profile": "n1_gpu1",
+            "image": {"sha256": "ab" * 32}, "scheduler": {"name": "slurm", "job_id": "1"}}
 
 
 @pytest.mark.parametrize("raw, use", [
@@ -57,7 +60,7 @@ def test_a_resumed_run_continues_the_same_mlflow_run_at_its_step(mlflow_server, 
 
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", USER_CANARY)  # the server has no auth: it is sent and ignored
     monkeypatch.setenv("CT_IMAGE_SHA256", "ab" * 32)
-    (tmp_path / "manifest.json").write_text(json.dumps({"run_id": "tracked", "cluster": "ci-slurm", "git": {
+    (tmp_path / "manifest.json").write_text(json.dumps({**MANIFEST, "cluster": "ci-slurm", "git": {
         "commit": "c0ffee", "dirty": False}, "data": {"sha256": "da" * 32}}))
     monkeypatch.setenv("CT_RUN_DIR", str(tmp_path))
     raw = dict(COMMON, name=f"tracked_demo_{offline}", output_dir=str(tmp_path), data={"root": str(demo_data),
@@ -145,10 +148,10 @@ def test_status_says_where_each_tracked_run_logs_and_whether_it_is_synced(tmp_pa
     assert sync.status_lines(tmp_path) == ["tracker mlflow: run abc (file:///x), in the run directory"]
     assert sync.sync_dir(tmp_path) == ["mlflow: kept in file:///x (no tracker.mlflow_uri to upload to)"]
     (tmp_path / "untracked").mkdir()
-    (tmp_path / "untracked" / "manifest.json").write_text("{}\n")  # a run, whose trackers logged nothing
+    (tmp_path / "untracked" / "manifest.json").write_text(json.dumps(MANIFEST))  # a run whose trackers logged nothing
     with pytest.raises(UserError, match="logged nothing offline"):
         sync.main([str(tmp_path / "untracked")])
-    with pytest.raises(UserError, match="is not a run directory"):
+    with pytest.raises(UserError, match="has no manifest.json"):
         sync.main([str(tmp_path / "nothing")])
 
 
@@ -162,7 +165,7 @@ def test_sync_with_a_python_that_lacks_the_tracker_clients_says_which_one_has_th
                            ("wandb", {"id": "w1", "project": "demo", "offline": True})):
         run = tmp_path / tracker
         run.mkdir()
-        (run / "manifest.json").write_text("{}\n")
+        (run / "manifest.json").write_text(json.dumps(MANIFEST))
         (run / "config.yaml").write_text(f"tracker: {{use: [{tracker}], mlflow_uri: 'http://mlflow.example.org'}}\n")
         (run / "trackers.json").write_text(json.dumps({tracker: state}))
         done = subprocess.run([python, str(ROOT / "bin" / "run-cluster"), "sync", str(run)], capture_output=True,

@@ -33,8 +33,7 @@ def main(argv: List[str]) -> int:
     p = Parser(prog="run-cluster sync")
     p.add_argument("run_dir", type=runs.find, help="a run's directory, or its id")
     run_dir = p.parse_args(argv).run_dir.resolve()
-    if not (run_dir / runs.MANIFEST).is_file():  # /etc, a run's logs/: nothing run-cluster made
-        raise UserError(f"{run_dir} is not a run directory (no {runs.MANIFEST}); give runs/<id> or the run's id")
+    runs.read_manifest(run_dir)  # /etc, a run's logs/, another tool's manifest: refused as every command refuses them
     found = segments.read(run_dir)
     running = bool(found) and not found[-1].how  # a segment's process still writes its W&B directory
     done = [line for out in tracked_dirs(run_dir) for line in sync_dir(out, running)]
