@@ -2,8 +2,9 @@
 the file at once: its schema and types, then every profile resolved and rendered as a job would be, with the checks
 a profile's shape must pass, and the script handed to the scheduler's own parser where this machine has one
 (`sbatch --test-only`: nothing is queued), and where that scheduler answers, the file against what it says it has
-(drift: a partition gone, fewer GPUs per node than stated, a time above the limit). Run configs are left out: any
-experiment may run on a profile."""
+(drift: a partition gone, fewer GPUs per node than stated, a time above the limit). Only a scheduler serving the file's
+cluster is asked (schedulers.serves_another): another site's answers would be wrong of this one. Run configs are left
+out: any experiment may run on a profile."""
 import re
 import tempfile
 from pathlib import Path
@@ -16,8 +17,8 @@ from cluster_train.host.clusters import Cluster, Profile
 from cluster_train.host.jobs import preflight
 from cluster_train.host.jobs.build import Site, experiment_config, job_of
 from cluster_train.host.jobs.resolve import launch_of, run_config
-from cluster_train.host.schedulers import adapter
-from cluster_train.host.schedulers.base import Inventory, LivePartition
+from cluster_train.host.schedulers import adapter, serves_another
+from cluster_train.host.schedulers.inventory import Inventory, LivePartition
 
 EXPERIMENT = "demo"  # any run config renders the same directives; the smallest one
 SETTING_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -31,7 +32,10 @@ def check_cluster(name_or_path: str, scheduler_check: bool = True) -> Tuple[List
     except UserError as err:
         return [], err.lines
     site = Site(cluster, stand_in_settings(cluster, path))
-    report, problems = [], []
+    declared = cluster.scheduler_cluster or cluster.name
+    elsewhere = serves_another(cluster.scheduler, declared, str(path)) if scheduler_check else ""
+    scheduler_check = scheduler_check and not elsewhere  # another site's file is reviewed without its scheduler
+    report, problems = [elsewhere] if elsewhere else [], []
     with tempfile.TemporaryDirectory(prefix="check-cluster-") as tmp:
         for profile in cluster.profiles.values():
             lines, found = check_profile(site, profile, Path(tmp), scheduler_check)
@@ -100,7 +104,8 @@ def check_profile(site: Site, profile: Profile, tmp: Path, scheduler_check: bool
     (tmp / f"{profile.name}.sh").write_text(script)
     verdict = adapter(cluster.scheduler).test_script(tmp / f"{profile.name}.sh") if scheduler_check else None
     if verdict is None:
-        return [f"ok {profile.name}: rendered and checked (no {cluster.scheduler} here to parse the script)"], []
+        return [f"ok {profile.name}: rendered and checked (no {cluster.scheduler} of this cluster here to parse the "
+                f"script)"], []
     accepted, said = verdict
     if not accepted:
         return [], [f"{cluster.scheduler} on this machine refuses the script: {said}"]

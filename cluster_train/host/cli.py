@@ -81,7 +81,8 @@ def check_cluster_command(argv: List[str]) -> int:
                                                                "and checked, the scheduler's own parser where present")
     p.add_argument("cluster", help="a name in clusters/ or the path of a cluster YAML file")
     p.add_argument("--no-scheduler", action="store_true",
-                   help="skip the scheduler's own check (this machine's scheduler is another site's)")
+                   help="skip the scheduler's own check and drift (a scheduler serving another "
+                        "cluster is never asked: scheduler_cluster)")
     args = p.parse_args(argv)
     report, problems = check_cluster(args.cluster, scheduler_check=not args.no_scheduler)
     if report:

@@ -17,7 +17,7 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host import project
 from cluster_train.host.clusters.flavors import flavor_table, gpu_model
 from cluster_train.host.schedulers import adapter
-from cluster_train.host.schedulers.base import Inventory, LivePartition
+from cluster_train.host.schedulers.inventory import Inventory, LivePartition
 from cluster_train.host.schedulers.slurm_inventory import cores_per_gpu
 from cluster_train.host.usage import Parser
 
@@ -61,6 +61,8 @@ def draft(name: str, found: Inventory) -> str:
              *associations(found),
              f"name: {name}", f"description: {json.dumps(f'{name} (drafted from its {title})')}",
              f"scheduler: {found.scheduler}",
+             *([f"scheduler_cluster: {found.cluster}  # its name to the {title}: the one asked about this file"]
+               if found.cluster else []),
              f"apptainer: {{nv: {'true' if cuda else 'false'}}}  # bind the NVIDIA driver into the container",
              "# modules: [apptainer]     # where apptainer (or its dependencies) must be loaded first",
              "# images: /group/path/images   # a group's shared image store", "partitions:"]

@@ -2,6 +2,7 @@
 a QOS and two accounts, whose nodes carry features (n1, n2: hbm80g) and whose GPUs have a GRES type (ctgpu):
 each profile submits and runs, Slurm places it as asked, and Slurm's own parser accepts every ci-slurm script."""
 import json
+import os
 import re
 import subprocess
 
@@ -100,6 +101,20 @@ def test_check_cluster_has_slurm_parse_every_profile(slurm_cluster, tmp_path):
     assert done.returncode == 0, done.stderr
     profiles = yaml.safe_load((ROOT / "clusters" / "ci-slurm.yaml").read_text())["profiles"]
     assert done.stdout.count("slurm accepts it") == len(profiles), done.stdout
+
+
+def test_another_sites_file_is_checked_without_this_machines_slurm(slurm_cluster, tmp_path):
+    """gilbreth's file here, where Slurm serves cluster ct: check-cluster had the test Slurm refuse every profile
+    ("Invalid partition name") and compared the file with its partitions, and a dry run quoted its "Invalid
+    account"; ci-slurm's own file is still asked (the tests above)."""
+    done = run_cluster("check-cluster", "gilbreth")
+    assert done.returncode == 0 and "Slurm serves cluster 'ct', not 'gilbreth', so it is not asked" in done.stdout, \
+        done.stderr
+    (tmp_path / "settings.yaml").write_text("clusters:\n  gilbreth: {account: lusu}\n")
+    dry = run_cluster("gilbreth", "n1_gpu1", "demo", "--set", f"data.root={tmp_path}", "--dry-run",
+                      env={**os.environ, "CT_SETTINGS": str(tmp_path / "settings.yaml")})
+    assert dry.returncode == 0, dry.stderr
+    assert "start: no estimate (this machine's Slurm serves cluster 'ct', not 'gilbreth'" in dry.stdout
 
 
 def test_check_cluster_reports_what_slurm_refuses(slurm_cluster, tmp_path):

@@ -226,7 +226,7 @@ def rerun(run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Opti
 def dry_run_of(sub: Submission) -> DryRun:
     """A submission built for a dry run as the API returns it; what it took to check the code is dropped again."""
     sub.discard()
-    summary = with_estimate(sub.summary, start_estimate(sub.job.scheduler, sub.script))
+    summary = with_estimate(sub.summary, start_estimate(sub.job, sub.script))
     return DryRun(sub.script, cfg.to_dict(sub.run), summary, list(dict.fromkeys(sub.warnings)))
 
 

@@ -145,6 +145,7 @@ class Cluster:
     images: str = ""  # the image store this cluster's users share (a group directory); "": each user's own
     runs: str = ""  # where run directories go, e.g. ${scratch}/cluster-train/runs; "": the checkout's runs/
     max_array_size: Optional[int] = None  # the site's job-array limit (Slurm MaxArraySize); default: the scheduler's
+    scheduler_cluster: str = ""  # its name to its scheduler (ClusterName; "": name): only one serving it is asked
     require_signed: bool = False  # run only images signed by a key of the user's keyring (images/signing.py)
     signers: List[str] = field(default_factory=list)  # ... and, if given, only by these key fingerprints
     binds: List[str] = field(default_factory=list)
@@ -200,15 +201,14 @@ def load(path: Path) -> Cluster:
         name=fields.text(raw.get("name") or path.stem, f"{where}: name"),
         scheduler=adapter(raw.get("scheduler"), f"{where}: scheduler").name,
         path=str(path),
-        description=fields.text(raw.get("description", ""), f"{where}: description"),
+        **{key: fields.text(raw.get(key, ""), f"{where}: {key}") for key in ("description", "images", "runs",
+                                                                            "scheduler_cluster")},
         nv=fields.flag(apptainer.get("nv", True), f"{where}: apptainer.nv"),
         binds=fields.texts(apptainer.get("binds"), f"{where}: apptainer.binds"),
         env=fields.env(raw.get("env"), f"{where}: env"),
         needs=fields.texts(raw.get("needs"), f"{where}: needs"),
         modules=fields.texts(raw.get("modules"), f"{where}: modules"),
         module_init=fields.module_init(raw.get("module_init", ""), f"{where}: module_init"),
-        images=fields.text(raw.get("images", ""), f"{where}: images"),
-        runs=fields.text(raw.get("runs", ""), f"{where}: runs"),
         max_array_size=fields.typed(raw.get("max_array_size"), Optional[int], {"min": 1}, f"{where}: max_array_size"),
         require_signed=signing_policy.flag(raw.get("require_signed", False), where),
         signers=signing_policy.fingerprints(raw.get("signers"), where),

@@ -196,6 +196,7 @@ class Job:
     fabric: Fabric = field(default_factory=Fabric)
     notify: Notify = field(default_factory=Notify)
     data: DataImage = field(default_factory=DataImage)
+    scheduler_cluster: str = ""  # the cluster's name to its scheduler (Cluster.scheduler_cluster); "": `cluster`
 
     @property
     def total_ranks(self) -> int:

@@ -47,7 +47,7 @@ def resolve(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: L
         placement=placement_of(cluster, profile, part, scheduler, user, tasks_per_node),
         image=image_of(image, image_flavor, profile.gpus_per_node, cluster, user),
         fabric=fabric_of(profile, part, net), notify=Notify(wanted=profile.notify, email=user.get("email")),
-        data=DataImage(**(data_fields or {})),
+        data=DataImage(**(data_fields or {})), scheduler_cluster=cluster.scheduler_cluster or cluster.name,
     )
 
 

@@ -11,7 +11,8 @@ from cluster_train.shared import config as cfg
 from cluster_train.host import runs
 from cluster_train.host.jobs import code_snapshot
 from cluster_train.host.jobs.build import Submission
-from cluster_train.host.schedulers import adapter
+from cluster_train.host.jobs.job import Job
+from cluster_train.host.schedulers import adapter, serves_another
 
 
 @dataclass(frozen=True)
@@ -50,15 +51,19 @@ def one_run(sub: Submission, submit: Optional[Callable[[Submission], str]] = Non
                 followed=lambda job_id: Followed(Path(sub.job.work.run_dir), job_id, sub.job.scheduler),
                 follow_by_default=scheduler.follow_by_default,
                 said=lambda job_id: [] if submit else [submitted(sub, job_id)], run_dirs=[Path(sub.job.work.run_dir)],
-                start_estimate=lambda: start_estimate(sub.job.scheduler, sub.script), jobs=[sub.job])
+                start_estimate=lambda: start_estimate(sub.job, sub.script), jobs=[sub.job])
 
 
-def start_estimate(scheduler: str, script: str) -> str:
-    """The scheduler's estimate of when the script would start, asked of it without queuing anything."""
+def start_estimate(job: Job, script: str) -> str:
+    """The scheduler's estimate of when the job's script would start, asked of it without queuing anything; only of
+    this machine's scheduler where it serves the job's cluster (another site's file is reviewed here too)."""
+    elsewhere = serves_another(job.scheduler, job.scheduler_cluster or job.cluster, job.cluster_file)
+    if elsewhere:
+        return f"start: no estimate ({elsewhere})"
     with tempfile.NamedTemporaryFile("w", suffix=".sh", prefix="cluster-train-estimate-") as file:
         file.write(script)
         file.flush()
-        return adapter(scheduler).start_estimate(Path(file.name))
+        return adapter(job.scheduler).start_estimate(Path(file.name))
 
 
 def queue(sub: Submission, before_submit: Optional[Callable[[Path], None]] = None, **recorded: Any) -> str:

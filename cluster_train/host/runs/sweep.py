@@ -20,7 +20,7 @@ from cluster_train.host.jobs.job import new_run_id
 from cluster_train.host.runs.queue import Followed, Plan, start_estimate, write_manifest, write_run
 from cluster_train.host.runs.showing import show_and_queue
 from cluster_train.host.runs.sweep_state import SWEEP, ArrayView, ended_uncompleted, read_sweep, status_table
-from cluster_train.host.schedulers import adapter
+from cluster_train.host.schedulers import adapter, serves_another
 from cluster_train.shared.yaml_file import load_yaml
 
 
@@ -128,9 +128,10 @@ def array_limit(site: Site, count: int) -> int:
     (Slurm's MaxArraySize as scontrol says it), whichever is lower. A larger sweep is split into arrays that fit,
     each waiting for the one before (so --max-parallel still holds), where the scheduler can chain jobs; elsewhere
     it is refused, before any element is built."""
-    scheduler = adapter(site.cluster.scheduler)
-    limit = site.cluster.max_array_size
-    if not limit or count <= limit:  # the scheduler is asked only where the file's limit allows the sweep
+    cluster = site.cluster
+    scheduler, limit = adapter(cluster.scheduler), cluster.max_array_size
+    ours = not serves_another(cluster.scheduler, cluster.scheduler_cluster or cluster.name, cluster.path)
+    if ours and (not limit or count <= limit):  # asked only where it serves the cluster and the file's limit allows
         limit = min(filter(None, (limit, scheduler.array_limit())), default=None)
     if limit and count > limit and scheduler.after_directive("0") is None:
         raise UserError(f"the sweep has {count} runs and a job array on {site.cluster.name} holds at most {limit}; "
@@ -252,7 +253,7 @@ def plan_of(sweep: Sweep, sweep_file: Optional[str] = None) -> Plan:
                 follow_by_default=adapter(sweep.elements[0].job.scheduler).follow_by_default,
                 said=lambda array_ids: [submitted(sweep, array_ids)],
                 run_dirs=[Path(sub.job.work.run_dir) for sub in sweep.elements],
-                start_estimate=lambda: start_estimate(sweep.elements[0].job.scheduler, sweep.scripts()[0]),
+                start_estimate=lambda: start_estimate(sweep.elements[0].job, sweep.scripts()[0]),
                 jobs=[sub.job for sub in sweep.elements])
 
 

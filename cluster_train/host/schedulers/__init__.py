@@ -48,3 +48,14 @@ def adapter(name: str, where: str = "") -> Scheduler:
         raise UserError(f"{where + ': ' if where else ''}{said}, or add your site's own "
                         f"(docs/how-to/add-scheduler.md#your-sites-own-scheduler)")
     return known
+
+
+def serves_another(scheduler: str, cluster: str, path: str) -> str:
+    """Why this machine's `scheduler` is not asked about `cluster` (its scheduler's name for it, from the cluster
+    file at `path`): it serves another cluster, whose answers (a script's verdict, its partitions, its limits) would be
+    taken for this one's; "" where it serves this one, or cannot say which one it serves."""
+    here = adapter(scheduler).cluster_here()
+    if here is None or here == cluster:
+        return ""
+    return (f"this machine's {adapter(scheduler).title} serves cluster {here!r}, not {cluster!r}, so it is not "
+            f"asked; if it is that cluster, set scheduler_cluster: {here} in {path}")

@@ -4,42 +4,14 @@ import enum
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from cluster_train.shared.errors import UserError
+from cluster_train.host.schedulers.inventory import Inventory, LivePartition  # noqa: F401 (the adapters' words)
 
 if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
     from cluster_train.host.jobs.job import Job
-
-
-@dataclass(frozen=True)
-class LivePartition:
-    """One partition (LSF queue) as the live scheduler describes it: what a cluster file's entry would state."""
-
-    name: str
-    nodes: int
-    cores_per_node: int
-    threads_per_core: int
-    mem_per_node_gb: int
-    gpus_per_node: int
-    gpu_name: str  # the scheduler's word for the GPU ("" none, or mixed types)
-    max_time: str  # in the scheduler's format; "" unlimited
-    features: Tuple[str, ...]  # every node has them
-    some_features: Tuple[str, ...]  # some nodes have them (a constraint picks those)
-    default: bool
-
-
-@dataclass(frozen=True)
-class Inventory:
-    """What the live scheduler says: its partitions, and the accounts and QOS this user may use."""
-
-    partitions: List[LivePartition]
-    accounts: Tuple[str, ...]
-    qos: Tuple[str, ...]
-    scheduler: str = "slurm"  # the adapter that asked (init-cluster's draft names it and uses its time format)
-    charged_to: str = ""  # where it has no accounts to list: how it charges a job, for the draft's reader
 
 
 class State(str, enum.Enum):
@@ -134,6 +106,7 @@ class Scheduler:
                        what `run-cluster doctor` looks for and asks on a login node: the commands a user of this
                        scheduler needs there, its version, whether its controller answers, your accounts and QOS.
       session          an interactive allocation and how a command enters it (sessions.py); None: `shell` refused.
+      cluster_here()   which cluster this machine's scheduler serves: only a cluster file of that cluster asks it.
       title, partition_word, job_id_var, hosts_var, constraint_join, follow_by_default, test_script(),
       start_estimate(): the rest, each documented where it is declared below.
     """
@@ -258,6 +231,12 @@ class Scheduler:
 
     def inventory(self) -> Optional["Inventory"]:
         """The live cluster's partitions, your accounts and QOS (init-cluster, check-cluster); None: not known here."""
+        return None
+
+    def cluster_here(self) -> Optional[str]:
+        """The name this machine's scheduler gives the cluster it serves (a cluster file's scheduler_cluster, else its
+        name, must be it for test_script(), start_estimate(), inventory() and array_limit() to be asked); None: it
+        cannot say, and is asked for every cluster file of its kind."""
         return None
 
     def test_script(self, script: Path) -> Optional[Tuple[bool, str]]:

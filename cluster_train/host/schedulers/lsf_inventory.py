@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from typing import Dict, List, Optional
 
-from cluster_train.host.schedulers.base import Inventory, LivePartition
+from cluster_train.host.schedulers.inventory import Inventory, LivePartition
 
 CHARGED_TO = "LSF charges a job to a project (bsub -P): your settings' account: names it where the site asks"
 MEMORY_UNITS = {"K": 1 / 1024 ** 2, "M": 1 / 1024, "G": 1, "T": 1024}  # lshosts' maxmem suffix -> GiB

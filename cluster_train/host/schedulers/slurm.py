@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
 from cluster_train.host.schedulers.sessions import SlurmSession
-from cluster_train.host.schedulers.slurm_estimates import pending_start, test_only_start
-from cluster_train.host.schedulers.slurm_inventory import gpu_hour_limits, inventory as live_inventory, qos_by_account
+from cluster_train.host.schedulers.slurm_estimates import pending_start, test_only_start, test_only_verdict
+import cluster_train.host.schedulers.slurm_inventory as live
 from cluster_train.host.schedulers.slurm_usage import usage as sacct_usage
 
 if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
@@ -128,12 +128,11 @@ class Slurm(Scheduler):
 
     def array_limit(self) -> Optional[int]:
         """MaxArraySize (indices 0 to MaxArraySize - 1) as the controller says it, else Slurm's default, 1001."""
-        try:
-            done = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return 1001
-        found = re.search(r"^MaxArraySize\s*=\s*(\d+)", done.stdout, re.M)
-        return int(found.group(1)) if done.returncode == 0 and found else 1001
+        found = live.config("MaxArraySize") or ""
+        return int(found) if found.isdigit() else 1001
+
+    def cluster_here(self) -> Optional[str]:
+        return live.config("ClusterName")
 
     def element_id(self, array_id: str, index: int) -> str:
         return f"{array_id}_{index}"
@@ -147,7 +146,7 @@ class Slurm(Scheduler):
         return f"cpu_bind {value!r} is not one of srun's --cpu-bind values; use one of: {CPU_BIND_WORDS}"
 
     def inventory(self) -> Optional[Inventory]:
-        return live_inventory()
+        return live.inventory()
 
     def test_script(self, script: Path) -> Optional[Tuple[bool, str]]:
         if not shutil.which("sbatch"):
@@ -156,7 +155,7 @@ class Slurm(Scheduler):
         said = (done.stderr + done.stdout).strip().splitlines()
         if any(reason in line for line in said for reason in SLURM_UNREACHABLE):
             return None  # sbatch is here but no cluster answers: nothing to learn about the script
-        return done.returncode == 0, said[-1] if said else f"exit status {done.returncode}"
+        return test_only_verdict(done.returncode, said)
 
     def start_estimate(self, script: Path) -> str:
         return test_only_start(self.test_script(script))
@@ -237,13 +236,13 @@ class Slurm(Scheduler):
                 "said": f"sacct: {word}" + (f" by {user_of(uid)}" if uid else "")}
 
     def associations(self) -> Optional[Dict[str, Tuple[str, ...]]]:
-        return qos_by_account()
+        return live.qos_by_account()
 
     def usage(self, job_id: str = "", since: str = "", account: str = "") -> Optional[List[Dict[str, float]]]:
         return sacct_usage(job_id, since, account)
 
     def gpu_hour_limits(self) -> Dict[str, float]:
-        return gpu_hour_limits()
+        return live.gpu_hour_limits()
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         run_or_refuse(["scancel", job_id], "scancel")

@@ -1,10 +1,21 @@
 """When Slurm expects a job to start: before it is queued, `sbatch --test-only`'s answer (a dry run's line); once it
 pends, its StartTime (the backfill scheduler's estimate, or its --begin)."""
 import re
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 # "sbatch: Job 2 to start at 2026-11-27T15:44:13 using 1 processors on nodes n1 in partition ci"
 TEST_ONLY_START = re.compile(r"to start at (\S+) using .* on nodes (\S+) in partition (\S+)")
+# a refusal: "allocation failure: Invalid account or account/partition combination specified", "sbatch: error: ..."
+TEST_ONLY_REFUSAL = re.compile(r"error|failure|invalid", re.I)
+
+
+def test_only_verdict(returncode: int, said: List[str]) -> Tuple[bool, str]:
+    """(accepted, the line that says so) of sbatch --test-only's output lines: the start line where it accepts, the
+    line naming the cause where it refuses; never a line printed beside it (the jobs it would preempt, `Preempts:`)."""
+    accepted = returncode == 0
+    wanted = TEST_ONLY_START if accepted else TEST_ONLY_REFUSAL
+    found = [line for line in said if wanted.search(line)] or said[-1:] or [f"exit status {returncode}"]
+    return accepted, found[0]
 
 
 def test_only_start(verdict: Optional[Tuple[bool, str]]) -> str:

@@ -1,6 +1,7 @@
 """What a live Slurm cluster says it has, for `init-cluster` (a cluster file drafted from it) and `check-cluster`
 (where a file no longer agrees with it): each partition from `sinfo` (one line per partition and node
-configuration, merged here), and the accounts and QOS the user may use from `sacctmgr`'s associations."""
+configuration, merged here), the accounts and QOS the user may use from `sacctmgr`'s associations, and its name
+(ClusterName), which tells whose cluster file this machine's Slurm may be asked about."""
 import getpass
 import math
 import re
@@ -8,7 +9,7 @@ import shutil
 import subprocess
 from typing import Dict, List, Optional, Tuple
 
-from cluster_train.host.schedulers.base import Inventory, LivePartition
+from cluster_train.host.schedulers.inventory import Inventory, LivePartition
 
 # sinfo's fields: partition, nodes, CPUs per node, memory per node (MB), GRES, time limit, features, S:C:T, default
 SINFO = ["sinfo", "--noheader", "--format=%R|%D|%c|%m|%G|%l|%f|%z|%P"]
@@ -23,7 +24,18 @@ def inventory() -> Optional[Inventory]:
     done = subprocess.run(SINFO, capture_output=True, text=True)
     if done.returncode != 0:
         return None
-    return Inventory(partitions=partitions(done.stdout), **associations())
+    return Inventory(partitions=partitions(done.stdout), **associations(), cluster=config("ClusterName") or "")
+
+
+def config(key: str) -> Optional[str]:
+    """One value of `scontrol show config` (ClusterName: the cluster this machine's Slurm serves; MaxArraySize); None
+    where scontrol is not here or no controller answers."""
+    try:
+        done = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(rf"^{key}\s*=\s*(\S+)", done.stdout, re.M)
+    return found.group(1) if done.returncode == 0 and found else None
 
 
 def partitions(sinfo: str) -> List[LivePartition]:

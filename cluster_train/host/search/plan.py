@@ -57,7 +57,7 @@ def study_plan(site: Site, base: Request, spec: SearchSpec, cap: Optional[int], 
                 queue=lambda: discard_then(checked, lambda: create(study_dir, record)),
                 discard=lambda: discard_then(checked, lambda: None),
                 run_dirs=[study_dir], jobs=[first.job] * spec.trials,
-                start_estimate=lambda: start_estimate(first.job.scheduler, batch.scripts()[0]))
+                start_estimate=lambda: start_estimate(first.job, batch.scripts()[0]))
 
 
 def checked_space(site: Site, base: Request, spec: SearchSpec, study_id: str, study_dir: Path):

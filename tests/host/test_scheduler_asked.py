@@ -1,0 +1,98 @@
+"""Only the scheduler that serves a cluster file's cluster is asked about it (issue 55 item 11): a dry run or
+check-cluster of another site's file on a machine with a Slurm of its own never hands a script to that Slurm's
+`sbatch --test-only`, nor compares the file with its partitions; and what sbatch says is quoted by the line that
+says it, not one printed beside it. Stand-ins for scontrol, sbatch, sinfo and sacctmgr first on PATH record each
+call; the real test cluster's side is tests/cluster/test_slurm_sites.py."""
+import os
+
+import pytest
+
+from conftest import ROOT, run_cluster
+
+CALLS = "calls.log"
+CONFIG = '[ "$1 $2" = "show config" ] && echo "ClusterName = ct"'
+ACCEPTED = ('echo "sbatch: Job 3 to start at 2026-12-01T10:00:00 using 1 processors on nodes n1 in partition ci" >&2; '
+            'echo "sbatch:   Preempts: 45,44" >&2')
+REFUSED = ('echo "sbatch: warning: the --mem request is rounded" >&2; echo "allocation failure: Invalid qos '
+           'specification" >&2; echo "sbatch:   Preempts: 45,44" >&2; exit 1')
+
+
+def fake_slurm(tmp_path, monkeypatch, sbatch: str = ACCEPTED) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in {"scontrol": CONFIG, "sinfo": "exit 1", "sacctmgr": "exit 1", "sbatch": sbatch}.items():
+        record = "" if name == "scontrol" else 'echo "$(basename "$0") $*" >> "$CT_FAKE_CALLS"; '
+        (bin_dir / name).write_text(f"#!/bin/bash\n{record}{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("CT_FAKE_CALLS", str(tmp_path / CALLS))
+
+
+def calls(tmp_path) -> str:
+    path = tmp_path / CALLS
+    return path.read_text() if path.exists() else ""
+
+
+def ci_slurm_named(tmp_path, name: str) -> str:
+    """clusters/ci-slurm.yaml under another file name, its scheduler_cluster kept (ct) or left out."""
+    text = (ROOT / "clusters" / "ci-slurm.yaml").read_text().replace("name: ci-slurm", f"name: {name}")
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text if name == "mysite" else text.replace("scheduler_cluster: ct", ""))
+    return str(path)
+
+
+def test_a_dry_run_of_another_sites_file_never_asks_this_machines_slurm(store, tmp_path, monkeypatch):
+    fake_slurm(tmp_path, monkeypatch)
+    done = run_cluster("gilbreth", "n1_gpu1", "demo", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "start: no estimate (this machine's Slurm serves cluster 'ct', not 'gilbreth', so it is not asked; if it " \
+           f"is that cluster, set scheduler_cluster: ct in {ROOT / 'clusters' / 'gilbreth.yaml'})" in done.stdout
+    assert "sbatch" not in calls(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["mysite", "other"])
+def test_a_file_of_this_machines_cluster_is_asked_and_its_start_line_quoted(store, tmp_path, monkeypatch, name):
+    """scheduler_cluster: ct (ci-slurm's, kept in mysite.yaml) names the cluster this Slurm serves; without it the
+    file's name (other) is compared, and is not ct."""
+    fake_slurm(tmp_path, monkeypatch)
+    done = run_cluster(ci_slurm_named(tmp_path, name), "n1_gpu1", "demo", "--set", "data.num_workers=0", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    if name == "other":
+        assert "start: no estimate (this machine's Slurm serves cluster 'ct', not 'other'" in done.stdout
+        assert "sbatch" not in calls(tmp_path)
+        return
+    assert "start: Slurm expects it at 2026-12-01T10:00:00 on n1 in partition ci (sbatch --test-only, nothing " \
+           "queued)" in done.stdout
+    assert calls(tmp_path).count("sbatch --test-only") == 1
+
+
+def test_check_cluster_of_another_sites_file_asks_nothing_and_says_why(tmp_path, monkeypatch):
+    fake_slurm(tmp_path, monkeypatch)
+    done = run_cluster("check-cluster", "gilbreth")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("this machine's Slurm serves cluster 'ct', not 'gilbreth', so it is not asked")
+    assert "ok n1_gpu1: rendered and checked (no slurm of this cluster here to parse the script)" in done.stdout
+    assert calls(tmp_path) == ""  # neither sbatch --test-only nor the drift's sinfo and sacctmgr
+
+
+@pytest.mark.parametrize("sbatch, said", [
+    (ACCEPTED, "ok qos: rendered, checked, and slurm accepts it (sbatch: Job 3 to start at 2026-12-01T10:00:00 using "
+               "1 processors on nodes n1 in partition ci)\n"),
+    (REFUSED, "profile 'qos': slurm on this machine refuses the script: allocation failure: Invalid qos "
+              "specification\n"),
+])
+def test_check_cluster_quotes_the_line_that_gives_sbatchs_verdict(tmp_path, monkeypatch, sbatch, said):
+    """Not the `Preempts:` line sbatch prints after it (the jobs the test job would preempt), nor a warning."""
+    fake_slurm(tmp_path, monkeypatch, sbatch)
+    done = run_cluster("check-cluster", ci_slurm_named(tmp_path, "mysite"))
+    assert said in done.stdout + done.stderr, done.stdout + done.stderr
+    assert "Preempts" not in done.stdout + done.stderr
+
+
+def test_a_draft_names_the_cluster_its_slurm_serves():
+    from cluster_train.host import init_cluster
+    from cluster_train.host.schedulers.base import Inventory, LivePartition
+
+    part = LivePartition("gpu", 2, 8, 1, 15, 4, "a100", "", (), (), True)
+    assert "\nscheduler_cluster: ct  #" in init_cluster.draft("mysite", Inventory([part], (), (), cluster="ct"))
+    assert "scheduler_cluster" not in init_cluster.draft("mysite", Inventory([part], (), ()))
