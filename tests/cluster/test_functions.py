@@ -20,6 +20,7 @@ def returns_and_raises(executor: Executor, jobs) -> None:
     remote_frame = f'{failed.path}/code/mypkg/jobs.py", line 9, in fails'  # the frame as it ran in the image
     assert remote_frame in str(err.value) and "ValueError: bad x 7" in str(err.value), str(err.value)
     assert isinstance(err.value.__cause__, ValueError)
+    assert failed.status().cause == "the function raised ValueError: bad x 7"  # not the rank's exit: what it raised
 
 
 def test_a_function_returns_its_value_and_a_failing_one_raises_on_slurm(cpu_image, slurm_cluster, runs_dir,

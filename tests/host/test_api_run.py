@@ -65,11 +65,21 @@ def test_the_cli_prints_the_apis_status_in_its_words(tmp_path, capsys):
 
 
 def test_a_run_without_results_says_which_run_and_its_state(tmp_path):
-    run = Run(ended(fake_run(tmp_path, "lr-0.1", 0.1, results=False), "1"))
+    run = Run(running(fake_run(tmp_path, "lr-0.1", 0.1, results=False)))
     with pytest.raises(UserError) as refused:
         run.results()
-    assert str(refused.value) == (f"run lr-0.1 has no results.json yet (it is FAILED); wait for it to complete: "
+    assert str(refused.value) == (f"run lr-0.1 has no results.json yet (it is RUNNING); wait for it to complete: "
                                   f"Run({str(run.path)!r}).wait()")
+    run = Run(ended(fake_run(tmp_path, "own-code", 0.1, results=False), "0"))  # a command that writes none
+    (run.path / "checkpoints").mkdir()
+    with pytest.raises(UserError) as refused:  # waiting would change nothing: what it did write instead
+        run.results()
+    assert str(refused.value) == "run own-code ended COMPLETED and wrote no results.json; it wrote checkpoints/, " \
+                                 "metrics.csv"
+    run = Run(ended(fake_run(tmp_path, "failed", 0.1, results=False), "1"))
+    (run.path / "metrics.csv").unlink()
+    with pytest.raises(UserError, match="^run failed ended FAILED and wrote no results.json; it wrote nothing besides its logs$"):
+        run.results()
     assert run.wait(timeout=5).state == State.FAILED  # ended: at once
     for bad in (tmp_path / "nothing-here", "no-such-run-id"):
         with pytest.raises(UserError, match="run"):
@@ -98,7 +108,7 @@ def test_a_packed_runs_results_are_each_tasks_by_name(tmp_path):
         (run_dir / name / "results.json").write_text(json.dumps({"final_val_acc": acc}))
     assert Run(run_dir).results() == {"task-0-a": {"final_val_acc": 0.5}, "task-1-b": {"final_val_acc": 0.25}}
     (run_dir / "task-1-b" / "results.json").unlink()
-    with pytest.raises(UserError, match="^run packed has no task-1-b/results.json yet"):
+    with pytest.raises(UserError, match="^run packed ended COMPLETED and wrote no task-1-b/results.json"):
         Run(run_dir).results()
 
 

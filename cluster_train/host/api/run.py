@@ -23,6 +23,8 @@ __all__ = ["Run", "RunStatus", "State", "runs"]
 
 RESULTS = "results.json"
 METRICS = "metrics.csv"
+# what the submission put in a run directory, not the run
+SUBMITTED = ("manifest.json", "config.yaml", "code", "code.tar", "logs", "call", "interactive.sh")
 PathOrId = Union[str, Path]
 
 
@@ -177,7 +179,11 @@ class Run:
     def _results_in(self, name: Path) -> Dict[str, Any]:
         path = self.path / name
         if not path.is_file():
-            raise ClusterTrainError(f"run {self.id} has no {name} yet (it is {self.status().shown}); wait for it "
+            status = self.status()
+            if status.ended:  # waiting would change nothing: say what it did write instead
+                raise ClusterTrainError(f"run {self.id} ended {status.shown} and wrote no {name}; it wrote "
+                                        f"{written(path.parent)}")
+            raise ClusterTrainError(f"run {self.id} has no {name} yet (it is {status.shown}); wait for it "
                                     f"to complete: Run({str(self.path)!r}).wait()")
         return json.loads(path.read_text())
 
@@ -282,3 +288,11 @@ def remote() -> ModuleType:
     from cluster_train.host.remote import runs as remote_runs
 
     return remote_runs
+
+
+def written(run_dir: Path) -> str:
+    """What a run wrote in its directory beyond what its submission put there (and its logs/): 'metrics.csv,
+    checkpoints/'."""
+    made = sorted(f"{p.name}/" if p.is_dir() else p.name for p in run_dir.iterdir()
+                  if p.name not in SUBMITTED and not (p.name.startswith("job.") and p.suffix == ".sh"))
+    return ", ".join(made) if made else "nothing besides its logs"

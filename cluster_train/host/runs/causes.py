@@ -1,11 +1,14 @@
 """Why a run failed, read from its logs: one line each, with the fix (data, not code paths). Only evidence of a
 failure counts: a rank that saved and stopped as asked exits REQUEUE (a cancel, a time-limit or preemption save),
 and a run that was cancelled is named by its cancel (cluster_train/host/runs/ending.py), never by its log."""
+import io
 import json
+import pickle
 import re
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+from cluster_train.shared import calls
 from cluster_train.shared.exit_codes import REQUEUE
 
 # (pattern in a job log, what it means and what to do); the first match wins, so the specific ones come first
@@ -111,3 +114,27 @@ def pruned(run_dir: Path) -> str:
                 f"{said['median']:.4g}")
     except (OSError, ValueError, KeyError, TypeError):
         return ""
+
+
+def raised(run_dir: Path) -> str:
+    """A function run's exception, as its rank 0 recorded it in call/result.pkl (cluster_train/image/call.py); ""
+    for any other run, or one whose function returned. Its log holds no traceback: it went into that file."""
+    path = Path(run_dir) / calls.RESULT
+    if not path.is_file():
+        return ""
+    try:
+        said = PlainUnpickler(io.BytesIO(path.read_bytes())).load()
+    except Exception:  # a returned value of some class (or a torn file): no exception's record
+        return ""
+    if "error" not in said:
+        return ""
+    message = str(said["message"]).strip().splitlines()  # its first line: a cause is one line
+    return f"the function raised {said['type']}" + (f": {message[0]}" if message else "")
+
+
+class PlainUnpickler(pickle.Unpickler):
+    """Reads only plain data (the record of an exception is a dict of str and bytes): no class is imported here, so
+    neither the exception nor a returned value's class runs any code of the run's on this machine."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
