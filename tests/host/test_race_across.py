@@ -77,6 +77,22 @@ def test_every_refused_entry_is_named_before_anything_is_queued(tmp_path, monkey
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())  # nothing written
 
 
+def test_a_scheduler_whose_commands_are_missing_is_refused_before_anything_is_queued(tmp_path, monkeypatch):
+    """bsub not on PATH (this machine has Slurm's commands, not LSF's): ci-lsf's entry is refused and nothing is
+    queued, where the race once queued ci-slurm's job and then cancelled it."""
+    import shutil
+
+    monkeypatch.setenv("CT_RUNS_DIR", str(tmp_path / "runs"))
+    assert shutil.which("sbatch") and not shutil.which("bsub")
+    with pytest.raises(UserError) as err:
+        race.race_plan_across(["ci-slurm:n1_gpu1", "ci-lsf:one_gpu"], "demo", dry_run=False, stale_image_ok=True,
+                              timeout_s=1)
+    assert err.value.lines == ["--first-to-start ci-lsf:one_gpu: bsub, bjobs, bkill, bhist not on PATH here, so no "
+                               "lsf job can be queued; run the race where lsf's commands are, or load the module "
+                               "that brings them"], err.value.lines
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())  # nothing written
+
+
 class Fake:
     """A contender whose scheduler starts its job once polled `starts_after` times (None: never)."""
 

@@ -2,7 +2,9 @@
 one cluster (cluster_train/host/runs/race.py); `run-cluster --first-to-start CLUSTER:PROFILE CLUSTER:PROFILE ...
 [EXPERIMENT]` races two or more runs, each on its own cluster: this machine's scheduler, or a login node your
 settings reach over SSH. Here the entries are read and every run is checked in full (over SSH: sent there with its
-image, then its login node's dry run) before anything is queued; cluster_train/host/remote/race.py races them."""
+image, then its login node's dry run), its scheduler's commands on PATH included, before anything is queued;
+cluster_train/host/remote/race.py races them."""
+import shutil
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
@@ -12,7 +14,9 @@ from cluster_train.host.api.job import Job
 from cluster_train.host.api.values import Overrides
 from cluster_train.host.jobs.build import Site, build
 from cluster_train.host.remote import commands as remote, race as racing
+from cluster_train.host.remote import ssh
 from cluster_train.host.runs.queue import Plan
+from cluster_train.host.schedulers import adapter
 
 USAGE = "run-cluster --first-to-start CLUSTER:PROFILE CLUSTER:PROFILE ... [EXPERIMENT]"
 
@@ -112,12 +116,44 @@ def contender(entry: Entry, job: Job, dry_run: bool) -> racing.Contender:
     """The entry checked in full: built here, or over SSH sent with its image and dry-run on its login node."""
     site = Site.load(entry.cluster)
     if not site.user.get("ssh"):
-        return racing.here(entry.name, build(site, job.request(entry.profile, dry_run, run_id=None)))
+        sub = build(site, job.request(entry.profile, dry_run, run_id=None))
+        if not dry_run:
+            scheduler_here(sub)
+        return racing.here(entry.name, sub)
     sending = over_ssh.checked(job, site, dry_run)
     reach, sent = remote.send(site, dry_run, sending.image, sending.data)
     argv = over_ssh.argv(job, False)
     done = remote.launch(reach, [*argv, "--dry-run"], sending.run_id, True, capture=True)
     if done.returncode:
         raise remote.refused(reach, done)
+    if not dry_run:
+        scheduler_there(reach, site)
     summary = done.stdout.partition(over_ssh.BANNER)[0].rpartition("\n---")[0]
     return racing.over_ssh(entry.name, reach, argv, sending.run_id, f"{sent}\n{summary}", list(sending.warnings))
+
+
+# The scheduler's commands on the login node's PATH, as the launcher there finds them: the names of those missing
+WHICH = "import shutil, sys; print(' '.join(c for c in sys.argv[1:] if not shutil.which(c)))"
+
+
+def scheduler_here(sub) -> None:
+    """A race queues every entry at once: a scheduler whose commands are not here is refused before any is queued
+    (queuing would fail only after the entries before it were queued, and cancelled)."""
+    scheduler = adapter(sub.job.scheduler)
+    missing = [command for command in scheduler.commands if not shutil.which(command)]
+    if missing:
+        sub.discard()
+        raise UserError(f"{', '.join(missing)} not on PATH here, so no {scheduler.name} job can be queued; run the "
+                        f"race where {scheduler.name}'s commands are, or load the module that brings them")
+
+
+def scheduler_there(reach, site: Site) -> None:
+    """The same check on a login node reached over SSH."""
+    scheduler = adapter(site.cluster.scheduler)
+    if not scheduler.commands:
+        return
+    done = ssh.run(reach, [reach.python, "-c", WHICH, *scheduler.commands], cwd=reach.remote_dir, capture=True)
+    missing = done.stdout.split() if done.returncode == 0 else []
+    if missing:
+        raise UserError(f"{ssh.where(reach)}: {', '.join(missing)} not on PATH there, so no {scheduler.name} job can "
+                        f"be queued; load the module that brings them in your login shell's startup file")
