@@ -4,6 +4,9 @@ asked there (its own `runs --json`) over the shared connections, all clusters at
 answer is one row saying so; the others are still shown."""
 import csv
 import json
+import os
+import shutil
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,7 +19,9 @@ from cluster_train.host.schedulers import adapter
 from cluster_train.host.usage import Parser
 
 COLUMNS = ("cluster", "run", "state", "segments", "progress", "gpu-h", "last", "age")
+CUT = COLUMNS.index("last")  # the one column cut to the terminal's width: the others are short, or keys (run ids)
 CAUSE_WIDTH = 80  # an unreachable cluster's row: the table stays within a terminal's width
+ELLIPSIS = "..."  # where a cell was cut (ASCII: a terminal of any encoding prints it)
 
 
 def main(argv: List[str]) -> int:
@@ -26,7 +31,7 @@ def main(argv: List[str]) -> int:
         for row in rows:
             print(json.dumps(row))
     else:
-        print(table(rows) if rows else "no runs")
+        print(table(rows, terminal_width()) if rows else "no runs")
     return 0
 
 
@@ -150,13 +155,40 @@ def ask(reach, user: Dict, batch: bool) -> List[Dict]:
     return [json.loads(line) for line in said.splitlines() if line.startswith("{")]
 
 
-def table(rows: List[Dict]) -> str:
-    """The rows under their columns; a cluster that did not answer is its name, state and cause, the cause right
-    after the state (its run's columns are empty: the line stays within a terminal's width)."""
+def terminal_width() -> Optional[int]:
+    """The width the table is cut to, as ls and ps decide it: COLUMNS where set, else the terminal's; None where the
+    output is no terminal (a pipe, a file: grep and scripts get whole cells, and --json is there for programs)."""
+    if not os.environ.get("COLUMNS") and not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
+
+
+def table(rows: List[Dict], width: Optional[int] = None) -> str:
+    """The rows under their columns, each line within `width` (None: no limit) where the key columns leave room: a
+    long LAST cell is cut, with an ellipsis. A cluster that did not answer is its name, state and cause, the cause
+    right after the state (its run's columns are empty: the line stays within a terminal's width)."""
     answered = [r for r in rows if r["state"] != "UNREACHABLE"]
     cells = [[c.upper() for c in COLUMNS]] + [[str(r.get(c, "")) for c in COLUMNS] for r in answered]
     unreached = [[str(r.get(c, "")) for c in ("cluster", "run", "state", "last")] for r in rows if r not in answered]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS) - 1)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     widths[:3] = [max([widths[i], *(len(row[i]) for row in unreached)]) for i in range(3)]
-    lines = ["  ".join([*(v.ljust(w) for v, w in zip(row, widths)), row[-1]]).rstrip() for row in cells]
-    return "\n".join(lines + ["  ".join([*(v.ljust(w) for v, w in zip(row[:3], widths)), row[3]]) for row in unreached])
+    if width:
+        widths[CUT] = min(widths[CUT], max(len("LAST"), width - line_width(widths) + widths[CUT]))
+    for row in cells:
+        row[CUT] = cut(row[CUT], widths[CUT])
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
+    room = max(len("LAST"), width - line_width(widths[:3]) - 2) if width else None
+    return "\n".join(lines + ["  ".join([*(v.ljust(w) for v, w in zip(row[:3], widths)), cut(row[3], room)])
+                              for row in unreached])
+
+
+def line_width(widths: List[int]) -> int:
+    """A line's length with columns this wide, two spaces apart."""
+    return sum(widths) + 2 * (len(widths) - 1)
+
+
+def cut(cell: str, width: Optional[int]) -> str:
+    """The cell within `width` characters, its end an ellipsis where it was longer (None: as it is)."""
+    if width is None or len(cell) <= width:
+        return cell
+    return cell[:width - len(ELLIPSIS)] + ELLIPSIS
