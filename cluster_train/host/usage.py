@@ -28,8 +28,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def named(action: argparse.Action) -> str:
-    """An argument as the user knows it: its long option, else its place's name (CLUSTER's dest is cluster)."""
-    return max(action.option_strings, key=len) if action.option_strings else str(action.metavar or action.dest)
+    """An argument as the user knows it: its long option, else its place's name (cluster, profile, experiment)."""
+    return max(action.option_strings, key=len) if action.option_strings else action.dest
 
 
 def refuse_value(name: str, value) -> None:

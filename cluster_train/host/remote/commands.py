@@ -1,7 +1,6 @@
 """The laptop's side of every command on a cluster reached over SSH: submit (config checked here, files and settings
 sent, the launcher run there), status, logs, cancel, resume and --rerun of a run that lives there, and its files
 fetched back (report, compare, fetch)."""
-import argparse
 import json
 import subprocess
 import time
@@ -16,6 +15,7 @@ from cluster_train.host.jobs.job import new_run_id
 from cluster_train.host.progress import Report, ignore
 from cluster_train.host.remote import ssh, sync
 from cluster_train.host.reach import Reach, of
+from cluster_train.host.usage import Parser
 
 RECORD = "remote.json"  # in the laptop's runs/<id>: where the run lives
 ERROR = "run-cluster: error: "  # how the launcher there says each problem
@@ -132,9 +132,9 @@ def fetched(argv: List[str]) -> List[str]:
 
 def fetch_command(argv: List[str]) -> int:
     """`run-cluster fetch RUN [--checkpoints]`: a run's files from its cluster into its record here."""
-    p = argparse.ArgumentParser(prog="run-cluster fetch", description="copy a run that lives on a cluster over SSH "
-                                "here: its results, metrics, logs, manifest and config (what report and compare "
-                                "fetch), and with --checkpoints its checkpoints/ and exported models/ too")
+    p = Parser(prog="run-cluster fetch", description="copy a run that lives on a cluster over SSH here: its results, "
+               "metrics, logs, manifest and config (what report and compare fetch), and with --checkpoints its "
+               "checkpoints/ and exported models/ too")
     p.add_argument("run", help="the run's id or its directory here (runs/<id>)")
     p.add_argument("--checkpoints", action="store_true", help="also its checkpoints/ and models/ (large)")
     args = p.parse_args(argv)

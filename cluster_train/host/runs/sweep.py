@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from cluster_train.shared.errors import UserError, raise_all
-from cluster_train.host import project, runs
+from cluster_train.host import project, runs, undecodable
 from cluster_train.host.jobs.build import Request, Site, Submission, build
 from cluster_train.host.jobs.cost import most_cost_line
 from cluster_train.host.jobs.job import new_run_id
@@ -43,6 +43,7 @@ def parse_axes(specs: List[str]) -> List[Tuple[str, List[str]]]:
     """["model.name=a,b", "optim.lr=0.1,0.01"] -> [("model.name", ["a", "b"]), ("optim.lr", ["0.1", "0.01"])]."""
     axes: Dict[str, List[str]] = {}
     for spec in specs:
+        undecodable.refuse_setting("--sweep", spec)  # the API's sweeps, as the command line's parser refuses them
         key, sep, text = spec.partition("=")
         values = [v.strip() for v in text.split(",")]
         if not sep or not key.strip() or not all(values):
