@@ -281,7 +281,8 @@ def test_a_dropped_connection_is_one_line_and_the_login_node_cancels_the_job(lap
 @pytest.mark.slurm
 def test_on_the_login_node_dev_gives_the_kernel_this_checkout_live_through_the_relay(cpu_image, slurm_cluster,
                                                                                      tmp_path):
-    """No ssh: the command's own relay carries the port; --dev runs the kernel in this checkout, not a snapshot."""
+    """No ssh: the command's own relay carries the port; --dev runs the kernel in this checkout, not a snapshot.
+    Ended by SIGTERM (as a batch system or `kill` ends it), which cancels the job as Ctrl-C does."""
     (tmp_path / "settings.yaml").write_text("{}\n")
     env = {**os.environ, "CT_SETTINGS": str(tmp_path / "settings.yaml"), "CT_RUNS_DIR": str(tmp_path / "runs")}
     proc = start(SimpleNamespace(env=env), "--dev")
@@ -294,7 +295,7 @@ def test_on_the_login_node_dev_gives_the_kernel_this_checkout_live_through_the_r
         said = asyncio.run(asyncio.wait_for(run_cell(nb, kernel["id"], code), 120)).split()
         assert said == [str(ROOT), str(ROOT / "cluster_train" / "__init__.py")], said
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)
         try:
             ended = proc.wait(120)
         except subprocess.TimeoutExpired:
@@ -304,5 +305,9 @@ def test_on_the_login_node_dev_gives_the_kernel_this_checkout_live_through_the_r
         if ended != 0:
             subprocess.run(["scancel", job_id], capture_output=True)  # a failed test leaves no job holding a node
     assert ended == 0, proc.stderr.read()
-    assert "nothing is allocated" in proc.stdout.read() and not in_queue(job_id)
+    said = proc.stdout.read().strip().splitlines()
+    assert said[-1] == f"[cluster-train] notebook stopped by SIGTERM; job {job_id} cancelled, nothing is allocated", said
+    assert not in_queue(job_id)
     assert not forward.port_taken(nb.port)  # the relay ended with the command
+    status = run_cluster("status", next((tmp_path / "runs").iterdir()), env=env).stdout
+    assert "cause: cancelled by bin/run-cluster cancel at" in status, status  # its own cancel, recorded

@@ -74,6 +74,10 @@ def test_a_command_from_the_laptop_runs_in_the_image_on_a_node(laptop):
     host, version = done.stdout.split()[-2:]
     assert re.fullmatch(r"n[1-4]", host) and version.split("+")[0] == TORCH, done.stdout
     released(laptop["runs"] / "shell-command")
+    # the allocation's cancel that followed is run-cluster's own release: the run ended as its command did
+    status = run_cluster("status", laptop["runs"] / "shell-command").stdout
+    assert " FAILED" in status.splitlines()[0] and "cause: the shell's command exited 7" in status, status
+    assert "outside run-cluster" not in status, status
 
 
 def read_until(fd: int, pattern: str, timeout_s: float, seen: bytearray) -> bool:

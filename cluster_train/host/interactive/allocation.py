@@ -15,7 +15,7 @@ from cluster_train.host.images import store
 from cluster_train.host.jobs.build import Site, Submission
 from cluster_train.host.jobs.render import render
 from cluster_train.host.interactive.waiting import pending_line, wait_until_running
-from cluster_train.host.runs import queue
+from cluster_train.host.runs import ending, queue
 from cluster_train.host.schedulers import FINISHED, Scheduler, State, adapter
 
 SCRIPT = "interactive.sh"  # in the run directory: what runs on the node, the session's command as its arguments
@@ -81,7 +81,9 @@ def run_session(prepared: Prepared, command: List[str], tty: bool, say: Callable
     try:
         nodes = wait_until_running(scheduler, job_id, say, poll_s=1.0, run_dir=prepared.run_dir).get("nodes", "")
         say(f"[cluster-train] job {job_id} running on {nodes}; the session starts on its first node")
-        return subprocess.run(session.enter(scheduler, job, job_id, step, tty)).returncode
+        code = subprocess.run(session.enter(scheduler, job, job_id, step, tty)).returncode
+        ending.record_session_end(prepared.run_dir, job_id, code)  # the release below is not what ended it
+        return code
     finally:
         release(scheduler, job_id, prepared.run_dir)
 

@@ -7,8 +7,9 @@ launcher `python -m cluster_train.image.notebook`, in the run's code snapshot (-
 token is written into the run directory (0600) before the job is queued: never on a command line, where `ps` on the
 node shows it to every user. Then: the wait in the queue (waiting.py), the server's address from
 notebook/server.json, a local port forwarded to it (forward.py), the URL printed, and the foreground held until
-Ctrl-C or the job's end; either way the job is cancelled and the allocation released. From a laptop (ssh: in your
-settings) the same command runs on the login node and the laptop forwards its port over ssh (laptop.py)."""
+Ctrl-C (or SIGTERM, SIGHUP) or the job's end; either way the job is cancelled (recorded as run-cluster's own cancel) and
+the allocation released. From a laptop (ssh: in your settings) the same command runs on the login node and the
+laptop forwards its port over ssh (laptop.py)."""
 import argparse
 import dataclasses
 import json
@@ -27,6 +28,7 @@ from cluster_train.host.interactive import forward, waiting
 from cluster_train.host.interactive.allocation import shorter_time
 from cluster_train.host.interactive.notebook_common import SERVER, flavor_of, opened, refuse_without_jupyterlab, say
 from cluster_train.host.jobs.build import Site, Submission
+from cluster_train.host.runs import ending
 from cluster_train.host.schedulers import adapter
 from cluster_train.host.schedulers.base import State
 from cluster_train.host.usage import Parser
@@ -59,8 +61,22 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (a batch system's or a closed terminal's end of this command): ended as Ctrl-C ends it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signame = signal.Signals(signum).name
+
+
+def stop_on_signal(signum, frame) -> None:
+    raise Stopped(signum)
+
+
 def main(argv: List[str]) -> int:
     args = parser().parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # without these the job would outlive this command
+        signal.signal(sig, stop_on_signal)
     port = 0 if args.over_ssh else forward.local_port(args.port)  # a taken port: refused before anything queues
     site = Site.load(args.cluster)
     if site.user.get("ssh") and not args.over_ssh:
@@ -73,7 +89,7 @@ def main(argv: List[str]) -> int:
     sub = submission(site, args)
     for line in sub.warnings:
         print(f"run-cluster: {line}", file=sys.stderr)
-    session = Session.queue(sub, say)
+    session, by = Session.queue(sub, say), ""
     try:
         if args.over_ssh:  # the laptop's connection is our stdin: its end (Ctrl-C there, a drop) is our Ctrl-C
             threading.Thread(target=interrupt_at_eof, daemon=True).start()
@@ -83,11 +99,11 @@ def main(argv: List[str]) -> int:
             session.hold()
         else:
             serve_here(session, port, (server["address"], int(server["port"])))
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt as interrupted:
+        by = f" by {interrupted.signame}" if isinstance(interrupted, Stopped) else ""
     finally:
         session.stop()
-    say(f"[cluster-train] notebook stopped; job {session.job_id} cancelled, nothing is allocated")
+    say(f"[cluster-train] notebook stopped{by}; job {session.job_id} cancelled, nothing is allocated")
     return 0
 
 
@@ -187,8 +203,8 @@ class Session:
 
     def stop(self) -> None:
         """Cancelled, and waited for until it has left the queue (its node is free again)."""
-        try:
-            self.scheduler.cancel(self.job_id, self.run_dir)
+        try:  # recorded as run-cluster's own cancel, so that status does not blame someone else
+            ending.cancel([(self.run_dir, self.job_id)], lambda: self.scheduler.cancel(self.job_id, self.run_dir))
         except UserError:  # it ended already
             pass
         deadline = time.monotonic() + STOP_WAIT_S

@@ -70,6 +70,9 @@ ENDED_BY: Dict[str, Tuple[str, str]] = {
     "scheduler": ("ended by the scheduler ({said})",
                   "the scheduler's words in brackets say why (NODE_FAIL: a node died; PREEMPTED; OUT_OF_MEMORY: "
                   "raise mem_gb); bin/run-cluster resume RUN_DIR continues it, --profile on another shape"),
+    "session": ("the shell's command exited {code}",
+                "an interactive session (run-cluster shell) ends with its command or shell, and run-cluster then "
+                "releases its allocation: the exit status is the command's own, and its output was on your terminal"),
     "waited": ("cancelled: waited on run {run_id}, which ended {how}",
                "it waited (--after, a pipeline's earlier stage) on a run that did not complete: fix and rerun that "
                "one, then submit this one again"),

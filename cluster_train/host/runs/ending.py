@@ -11,6 +11,7 @@
 no longer knows, whose end nobody recorded, has ended all the same (a scheduler never forgets a queued or running
 job): waits give the accounting GONE_WAIT_S to catch up and then stop, saying so.
 """
+import json
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -22,6 +23,7 @@ from cluster_train.host.schedulers import FINISHED, State, adapter
 
 # what the batch shell records when it saw its steps end (TERMINATED: a signal ended the shell, from whoever)
 RECORDED_ENDS = {"COMPLETED": State.COMPLETED, "FAILED": State.FAILED, "TIMEOUT": State.TIMEOUT}
+SESSION_END = Path("logs") / "session_end.json"  # an interactive session's command ended: its exit status
 GONE_WAIT_S = 30  # slurmdbd hears of a job's end after the controller; a wait gives it this long
 
 
@@ -35,6 +37,9 @@ def run_state(scheduler, job_id: str, run_dir: Path) -> Dict:
     recorded = recorded_end(found[-1]) if found else None
     if State.COMPLETED in (live["state"], recorded):  # it did its work, whatever came after
         return live if live["state"] == State.COMPLETED else from_record(found[-1], recorded)
+    own = session_end(run_dir, job_id, found)
+    if own:  # the allocation's cancel that followed is run-cluster's own release, not the end
+        return own
     cancel = segments.cancel_of(run_dir, job_id)
     if cancel:
         return {**live, "state": State.CANCELLED, "source": "run-cluster cancel", "gone": False,
@@ -48,6 +53,27 @@ def run_state(scheduler, job_id: str, run_dir: Path) -> Dict:
     if recorded:
         return from_record(found[-1], recorded)
     return {**live, "ended_by": unrecorded(scheduler, job_id, found)} if live.get("gone") else live
+
+
+def record_session_end(run_dir: Path, job_id: str, exit_code: int) -> None:
+    """An interactive session's command ended with `exit_code`: written before its allocation is released, since
+    the scheduler then records a cancel (Slurm: CANCELLED by the releasing user) where the command ended itself."""
+    (Path(run_dir) / SESSION_END).write_text(json.dumps({"job_id": job_id, "exit_code": exit_code,
+                                                          "time": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
+
+
+def session_end(run_dir: Path, job_id: str, found: List[segments.Segment]) -> Optional[Dict]:
+    """How a session's job ended by its command's exit status; None where it is not one whose command ended."""
+    try:
+        said = json.loads((Path(run_dir) / SESSION_END).read_text())
+    except (OSError, ValueError):
+        return None
+    if said.get("job_id") != job_id:
+        return None
+    code = int(said["exit_code"])
+    return {"state": State.COMPLETED if code == 0 else State.FAILED, "exit_code": str(code),
+            "nodes": found[-1].hosts if found else "", "source": "the run's record",
+            "ended_by": causes.ended_by("session", code=str(code))}
 
 
 def cancelling(live: Dict, run_dir: Path, job_id: str) -> Dict:
