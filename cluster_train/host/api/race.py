@@ -116,10 +116,9 @@ def contender(entry: Entry, job: Job, dry_run: bool) -> racing.Contender:
     """The entry checked in full: built here, or over SSH sent with its image and dry-run on its login node."""
     site = Site.load(entry.cluster)
     if not site.user.get("ssh"):
-        sub = build(site, job.request(entry.profile, dry_run, run_id=None))
         if not dry_run:
-            scheduler_here(sub)
-        return racing.here(entry.name, sub)
+            scheduler_here(site)
+        return racing.here(entry.name, build(site, job.request(entry.profile, dry_run, run_id=None)))
     sending = over_ssh.checked(job, site, dry_run)
     reach, sent = remote.send(site, dry_run, sending.image, sending.data)
     argv = over_ssh.argv(job, False)
@@ -136,13 +135,12 @@ def contender(entry: Entry, job: Job, dry_run: bool) -> racing.Contender:
 WHICH = "import shutil, sys; print(' '.join(c for c in sys.argv[1:] if not shutil.which(c)))"
 
 
-def scheduler_here(sub) -> None:
+def scheduler_here(site: Site) -> None:
     """A race queues every entry at once: a scheduler whose commands are not here is refused before any is queued
     (queuing would fail only after the entries before it were queued, and cancelled)."""
-    scheduler = adapter(sub.job.scheduler)
+    scheduler = adapter(site.cluster.scheduler)
     missing = [command for command in scheduler.commands if not shutil.which(command)]
     if missing:
-        sub.discard()
         raise UserError(f"{', '.join(missing)} not on PATH here, so no {scheduler.name} job can be queued; run the "
                         f"race where {scheduler.name}'s commands are, or load the module that brings them")
 
