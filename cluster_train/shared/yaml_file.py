@@ -77,19 +77,33 @@ def check_depth(text: str, shown: str) -> None:
 
 def check_bounds(tree: Any, shown: str) -> None:
     """Depth and expanded size, walked without recursion; stops at the first bound passed (an anchor used a million
-    times is counted a million times, as everything that later walks the tree would)."""
-    pending, seen = [(tree, 1)], 0
+    times is counted a million times, as everything that later walks the tree would). A text that is no UTF-8 (a
+    "\\udce9" escape of half a character) is refused with its key, as it fails only where it is written out."""
+    pending, seen = [(tree, 1, "")], 0
     while pending:
-        node, depth = pending.pop()
+        node, depth, key = pending.pop()
         seen += 1
         if seen > MAX_VALUES:
             raise UserError(f"{shown} expands to more than {MAX_VALUES} values (anchors and aliases count each use); "
                             f"write it out or make it smaller")
         if depth > MAX_DEPTH:
             raise UserError(f"{shown} nests deeper than {MAX_DEPTH} levels; flatten it")
-        children = list(node.keys()) + list(node.values()) if isinstance(node, dict) else \
-            node if isinstance(node, list) else ()
-        pending.extend((child, depth + 1) for child in children)
+        if isinstance(node, str):
+            check_encodable(node, key, shown)
+        elif isinstance(node, dict):
+            pending.extend((child, depth + 1, f"{key}.{k}" if key else str(k)) for k, v in node.items()
+                           for child in (k, v))
+        elif isinstance(node, list):
+            pending.extend((child, depth + 1, key) for child in node)
+
+
+def check_encodable(text: str, key: str, shown: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        escaped = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        raise UserError(f"{shown}: {key or 'a value'} = '{escaped}' escapes half a character (a lone surrogate), "
+                        f"which UTF-8 cannot hold; write the character itself") from None
 
 
 def _parsed(text: str) -> Any:
