@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, run_cluster
 
 CALLS = "calls.log"
-CONFIG = '[ "$1 $2" = "show config" ] && echo "ClusterName = ct"'
+CONFIG = 'if [ "$1 $2" = "show config" ]; then echo "ClusterName = ct"; fi'  # and `scontrol ping` answers
 ACCEPTED = ('echo "sbatch: Job 3 to start at 2026-12-01T10:00:00 using 1 processors on nodes n1 in partition ci" >&2; '
             'echo "sbatch:   Preempts: 45,44" >&2')
 REFUSED = ('echo "sbatch: warning: the --mem request is rounded" >&2; echo "allocation failure: Invalid qos '
@@ -20,7 +20,7 @@ REFUSED = ('echo "sbatch: warning: the --mem request is rounded" >&2; echo "allo
 def fake_slurm(tmp_path, monkeypatch, sbatch: str = ACCEPTED) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, body in {"scontrol": CONFIG, "sinfo": "exit 1", "sacctmgr": "exit 1", "sbatch": sbatch}.items():
+    for name, body in {"scontrol": CONFIG, "sinfo": "exit 1", "sacctmgr": "echo 'ci-lab|'", "sbatch": sbatch}.items():
         record = "" if name == "scontrol" else 'echo "$(basename "$0") $*" >> "$CT_FAKE_CALLS"; '
         (bin_dir / name).write_text(f"#!/bin/bash\n{record}{body}\n")
         (bin_dir / name).chmod(0o755)
@@ -73,6 +73,16 @@ def test_check_cluster_of_another_sites_file_asks_nothing_and_says_why(tmp_path,
     assert done.stdout.startswith("this machine's Slurm serves cluster 'ct', not 'gilbreth', so it is not asked")
     assert "ok n1_gpu1: rendered and checked (no slurm of this cluster here to parse the script)" in done.stdout
     assert calls(tmp_path) == ""  # neither sbatch --test-only nor the drift's sinfo and sacctmgr
+
+
+def test_doctor_of_another_sites_file_says_which_cluster_this_slurm_serves(store, tmp_path, monkeypatch):
+    """It checked gilbreth's account against this machine's accounting: "'lusu' ... is not one root may use"."""
+    fake_slurm(tmp_path, monkeypatch)
+    done = run_cluster("doctor", "gilbreth")
+    scheduler = next(line for line in done.stdout.splitlines() if "scheduler:" in line)
+    assert scheduler.startswith("problem ") and "but this machine's Slurm serves cluster 'ct', not 'gilbreth'" in \
+        scheduler and "fix: run doctor on gilbreth's login node, or reach it over SSH" in scheduler, done.stdout
+    assert "account: 'lusu', not checked" in done.stdout and "sacctmgr" not in calls(tmp_path), done.stdout
 
 
 @pytest.mark.parametrize("sbatch, said", [

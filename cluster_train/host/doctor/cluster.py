@@ -11,7 +11,7 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host import project, settings
 from cluster_train.host.clusters import Cluster
 from cluster_train.host.doctor.check import OK, PROBLEM, WARNING, Check, last_line, run
-from cluster_train.host.schedulers import adapter
+from cluster_train.host.schedulers import adapter, serves_another
 
 PING_TIMEOUT_S = 20  # the controller answers in milliseconds; a real submission gives up after about as long
 
@@ -106,6 +106,10 @@ def check_scheduler(cluster: Cluster, path: str) -> Check:
         return Check(PROBLEM, f"scheduler: {found} here, but {silent}",
                      f"no job can be queued until it answers: ask the site whether {scheduler.controller} is down, "
                      f"or fix the configuration this shell's {scheduler.name} commands read")
+    elsewhere = serving_another(cluster)
+    if elsewhere:  # its answers (accounts, a job's verdict) would be another cluster's, and its jobs would run there
+        return Check(PROBLEM, f"scheduler: {found} here, but {elsewhere}",
+                     f"run doctor on {cluster.name}'s login node, or reach it over SSH (ssh: in your settings)")
     tool = scheduler.version_command
     if not tool or not shutil.which(tool[0], path=path):
         return Check(WARNING, f"scheduler: {found} here, but no {tool[0] if tool else 'command'} to tell "
@@ -115,6 +119,11 @@ def check_scheduler(cluster: Cluster, path: str) -> Check:
     version = done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else last_line(done)
     answers = f"; {scheduler.controller} answers" if scheduler.ping_command else ""
     return Check(OK, f"scheduler: {found} here; {version}{answers}")
+
+
+def serving_another(cluster: Cluster) -> str:
+    """Why this machine's scheduler is not the cluster's (it serves another one); "" where it is, or cannot say."""
+    return serves_another(cluster.scheduler, cluster.scheduler_cluster or cluster.name, cluster.path)
 
 
 def controller_silent(scheduler, path: str) -> str:
@@ -134,7 +143,7 @@ def check_account(cluster: Cluster, user: Dict[str, Any]) -> Iterator[Check]:
     """The account your settings name is one you may charge, and every QOS the cluster's profiles ask for is
     allowed to it; where the scheduler cannot be asked, said so."""
     scheduler, account, who = adapter(cluster.scheduler), user.get("account"), getpass.getuser()
-    allowed = scheduler.associations()
+    allowed = None if serving_another(cluster) else scheduler.associations()  # another cluster's accounts say nothing
     if allowed is None:
         yield Check(OK, f"account: {account!r}, not checked: {scheduler.name} cannot be asked here which accounts are "
                         f"{who}'s (it decides at submission)" if account else "account: none set")
