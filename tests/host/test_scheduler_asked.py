@@ -20,7 +20,8 @@ REFUSED = ('echo "sbatch: warning: the --mem request is rounded" >&2; echo "allo
 def fake_slurm(tmp_path, monkeypatch, sbatch: str = ACCEPTED) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, body in {"scontrol": CONFIG, "sinfo": "exit 1", "sacctmgr": "echo 'ci-lab|'", "sbatch": sbatch}.items():
+    fakes = {"scontrol": CONFIG, "sinfo": "exit 1", "sacctmgr": "echo 'ci-lab|'", "sacct": "exit 0", "sbatch": sbatch}
+    for name, body in fakes.items():
         record = "" if name == "scontrol" else 'echo "$(basename "$0") $*" >> "$CT_FAKE_CALLS"; '
         (bin_dir / name).write_text(f"#!/bin/bash\n{record}{body}\n")
         (bin_dir / name).chmod(0o755)
@@ -83,6 +84,17 @@ def test_doctor_of_another_sites_file_says_which_cluster_this_slurm_serves(store
     assert scheduler.startswith("problem ") and "but this machine's Slurm serves cluster 'ct', not 'gilbreth'" in \
         scheduler and "fix: run doctor on gilbreth's login node, or reach it over SSH" in scheduler, done.stdout
     assert "account: 'lusu', not checked" in done.stdout and "sacctmgr" not in calls(tmp_path), done.stdout
+
+
+def test_a_budget_on_another_sites_cluster_counts_its_runs_not_this_machines_accounting(store, tmp_path,
+                                                                                          monkeypatch):
+    fake_slurm(tmp_path, monkeypatch)
+    (store / "settings.yaml").write_text("clusters:\n  gilbreth: {account: lusu, budget: {gpu_hours: 100}}\n")
+    done = run_cluster("gilbreth", "n1_gpu1", "demo", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "GPU-hours used since" in done.stdout and "(cluster-train's runs only: this machine's scheduler serves " \
+                                                    "another cluster); this submission" in done.stdout, done.stdout
+    assert "sacct" not in calls(tmp_path)  # neither sacct's usage nor sacctmgr's limits
 
 
 @pytest.mark.parametrize("sbatch, said", [

@@ -14,13 +14,16 @@ from cluster_train.host.clusters.budget_setting import Budget, parse
 from cluster_train.host.jobs.cost import most_hours, unit
 from cluster_train.host.jobs.job import Job
 from cluster_train.host.runs import cost
-from cluster_train.host.schedulers import adapter
+from cluster_train.host.schedulers import adapter, serves_another
 
-def used_gpu_hours(cluster: str, scheduler: str, budget: Budget) -> Tuple[float, str]:
-    """GPU-hours used on the cluster since the budget's period began, and from whose record."""
-    records = adapter(scheduler).usage(since=budget.since.strftime("%Y-%m-%dT%H:%M:%S"), account=budget.account)
+def used_gpu_hours(job: Job, budget: Budget) -> Tuple[float, str]:
+    """GPU-hours used on the job's cluster since the budget's period began, and from whose record: the scheduler's
+    accounting only where this machine's scheduler serves that cluster (another's counts other jobs)."""
+    cluster, scheduler, elsewhere = job.cluster, adapter(job.scheduler), serving_another(job)
+    since = budget.since.strftime("%Y-%m-%dT%H:%M:%S")
+    records = None if elsewhere else scheduler.usage(since=since, account=budget.account)
     if records is not None:
-        return sum(r["gpu_s"] for r in records) / 3600, f"{adapter(scheduler).title}'s accounting, all your jobs"
+        return sum(r["gpu_s"] for r in records) / 3600, f"{scheduler.title}'s accounting, all your jobs"
     from cluster_train.host.runs import run_roots, read_manifest  # the runs rooms' list, read only without accounting
 
     hours = 0.0
@@ -30,7 +33,8 @@ def used_gpu_hours(cluster: str, scheduler: str, budget: Budget) -> Tuple[float,
             submitted = cost.epoch(manifest.get("submitted_at", "")) or 0
             if manifest.get("cluster") == cluster and submitted >= budget.since.timestamp():
                 hours += cost.gpu_hours(manifest, file.parent)
-    return hours, "cluster-train's runs only: this scheduler keeps no accounting here"
+    why = "this machine's scheduler serves another cluster" if elsewhere else "this scheduler keeps no accounting here"
+    return hours, f"cluster-train's runs only: {why}"
 
 
 def check(jobs: List[Job], strict: bool) -> List[str]:
@@ -42,7 +46,7 @@ def check(jobs: List[Job], strict: bool) -> List[str]:
         if "budget" not in user:
             continue
         budget = parse(user["budget"], f"your settings for {cluster}", now)
-        used, source = used_gpu_hours(cluster, gpu_jobs[0].scheduler, budget)
+        used, source = used_gpu_hours(gpu_jobs[0], budget)
         most, left = sum(most_hours(job) for job in gpu_jobs), budget.gpu_hours - used
         said = (f"budget on {cluster}: {used:.2f} of {budget.gpu_hours:g} GPU-hours used since "
                 f"{budget.since:%Y-%m-%d %H:%M} ({source}){site_limit(gpu_jobs[0], budget)}; this submission may take "
@@ -68,7 +72,12 @@ def by_cluster(jobs: List[Job]) -> Dict[str, List[Job]]:
 def site_limit(job: Job, budget: Budget) -> str:
     """', the site's limit for account A: 100 GPU-hours' where the scheduler states one (Slurm: GrpTRESMins)."""
     account = budget.account or job.placement.account or ""
-    for name, hours in adapter(job.scheduler).gpu_hour_limits().items():
+    for name, hours in ({} if serving_another(job) else adapter(job.scheduler).gpu_hour_limits()).items():
         if not account or name == account:
             return f", the site's limit for account {name}: {hours:g} GPU-hours"
     return ""
+
+
+def serving_another(job: Job) -> str:
+    """Why this machine's scheduler is not the job's cluster's ("": it is, or cannot say)."""
+    return serves_another(job.scheduler, job.scheduler_cluster or job.cluster, job.cluster_file)
