@@ -94,19 +94,23 @@ def test_a_stopped_rank_is_named_its_node_left_out_and_the_run_completes_as_unin
     assert f"failure 1 of at most 2, requeued without {host}" in shown and f"excluded: {host} (rank 1" in shown, shown
 
 
-KILLED_SH = 'echo "[test] start of segment $CT_SEGMENT"\nkill -9 $$\n'
+KILLED_SH = 'echo "[test] rank $RANK: start of segment $CT_SEGMENT"\n[ "$RANK" != 1 ] || kill -9 $$\nsleep 60\n'
 
 
 def test_a_rank_killed_at_every_start_is_requeued_twice_then_fails(cpu_image, slurm_cluster, runs_dir, tmp_path):
+    """Rank 1 of a 2-node run killed at each start: srun ends rank 0, each end names rank 1 and its host (srun's
+    words), and `status` shows them under every segment while the job is requeued and once the run has failed."""
     code = tmp_path / "code"
     code.mkdir()
     (code / "killed.sh").write_text(KILLED_SH)
-    done = run_cluster("ci-slurm", "n1_gpu1", "--run-id", "killed", "--no-wait", "--stale-image-ok", "--",
+    done = run_cluster("ci-slurm", "n2_gpu1", "--run-id", "killed", "--no-wait", "--stale-image-ok", "--",
                        "bash", "killed.sh", cwd=code)
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = runs_dir / "killed"
     job_id = manifest(run_dir)["scheduler"]["job_id"]
     try:
+        wait_for_run(lambda: read_ends(run_dir), "the first start ended", 120, run_dir)
+        requeued = run_cluster("status", run_dir).stdout
         ends = wait_for_run(lambda: len(read_ends(run_dir)) == 3 and read_ends(run_dir), "three starts ended", 240,
                             run_dir, job_id)
     finally:
@@ -114,6 +118,13 @@ def test_a_rank_killed_at_every_start_is_requeued_twice_then_fails(cpu_image, sl
     assert [(e["how"], e["failures"], e["requeued"]) for e in ends] == [
         ("FAILED", 1, True), ("FAILED", 2, True), ("FAILED", 3, False)], ends
     assert all(e["exit_code"] >= 129 and e["max_failures"] == 2 for e in ends), ends
+    hosts = [subprocess.run(["scontrol", "show", "hostnames", s.hosts], capture_output=True, text=True).stdout.split()
+             for s in segments.read(run_dir)]
+    assert [e["died"] for e in ends] == [{"rank": 1, "host": h[1]} for h in hosts], (ends, hosts)
+    first = f"rank 1 died on host {hosts[0][1]} (exit {ends[0]['exit_code']})"
+    assert f"{first}\n    failure 1 of at most 2, requeued" in requeued, requeued
+    failed = run_cluster("status", run_dir).stdout
+    assert failed.count("    rank 1 died on host n") == 3 and first in failed, failed
     log = job_logs(run_dir)
     assert "failure 3 of this run, and max_failures is 2: not requeued" in log, log[-3000:]
     assert f"bin/run-cluster resume {run_dir}" in log

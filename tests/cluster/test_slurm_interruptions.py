@@ -2,7 +2,8 @@
 higher-priority partition `ci-high` saves, is requeued by Slurm and completes without retraining what it had
 finished; a rank killed in a 2-node run ends the whole job at once (srun --kill-on-bad-exit) and `status` names it;
 a run that fills its disk still records how it ended (FAILED, exit 4) and `status` names the full disk; a node that
-fails under a run is recorded and named; a time-limit warning after the results line leaves the run COMPLETED."""
+fails under a 2-node run is recorded and named, and left out of the job Slurm requeues; a time-limit warning after
+the results line leaves the run COMPLETED."""
 import os
 import re
 import subprocess
@@ -78,6 +79,11 @@ def csv_steps(run_dir: Path, epoch: int = -1) -> list:
                 if row.get("train/loss") and epoch in (-1, int(row["epoch"]))]
 
 
+def hostnames(nodes: str) -> list:
+    """Slurm's n[1-2] as ['n1', 'n2'], in the order the ranks are placed."""
+    return subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True).stdout.split()
+
+
 def test_a_rank_killed_in_a_two_node_run_ends_the_job_and_status_names_it(cpu_image, slurm_cluster, demo_data,
                                                                          runs_dir, tmp_path):
     """A rank killed ends the job at once and `status` names it; resumed, the run logs each step once: the steps
@@ -104,6 +110,7 @@ def test_a_rank_killed_in_a_two_node_run_ends_the_job_and_status_names_it(cpu_im
         subprocess.run(["scancel", job_id], capture_output=True)
     print(f"rank 1 killed: the job ended {ended_after:.1f} s later")
     assert found[-1].how == "FAILED" and ended_after < 60, (found, ended_after)
+    assert found[-1].died == {"rank": 1, "host": hostnames(found[-1].hosts)[1]}, found  # srun's words, recorded
     status = run_cluster("status", run_dir)
     assert re.search(r"rank 1 died on host n\d", status.stdout), status.stdout
     resumed = run_cluster("resume", run_dir, "--set", "trainer.max_epochs=2", "--wait")
@@ -162,22 +169,6 @@ def test_a_warning_after_the_results_line_leaves_the_run_completed_and_resume_re
     assert len(segments.read(run_dir)) == 1 and (run_dir / "metrics.csv").read_text() == metrics
 
 
-def idle_node() -> str:
-    """A node no job runs on (the test takes it down), else the last one."""
-    idle = subprocess.run(["sinfo", "-h", "-N", "-p", "ci", "-t", "idle", "-o", "%N"], capture_output=True,
-                          text=True).stdout.split()
-    return sorted(idle)[-1] if idle else "n4"
-
-
-def pinned_cluster(tmp_path: Path, node: str) -> Path:
-    """ci-slurm's cluster file whose one profile, `pinned`, runs its job on `node` alone."""
-    cluster = yaml.safe_load((ROOT / "clusters" / "ci-slurm.yaml").read_text())
-    cluster["profiles"] = {"pinned": {**cluster["profiles"]["n1_gpu1"], "directives": [f"--nodelist={node}"]}}
-    path = tmp_path / "ci-slurm-pinned.yaml"
-    path.write_text(yaml.safe_dump(cluster))
-    return path
-
-
 def back_in_service(node: str) -> None:
     """ReturnToService=2 brings a downed node back at once (shared/notes item 14); where it did not, resume it."""
     state = subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], capture_output=True, text=True).stdout
@@ -185,29 +176,44 @@ def back_in_service(node: str) -> None:
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
 
 
-def test_a_node_failure_under_a_run_is_recorded_and_status_names_the_node(cpu_image, slurm_cluster, tmp_path,
-                                                                         runs_dir):
-    """The node of a running job set DOWN: Slurm cancels the job DUE TO NODE FAILURE and requeues it (its srun may
-    exit 0). The segment ends NODE_FAIL, not COMPLETED or TERMINATED, and `status` names the node."""
+def test_a_node_failed_under_a_two_node_run_is_named_and_left_out_of_the_requeue(cpu_image, slurm_cluster, tmp_path,
+                                                                                  runs_dir):
+    """The second node of a running 2-node job set DOWN: Slurm cancels the job DUE TO NODE FAILURE and requeues it
+    (its srun may exit 0). The segment ends NODE_FAIL naming that node alone (sacct's NodeList holds all the job's),
+    and the requeued job runs without it, though it is back in service by then; `status` says it was left out.
+    (--exclusive: no other test's job shares the node this one downs.)"""
     from cancel_scenarios import STOP_SH
 
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "stop.sh").write_text(STOP_SH)
-    node = idle_node()
-    done = run_cluster(pinned_cluster(tmp_path, node), "pinned", "--run-id", "nodefail", "--no-wait",
+    cluster = yaml.safe_load((ROOT / "clusters" / "ci-slurm.yaml").read_text())
+    cluster["profiles"]["n2_gpu1"]["exclusive"] = True
+    (tmp_path / "ci-slurm.yaml").write_text(yaml.safe_dump(cluster))
+    done = run_cluster(tmp_path / "ci-slurm.yaml", "n2_gpu1", "--run-id", "nodefail", "--no-wait",
                        "--stale-image-ok", "--", "bash", "stop.sh", cwd=tmp_path / "code")
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = runs_dir / "nodefail"
     job_id = manifest(run_dir)["scheduler"]["job_id"]
+    node = ""
     try:
-        wait_for_run(lambda: "[test] segment 1 running" in job_logs(run_dir), "the job runs", 120, run_dir)
+        wait_for_run(lambda: job_logs(run_dir).count("[test] segment 1 running") == 2, "both ranks run", 180, run_dir)
+        node = hostnames(segments.read(run_dir)[0].hosts)[-1]  # not the batch host: its shell records the failure
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=ct-test-node-failure"],
                        check=True)
         found = wait_for_run(lambda: segments.read(run_dir)[0].how and segments.read(run_dir), "segment 1 ended", 60,
                              run_dir)
+        back_in_service(node)  # as an admin would: only the job's exclusion keeps the requeue off it now
+        found = wait_for_run(lambda: len(segments.read(run_dir)) > 1 and segments.read(run_dir), "the requeued job",
+                             180, run_dir, job_id)
+        job = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
     finally:
         subprocess.run(["scancel", job_id], capture_output=True)
-        back_in_service(node)
-    assert found[0].how == "NODE_FAIL", (found, job_logs(run_dir)[-2000:])
+        if node:
+            back_in_service(node)
+    log = job_logs(run_dir)
+    assert found[0].how == "NODE_FAIL", (found, log[-2000:])
+    assert node not in hostnames(found[1].hosts) and f" ExcNodeList={node} " in job, (found, job, log[-2000:])
+    assert found[0].failed_nodes == [node], found[0]
     status = run_cluster("status", run_dir)
     assert re.search(rf"NODE_FAIL( \(exit \d+\))?: a node failed \({node}\)", status.stdout), status.stdout
+    assert re.search(rf"^  excluded: {node} \(", status.stdout, re.M), status.stdout

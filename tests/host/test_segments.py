@@ -117,7 +117,8 @@ def test_an_lsf_rank_that_dies_ends_the_other_ranks_and_is_named(store, tmp_path
     ended_after = time.time() - started
     assert job.returncode == 0 and "rank 1 on host hB exited with status 137" in out, out
     assert ended_after < 60, ended_after
-    assert segments.read(store / "runs" / "long")[-1].how == "FAILED"
+    (end,) = segments.read(store / "runs" / "long")
+    assert (end.how, end.died, end.requeued) == ("FAILED", {"rank": 1, "host": "hB"}, True), end
     assert "failure 1 of at most 2 (max_failures): requeueing job 77" in out and (tmp_path / "requeued").exists()
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "job-77.err").write_text(out)

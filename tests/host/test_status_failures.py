@@ -19,8 +19,10 @@ HANG = {"how": "HANG", "exit_code": 137, "stuck": {"rank": 1, "host": "n2", "ste
         "stacks": "logs/hang-1", "requeued": True, "failures": 1, "max_failures": 2,
         "excluded": [{"host": "n2", "why": HANG_WHY}]}
 NODE_FAIL = {"how": "NODE_FAIL", "exit_code": 1, "requeued": True, "failures": 2, "max_failures": 2,
+             "failed_nodes": ["n3"],
              "excluded": [{"host": "n2", "why": HANG_WHY}, {"host": "n3", "why": "node failure"}]}
-KILLED = {"how": "FAILED", "exit_code": 137, "requeued": False, "failures": 3, "max_failures": 2}
+KILLED = {"how": "FAILED", "exit_code": 137, "requeued": False, "failures": 3, "max_failures": 2,
+          "died": {"rank": 1, "host": "n4"}}
 STEP_TIMES = {"ranks": [{"rank": 0, "host": "n1", "median_ms": 41.2, "p90_ms": 44.0, "steps": 15},
                         {"rank": 1, "host": "n3", "median_ms": 62.8, "p90_ms": 70.1, "steps": 15}],
               "straggler": {"rank": 1, "host": "n3", "times": 1.52}}
@@ -76,28 +78,47 @@ def test_a_run_that_failed_beyond_its_restart_budget_is_failed_with_its_whole_hi
     run_dir = with_segments(ended(fake_run(tmp_path, "spent", 0.05, results=False), "137"), HANG, NODE_FAIL, KILLED)
     status = Run(run_dir).status()
     history = ("3 failures, max_failures 2: segment 1 HANG (rank 1 on host n2, no step for 62 s), "
-               "segment 2 NODE_FAIL (n[1,3]), segment 3 FAILED (exit 137)")
+               "segment 2 NODE_FAIL (n3), segment 3 FAILED (rank 1 on host n4, exit 137)")
     assert (status.state, status.ended, status.cause) == (State.FAILED, True, history)
     assert [e["host"] for e in status.excluded] == ["n2", "n3"] and status.straggler is None
     assert cli.main(["status", str(run_dir)]) == 0
     printed = capsys.readouterr().out
-    for line in ("  segment 2: job 4242 on n[1,3], t2 -> e2 NODE_FAIL (exit 1): a node failed (n[1,3]), the scheduler "
+    for line in ("  segment 2: job 4242 on n[1,3], t2 -> e2 NODE_FAIL (exit 1): a node failed (n3), the scheduler "
                  "requeued the job, resumed from epoch 2 step 40 (12 steps lost)\n",
                  "    failure 2 of at most 2, requeued without n2, n3\n",
                  "  segment 3: job 4242 on n[1,4], t3 -> e3 FAILED (exit 137), resumed from epoch 2 step 40",
+                 "    rank 1 died on host n4 (exit 137)\n",
                  "    failure 3, max_failures 2: not requeued, the run FAILED\n",
                  f"  excluded: n2 ({HANG_WHY}); n3 (node failure)\n", f"  cause: {history}\n"):
         assert line in printed, printed
     assert table.row_of(run_dir, Run(run_dir).manifest)["last"] == history  # `run-cluster runs`
 
 
+def test_a_killed_rank_requeued_is_named_under_its_segment_while_the_run_goes_on_and_after_a_cancel(tmp_path, capsys):
+    """The batch shell's record names the rank that died and its host (the job log holds every segment's lines, and
+    a cause is shown only once the run has ended, and then it is the cancel)."""
+    run_dir = with_segments(fake_run(tmp_path, "killed", 0.05, results=False),
+                            {**KILLED, "requeued": True, "failures": 1, "died": {"rank": 1, "host": "n2"}}, None)
+    lines = ["  segment 1: job 4242 on n[1-2], t1 -> e1 FAILED (exit 137)", "    rank 1 died on host n2 (exit 137)",
+             "    failure 1 of at most 2, requeued"]
+    assert cli.main(["status", str(run_dir)]) == 0
+    assert capsys.readouterr().out.splitlines()[1:4] == lines
+    segments.record_cancel(run_dir, "4242")
+    status = status_of(json.loads((run_dir / "manifest.json").read_text()),
+                       Scheduler(said={"state": State.CANCELLED, "exit_code": "0:15", "nodes": "n[1,3]",
+                                       "said": "sacct: CANCELLED by 0"}), run_dir)
+    assert status.state == State.CANCELLED and status.cause.startswith("cancelled by bin/run-cluster cancel at ")
+    assert status_lines(status)[1:4] == lines
+
+
 def test_a_spent_budgets_cause_leads_with_what_the_log_says_of_the_failure(tmp_path):
     """max_failures 0: the first killed rank ends the run; its log names the rank and host, the record the budget."""
     run_dir = with_segments(ended(fake_run(tmp_path, "killed", 0.05, results=False), "137"),
-                            {**KILLED, "failures": 1, "max_failures": 0})
+                            {**KILLED, "failures": 1, "max_failures": 0, "died": {"rank": 1, "host": "n2"}})
     (run_dir / "logs" / "slurm-4242.out").write_text("srun: error: n2: task 1: Killed\n")
     said = "rank 1 died on host n2; its log lines above say why"
-    assert Run(run_dir).status().cause == f"{said}; 1 failures, max_failures 0: segment 1 FAILED (exit 137)"
+    assert Run(run_dir).status().cause == (f"{said}; 1 failures, max_failures 0: segment 1 FAILED (rank 1 on host n2, "
+                                           "exit 137)")
     assert table.row_of(run_dir, Run(run_dir).manifest)["last"].startswith(said)  # `run-cluster runs`
 
 

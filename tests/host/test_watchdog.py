@@ -124,13 +124,18 @@ NODE_DOWN = ('#!/bin/bash\ncase "$1 $2" in\n  "show job") echo "JobId=4242 JobSt
              '  update*) echo "$*" >> "$CT_FAKE_DIR/updated" ;;\nesac\n')
 
 
-def test_a_failed_node_is_left_out_of_the_job_slurm_requeued(script, store, tmp_path):
-    fakes = {"srun": SRUN, "scontrol": NODE_DOWN, "apptainer": "#!/bin/bash\necho training\n"}
+@pytest.mark.parametrize("sinfo, srun_said, why", [
+    ('echo "nB|gone"', "", "the node failed under segment 1: gone"),  # still down: sinfo names it, and its reason
+    ("true", "srun: error: Node failure on nB", "the node failed under segment 1")])  # back at once: srun saw it
+def test_a_failed_node_is_named_and_left_out_of_the_job_slurm_requeued(script, store, tmp_path, sinfo, srun_said, why):
+    srun = SRUN.replace("\n", f'\necho "{srun_said}" >&2\n', 1)  # srun's own line, before the step's
+    fakes = {"srun": srun, "scontrol": NODE_DOWN,
+             "sinfo": f"#!/bin/bash\n{sinfo}\n", "apptainer": "#!/bin/bash\necho training\n"}
     job = start(script, tmp_path, "0", fakes, CT_HEARTBEAT_S="1", SLURM_JOB_NODELIST="nA,nB")
     out, _ = job.communicate(timeout=60)
     (end,) = ends(store / "runs" / "long")
     assert end["how"] == "NODE_FAIL" and (end["requeued"], end["failures"]) == (True, 1), (end, out)
-    assert end["excluded"] == [{"host": "nB", "why": "the node failed under segment 1"}], end
+    assert end["failed_nodes"] == ["nB"] and end["excluded"] == [{"host": "nB", "why": why}], end
     assert (tmp_path / "updated").read_text().split() == ["update", "JobId=4242", "ExcNodeList=nB"]
 
 

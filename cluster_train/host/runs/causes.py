@@ -51,6 +51,10 @@ ENDED_BY: Dict[str, Tuple[str, str]] = {
              "network; in I/O, the file system; a GPU fallen off the bus, the node (it is left out of the requeued "
              "job). A step that is only slow (a long validation, a first compile): raise the profile's "
              "hang_timeout (default auto: 20 steps' time, at least 5 minutes)"),
+    "died": ("rank {rank} died on host {host} (exit {exit_code})",
+             "a rank killed by a signal (exit 128 + the signal: 137 SIGKILL, from the kernel's OOM killer or a "
+             "kill -9; 135 SIGBUS, 139 SIGSEGV) ended the job's steps: its log lines, and the host's kernel log, say "
+             "why. Within the restart budget (max_failures) the job is requeued and goes on from its last checkpoint"),
     "requeued": ("failure {failures} of at most {max_failures}, requeued{without}",
                  "a hang, a node failure or a killed rank: the job was requeued under the restart budget "
                  "(max_failures, failure-requeues per run, apart from time limits) and goes on from its last "

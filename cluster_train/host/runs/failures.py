@@ -13,6 +13,7 @@ from cluster_train.host.runs.segments import Segment
 def segment_lines(segment: Segment) -> List[str]:
     """The segment's line, and under it what its failure's end says: the stuck rank, the budget it spent."""
     details = [hang(segment)] if segment.stuck else []
+    details += [died(segment)] if segment.died else []
     if segment.failures is not None:
         details.append(budget_step(segment))
     return [segment.line()] + [f"  {line}" for line in details]
@@ -23,6 +24,12 @@ def hang(segment: Segment) -> str:
     stuck = segment.stuck
     return causes.ended_by("hang", **{k: str(stuck.get(k, "?")) for k in ("rank", "host", "silent_s", "step")},
                            stacks=segment.stacks or "(none saved)")
+
+
+def died(segment: Segment) -> str:
+    """'rank 1 died on host n3 (exit 137)': the rank whose death ended the segment's steps."""
+    return causes.ended_by("died", rank=str(segment.died.get("rank", "?")), host=str(segment.died.get("host", "?")),
+                           exit_code=str(segment.exit_code))
 
 
 def budget_step(segment: Segment) -> str:
@@ -62,13 +69,18 @@ FAILURES = ("HANG", "NODE_FAIL", "FAILED")  # the ends a segment's failure has, 
 
 
 def failure_text(segment: Segment) -> str:
-    """'segment 1 HANG (rank 1 on host n2, no step for 62 s)', 'segment 2 NODE_FAIL (n1,n3)',
-    'segment 3 FAILED (exit 137)'."""
-    stuck = segment.stuck
-    said = (f"rank {stuck.get('rank', '?')} on host {stuck.get('host', '?')}, "
-            f"no step for {stuck.get('silent_s', '?')} s" if stuck else segment.hosts if segment.how == "NODE_FAIL"
-            else f"exit {segment.exit_code}" if segment.exit_code not in (None, 0) else "")
-    return f"segment {segment.number} {segment.how}" + (f" ({said})" if said else "")
+    """'segment 1 HANG (rank 1 on host n2, no step for 62 s)', 'segment 2 NODE_FAIL (n3)',
+    'segment 3 FAILED (rank 1 on host n2, exit 137)'."""
+    stuck, dead = segment.stuck, segment.died
+    if stuck:
+        said = [f"rank {stuck.get('rank', '?')} on host {stuck.get('host', '?')}",
+                f"no step for {stuck.get('silent_s', '?')} s"]
+    elif segment.how == "NODE_FAIL":
+        said = [segment.failed_hosts]
+    else:
+        said = [f"rank {dead.get('rank', '?')} on host {dead.get('host', '?')}"] if dead else []
+        said += [f"exit {segment.exit_code}"] if segment.exit_code not in (None, 0) else []
+    return f"segment {segment.number} {segment.how}" + (f" ({', '.join(said)})" if said else "")
 
 
 def told(run_dir: Path, found: List[Segment]) -> str:

@@ -13,7 +13,8 @@ from typing import Dict, List, Optional
 FILE = Path("logs") / "segments.jsonl"
 CANCELLED = Path("logs") / "cancelled.json"  # written by `run-cluster cancel` before it asks the scheduler
 # a failure's end event's keys (the batch shell's restart budget and watchdog), each with its type
-FAILURE_KEYS = {"requeued": bool, "failures": int, "max_failures": int, "stuck": dict, "stacks": str, "excluded": list}
+FAILURE_KEYS = {"requeued": bool, "failures": int, "max_failures": int, "stuck": dict, "stacks": str, "excluded": list,
+                "failed_nodes": list, "died": dict}
 
 
 @dataclass
@@ -35,12 +36,19 @@ class Segment:
     stuck: Dict = field(default_factory=dict)  # a HANG's stuck rank: rank, host, step, silent_s
     stacks: str = ""  # a HANG's saved stacks, relative to the run directory
     excluded: List[Dict] = field(default_factory=list)  # every node left out of the requeued job so far: host, why
+    failed_nodes: List[str] = field(default_factory=list)  # a NODE_FAIL's nodes the scheduler marked failed
+    died: Dict = field(default_factory=dict)  # a rank killed by a signal, which ended the steps: rank, host
 
     @property
     def budget_spent(self) -> bool:
         """A failure beyond the restart budget: the batch shell did not requeue it, and the run has FAILED."""
         return (not self.requeued and isinstance(self.failures, int) and isinstance(self.max_failures, int)
                 and self.failures > self.max_failures)
+
+    @property
+    def failed_hosts(self) -> str:
+        """A NODE_FAIL's nodes as the scheduler named them ('n2'), else 'one of' the segment's ('one of n[1-2]')."""
+        return ", ".join(self.failed_nodes) or f"one of {self.hosts or '?'}"
 
     def resumed_from(self) -> List[Dict]:
         """Where each training process went on from: its epoch counted from 1, as the job log counts it (the
@@ -56,7 +64,7 @@ class Segment:
         return (f"segment {self.number}: job {self.job_id or '-'} on {self.hosts or '-'}, {self.start or '?'} -> "
                 f"{self.end or 'running'} {self.how or 'RUNNING'}"
                 + (f" (exit {self.exit_code})" if self.exit_code not in (None, 0) else "")
-                + (f": a node failed ({self.hosts}), the scheduler requeued the job"
+                + (f": a node failed ({self.failed_hosts}), the scheduler requeued the job"
                    if self.how == "NODE_FAIL" and not self.budget_spent else "")
                 + (f", resumed from {resumed}" if resumed else ""))
 
@@ -101,6 +109,7 @@ def record_failure(seg: Segment, end: Dict) -> None:
         if isinstance(end.get(key), kind):
             setattr(seg, key, end[key])
     seg.excluded = [e for e in seg.excluded if isinstance(e, dict) and e.get("host")]
+    seg.failed_nodes = [host for host in seg.failed_nodes if isinstance(host, str) and host]
 
 
 def as_records(run_dir: Path) -> List[Dict]:

@@ -91,7 +91,10 @@ class Scheduler:
       requeued_under_us, failed_nodes, leave_out_pending, cancel_self
                        a shell test: the scheduler itself has requeued the job while this batch shell runs (a node
                        failure), so its steps were ended, whatever their exit status ("": it never does); then the
-                       words that print its failed nodes, leave $ct_left_out out, cancel it (the budget is spent).
+                       words that print its failed nodes (HOST<tab>WHY lines), leave $ct_left_out out, cancel it (the
+                       budget is spent).
+      died_rank        shell words printing "RANK HOST" of the rank whose death ended the training step, where the
+                       scheduler's launcher names it ("": the batch shell starts the ranks itself, and knows).
       unsupported      the profile/partition keys (Placement fields) it cannot express, each with the fix.
       directives(), directive_prefix   its header's options, decided in Python (the template writes them).
       short_options, option_groups, repeatable, option_keys
@@ -123,6 +126,7 @@ class Scheduler:
     follow_by_default = False  # --wait unless --no-wait
     session = None  # interactive allocations (run-cluster shell): a sessions.Session (it imports this module)
     requeue_command = requeued_under_us = failed_nodes = leave_out_pending = cancel_self = ""  # the docstring above
+    died_rank = ""  # the docstring above
     job_id_var = "$$"  # the job's id, as the batch shell reads it
     hosts_var = "$(hostname)"  # the job's hosts, as the batch shell reads them
     each_node = '"$@"'  # the body of ct_each_node COMMAND...: here, the batch shell's host is the job's only one

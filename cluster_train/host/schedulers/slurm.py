@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
 from cluster_train.host.schedulers.sessions import SlurmSession
+from cluster_train.host.schedulers.slurm_failures import DIED_RANK, FAILED_NODES, LEAVE_OUT_PENDING, REQUEUED_UNDER_US
 from cluster_train.host.schedulers.slurm_estimates import pending_start, test_only_start, test_only_verdict
 import cluster_train.host.schedulers.slurm_inventory as live
 from cluster_train.host.schedulers.slurm_usage import usage as sacct_usage
@@ -38,16 +39,9 @@ class Slurm(Scheduler):
     default_launch = "srun"
     launches = ("srun", "lightning", "independent")
     requeue_command = 'scontrol requeue "$SLURM_JOB_ID"'
-    # a node failure: Slurm cancels the job "DUE TO NODE FAILURE" and requeues it; srun may exit 0, Restarts go up
-    # only after it returned (clean-clone CI): a node of the job DOWN says it too (DOWN ends every job on the node)
-    requeued_under_us = ('{ [ "$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | '
-                         'sed -n "s/.* Restarts=\\([0-9]*\\).*/\\1/p")" -gt "${SLURM_RESTART_COUNT:-0}" ] '
-                         '2>/dev/null || scontrol show node -o "$SLURM_JOB_NODELIST" 2>/dev/null | '
-                         'grep -q " State=[A-Z_+]*DOWN"; }')
-    # a node failure: the job's nodes Slurm marks failed; ExcNodeList is taken from a pending job only
-    failed_nodes = ('scontrol show node -o "$SLURM_JOB_NODELIST" 2>/dev/null | sed -n '
-                    '"s/^NodeName=\\([^ ]*\\) .*State=[A-Z_+]*\\(DOWN\\|FAIL\\|DRAIN\\|NOT_RESPONDING\\).*/\\1/p"')
-    leave_out_pending = 'scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="${ct_left_out// /,}"'
+    # the batch shell's words for a failure Slurm itself acts on, and for the rank that died (slurm_failures.py)
+    requeued_under_us, failed_nodes, died_rank = REQUEUED_UNDER_US, FAILED_NODES, DIED_RANK
+    leave_out_pending = LEAVE_OUT_PENDING
     cancel_self = 'scancel "$SLURM_JOB_ID"'
     max_warning_s = 65535  # sbatch --signal=B:USR1@sig_time: "an integer between 0 and 65535"
     job_id_var = "$SLURM_JOB_ID"
