@@ -204,3 +204,5 @@ def test_ctrl_c_while_pending_withdraws_the_request(slurm_cluster, held_cluster,
     assert session.returncode == 2 and "withdrawn; nothing is allocated" in rest, "".join(lines) + rest
     (run_dir,) = runs_dir.iterdir()
     released(run_dir)
+    status = run_cluster("status", run_dir).stdout  # the withdrawal is run-cluster's own cancel
+    assert "CANCELLED" in status.splitlines()[0] and "cause: cancelled by bin/run-cluster cancel at" in status, status
