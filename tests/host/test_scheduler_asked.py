@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, run_cluster
 
 CALLS = "calls.log"
-CONFIG = 'if [ "$1 $2" = "show config" ]; then echo "ClusterName = ct"; fi'  # and `scontrol ping` answers
+CONFIG = 'if [ "$1 $2" = "show config" ]; then printf "ClusterName = ct\\nMaxArraySize = 2\\n"; fi'  # ping answers
 ACCEPTED = ('echo "sbatch: Job 3 to start at 2026-12-01T10:00:00 using 1 processors on nodes n1 in partition ci" >&2; '
             'echo "sbatch:   Preempts: 45,44" >&2')
 REFUSED = ('echo "sbatch: warning: the --mem request is rounded" >&2; echo "allocation failure: Invalid qos '
@@ -65,6 +65,16 @@ def test_a_file_of_this_machines_cluster_is_asked_and_its_start_line_quoted(stor
     assert "start: Slurm expects it at 2026-12-01T10:00:00 on n1 in partition ci (sbatch --test-only, nothing " \
            "queued)" in done.stdout
     assert calls(tmp_path).count("sbatch --test-only") == 1
+
+
+@pytest.mark.parametrize("name, scripts", [("gilbreth", "--- sweep script (dry run"), ("mysite", "script 1 of 2")])
+def test_a_sweep_is_split_at_this_machines_array_limit_only_on_its_cluster(store, tmp_path, monkeypatch, name,
+                                                                            scripts):
+    """This Slurm's MaxArraySize (2) is its cluster's (mysite: ct), not gilbreth's: three runs are one array there."""
+    fake_slurm(tmp_path, monkeypatch)
+    cluster = "gilbreth" if name == "gilbreth" else ci_slurm_named(tmp_path, name)
+    done = run_cluster(cluster, "n1_gpu1", "demo", "--sweep", "optim.lr=0.1,0.2,0.3", "--dry-run")
+    assert done.returncode == 0 and scripts in done.stdout, done.stdout[:600] + done.stderr
 
 
 def test_check_cluster_of_another_sites_file_asks_nothing_and_says_why(tmp_path, monkeypatch):
