@@ -51,10 +51,10 @@ def test_a_dry_run_of_another_sites_file_never_asks_this_machines_slurm(store, t
     assert "sbatch" not in calls(tmp_path)
 
 
-@pytest.mark.parametrize("name", ["mysite", "other"])
+@pytest.mark.parametrize("name", ["mysite", "other", "CT"])
 def test_a_file_of_this_machines_cluster_is_asked_and_its_start_line_quoted(store, tmp_path, monkeypatch, name):
     """scheduler_cluster: ct (ci-slurm's, kept in mysite.yaml) names the cluster this Slurm serves; without it the
-    file's name (other) is compared, and is not ct."""
+    file's name is compared: other is not ct, CT is (Slurm maps a ClusterName to lower case)."""
     fake_slurm(tmp_path, monkeypatch)
     done = run_cluster(ci_slurm_named(tmp_path, name), "n1_gpu1", "demo", "--set", "data.num_workers=0", "--dry-run")
     assert done.returncode == 0, done.stderr

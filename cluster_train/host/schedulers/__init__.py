@@ -55,7 +55,7 @@ def serves_another(scheduler: str, cluster: str, path: str) -> str:
     file at `path`): it serves another cluster, whose answers (a script's verdict, its partitions, its limits) would be
     taken for this one's; "" where it serves this one, or cannot say which one it serves."""
     here = adapter(scheduler).cluster_here()
-    if here is None or here == cluster:
+    if here is None or here.lower() == cluster.lower():  # Slurm maps a ClusterName to lower case
         return ""
     return (f"this machine's {adapter(scheduler).title} serves cluster {here!r}, not {cluster!r}, so it is not "
             f"asked; if it is that cluster, set scheduler_cluster: {here} in {path}")
