@@ -61,7 +61,7 @@ def draft(name: str, found: Inventory) -> str:
              *associations(found),
              f"name: {name}", f"description: {json.dumps(f'{name} (drafted from its {title})')}",
              f"scheduler: {found.scheduler}",
-             *([f"scheduler_cluster: {found.cluster}  # its name to the {title}: the one asked about this file"]
+             *([f"scheduler_cluster: {found.cluster}  # its name to its {title}: only a {title} serving it is asked"]
                if found.cluster else []),
              f"apptainer: {{nv: {'true' if cuda else 'false'}}}  # bind the NVIDIA driver into the container",
              "# modules: [apptainer]     # where apptainer (or its dependencies) must be loaded first",
