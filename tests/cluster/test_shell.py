@@ -149,6 +149,8 @@ def test_a_command_on_the_lsf_stand_in(lsf_path, runs_dir, demo):
     ended = subprocess.run(["bjobs", "-a", "-noheader", "-o", "jobid stat exit_code"], capture_output=True, text=True)
     job_id = manifest(Path(run_dir))["scheduler"]["job_id"]
     assert ended.stdout.split() == [job_id, "EXIT", "3"]  # the session's job, recorded, ended with the command
+    status = run_cluster("status", run_dir).stdout
+    assert " FAILED" in status.splitlines()[0] and "cause: the shell's command exited 3" in status, status
 
 
 @pytest.fixture

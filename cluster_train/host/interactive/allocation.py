@@ -68,10 +68,12 @@ def run_session(prepared: Prepared, command: List[str], tty: bool, say: Callable
     scheduler, session, job = prepared.scheduler, prepared.scheduler.session, prepared.sub.job
     step = ["bash", str(prepared.script), *command]
     if not session.holds:  # the scheduler asks for the allocation and ends it with the command (LSF's bsub -Is)
+        code = None
         try:
-            return ended_by_itself(prepared, session.enter(scheduler, job, "", step, tty), say)
+            code = ended_by_itself(prepared, session.enter(scheduler, job, "", step, tty), say)
+            return code
         finally:  # its job id is known once bsub has asked for it; none: nothing was queued, nothing is kept
-            recorded(prepared, session.job_id(job))
+            recorded(prepared, session.job_id(job), code)
     try:
         job_id = session.hold(scheduler, job, prepared.run_dir)
     except BaseException:
@@ -88,11 +90,14 @@ def run_session(prepared: Prepared, command: List[str], tty: bool, say: Callable
         release(scheduler, job_id, prepared.run_dir)
 
 
-def recorded(prepared: Prepared, job_id: str) -> None:
-    if job_id:
-        queue.write_manifest(prepared.sub, job_id)
-    else:
+def recorded(prepared: Prepared, job_id: str, code: Optional[int]) -> None:
+    """The session's manifest, and its command's exit status where it ended by itself (None: interrupted)."""
+    if not job_id:
         runs.discard(prepared.run_dir)
+        return
+    queue.write_manifest(prepared.sub, job_id)
+    if code is not None:
+        ending.record_session_end(prepared.run_dir, job_id, code)
 
 
 def ended_by_itself(prepared: Prepared, argv: List[str], say: Callable[[str], None], poll_s: float = 2.0) -> int:
