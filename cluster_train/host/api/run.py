@@ -169,7 +169,8 @@ class Run:
 
     def results(self) -> Dict[str, Any]:
         """results.json, which a run writes when its training has finished; a packed run's (several independent
-        tasks in one job, each in its own directory): {task name: its results.json}."""
+        tasks in one job, each in its own directory): {task name: its results.json}. Without one: ClusterTrainError,
+        saying to wait for a run not ended, and what an ended run wrote instead (your own command's files)."""
         self._fetch()
         tasks = [task["name"] for task in self.manifest.get("job", {}).get("tasks") or []]
         if tasks:
