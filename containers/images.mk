@@ -6,7 +6,7 @@
 #
 # Builds are content-addressed. The key of a build is the sha256 of every input that goes into the image: the
 # definition file, the lock file, containers/install.sh, pyproject.toml and every file of the cluster_train package that
-# runs in the image (`git ls-files` plus untracked, not ignored files; not cluster_train/host/ or train/templates/).
+# runs in the image (`git ls-files` plus untracked, not ignored files; not cluster_train/host/).
 # After a build, images/$(FLAVOR).inputs holds that key (one `sha256  path` line per input, taken just before the build
 # started), rewritten only when its content changes.
 # `make image` rebuilds exactly when the current key differs from the stamp (or there is no image): a second
