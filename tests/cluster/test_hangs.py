@@ -2,9 +2,11 @@
 2-node DDP run is found by the batch shell's watchdog within hang_timeout + 60 s, named with its host, its stacks
 saved; the job is requeued without that node, resumes and ends with the metrics of an uninterrupted run. A run whose
 rank is killed at each of its starts is requeued twice (max_failures 2) and then ends FAILED. On the LSF stand-in the
-watchdog ends a hung single-host run and names it."""
+watchdog ends a hung single-host run and names it, and a host failed under a 2-host run is named and left out of the
+job LSF reruns."""
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -155,3 +157,41 @@ def test_the_lsf_watchdog_ends_a_hung_single_host_run_and_names_it(cpu_image, cl
     assert end["how"] == "HANG" and end["stuck"]["host"] == host and end["requeued"], end
     assert end["excluded"] == [{"host": host, "why": f"rank 0 made no step for {end['stuck']['silent_s']} s"}], end
     assert host not in rerun.hosts, rerun  # bmod -R "select[hname!=HOST]" before brequeue: it runs elsewhere
+
+
+def test_an_lsf_host_failed_under_a_two_host_run_is_named_and_left_out_of_the_rerun(cpu_image, cluster_nodes, lsf_path,
+                                                                                    runs_dir, tmp_path, monkeypatch):
+    """The second host of a running 2-host blaunch job fails (the stand-in's trigger, tests/lsf/host_failure.py):
+    bhosts shows it unavail, LSF shuts the job down and reruns it (bsub -r). The segment ends NODE_FAIL naming that
+    host, and the rerun runs without it, though it is back by then; `status` says it was left out."""
+    from cancel_scenarios import STOP_SH
+
+    standin = str(ROOT / "tests" / "lsf" / "standin.py")
+    monkeypatch.setenv("CT_LSF_REQUEUE_DELAY", "4")  # the host is back before the rerun is dispatched
+    monkeypatch.setenv("CT_LSF_TERMINATE_INTERVAL", "5")
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "stop.sh").write_text(STOP_SH)
+    done = run_cluster("ci-lsf", "two_hosts", "--run-id", "lsf-hostfail", "--no-wait", "--stale-image-ok", "--",
+                       "bash", "stop.sh", cwd=tmp_path / "code")
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = runs_dir / "lsf-hostfail"
+    job_id = manifest(run_dir)["scheduler"]["job_id"]
+    host = ""
+    try:
+        wait_for_run(lambda: job_logs(run_dir).count("[test] segment 1 running") == 2, "both ranks run", 180, run_dir)
+        host = segments.read(run_dir)[0].hosts.split()[-1]  # not the first host: its batch shell records the failure
+        subprocess.run([standin, "--host-down", host], check=True)
+        wait_for_run(lambda: segments.read(run_dir)[0].how, "segment 1 ended", 60, run_dir)
+        subprocess.run([standin, "--host-up", host], check=True)
+        found = wait_for_run(lambda: len(segments.read(run_dir)) > 1 and segments.read(run_dir), "the rerun", 60,
+                             run_dir)
+        status = run_cluster("status", run_dir).stdout
+    finally:
+        subprocess.run(["bkill", job_id], capture_output=True)
+        if host:
+            subprocess.run([standin, "--host-up", host], capture_output=True)
+    log = job_logs(run_dir)
+    assert found[0].how == "NODE_FAIL" and found[0].failed_nodes == [host], (found, log[-2000:])
+    assert host not in found[1].hosts.split(), found  # bmod -R "select[hname!=HOST]" before LSF's rerun
+    assert re.search(rf"NODE_FAIL( \(exit \d+\))?: a node failed \({host}\)", status), status
+    assert re.search(rf"^  excluded: {host} \(", status, re.M), status

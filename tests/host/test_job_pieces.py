@@ -79,7 +79,8 @@ def test_lsf_header_counts_slots_spans_hosts_and_rounds_the_warning_up_to_minute
     options = Lsf().directives(two_hosts)
     assert "-n 16" in options and '-R "rusage[mem=4GB]"' in options and '-R "span[ptile=8]"' in options
     assert '-gpu "num=2:mode=exclusive_process:gmodel=a100:gmem=40G"' in options
-    assert options[-4:] == ["-o /runs/r1/logs/demo_%J.out", "-e /runs/r1/logs/demo_%J.err", "-wa USR1", "-wt 6"]
+    assert options[-5:] == ["-o /runs/r1/logs/demo_%J.out", "-e /runs/r1/logs/demo_%J.err", "-wa USR1", "-wt 6",
+                            "-r"]  # rerunnable: LSF reruns it when an execution host fails
     assert '-R "span[hosts=1]"' in Lsf().directives(job(place(), scheduler="lsf"))
     assert gpu_option(place(gpus_per_node=1, gpu_type="a100", gpu_request="count")) == [
         '-gpu "num=1:mode=exclusive_process"']

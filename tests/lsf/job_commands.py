@@ -219,7 +219,7 @@ def print_long(job: Path, rec: dict, bjobs_style: bool = False) -> None:
             if rec["runlimit_s"]:
                 lines.append(f"\n RUNLIMIT\n {rec['runlimit_s'] / rec['minute_s']:.1f} min\n")
         elif kind == "start":
-            hosts = rec["slots"]
+            hosts = e.get("slots", rec["slots"])  # each run's own: a rerun or a bmod -R may place it elsewhere
             where = " ".join(f"<{h}>" if hosts.count(h) == 1 else f"<{hosts.count(h)}*{h}>"
                              for h in dict.fromkeys(hosts))
             lines.append(f"{t}: Dispatched {len(hosts)} Task(s) on Host(s) {where}, Allocated {len(hosts)} Slot(s) "

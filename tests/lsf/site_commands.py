@@ -1,12 +1,15 @@
-"""The LSF stand-in's commands that describe the site (see standin.py): `bqueues -l [queue ...]` and `lshosts -w`,
-`lshosts -gpu`, printed in the layout of IBM's LSF 10.1 (the long queue listing: a QUEUE: line, its description,
-PARAMETERS/STATISTICS, RUNLIMIT in minutes where the queue has one, USERS: and HOSTS:; lshosts' wide table with
-maxmem in M; lshosts -gpu one line per GPU). Queues: queues.json (runlimit_min, description); hosts: hosts.json."""
+"""The LSF stand-in's commands that describe the site (see standin.py): `bqueues -l [queue ...]`, `lshosts -w`,
+`lshosts -gpu` and `bhosts [-w] [host ...]`, printed in the layout of IBM's LSF 10.1 (the long queue listing: a QUEUE:
+line, its description, PARAMETERS/STATISTICS, RUNLIMIT in minutes where the queue has one, USERS: and HOSTS:;
+lshosts' wide table with maxmem in M; lshosts -gpu one line per GPU; bhosts' default table, a host's STATUS as
+host_failure.py leaves it). Queues: queues.json (runlimit_min, description); hosts: hosts.json."""
 import json
 import sys
 from pathlib import Path
 
 from bsub_options import QUEUES, refuse
+from host_failure import status
+from records import STATE, read
 
 HOSTS = json.loads((Path(__file__).resolve().parent / "hosts.json").read_text())
 
@@ -49,3 +52,21 @@ def lshosts(argv) -> None:
                   f"{str(spec['maxmem_mb']) + 'M':>8} {'1024M':>7} {'Yes':>6} (mg gpu)")
     else:
         refuse("stand-in: only `lshosts -w` and `lshosts -gpu` are modelled")
+
+
+def bhosts(argv) -> None:
+    """`bhosts [-w] [host ...]`: LSF's default host listing, one line per host; its STATUS `ok`, or `unavail` once
+    down (host_failure.py)."""
+    names = [word for word in argv if word != "-w"]
+    unknown = [name for name in names if name not in HOSTS]
+    for name in unknown:
+        print(f"{name}: Bad host name, host group name or cluster name", file=sys.stderr)
+    print(f"{'HOST_NAME':<20} {'STATUS':<15} {'JL/U':>4} {'MAX':>6} {'NJOBS':>6} {'RUN':>6} {'SSUSP':>6} "
+          f"{'USUSP':>6} {'RSV':>6}")
+    for name in [n for n in names if n in HOSTS] or HOSTS:
+        slots = sum(read(job, "hostfile").split().count(name) for job in STATE.glob("[0-9]*")
+                    if read(job, "stat") == "RUN")
+        print(f"{name:<20} {status(name):<15} {'-':>4} {HOSTS[name]['ncpus']:>6} {slots:>6} {slots:>6} {0:>6} "
+              f"{0:>6} {0:>6}")
+    if unknown:
+        sys.exit(255)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A stand-in for LSF's bsub, bjobs, bkill, brequeue, bmod, bhist, blaunch, bqueues and lshosts, for tests only (LSF
-has no free implementation).
+"""A stand-in for LSF's bsub, bjobs, bkill, brequeue, bmod, bhist, blaunch, bqueues, lshosts and bhosts, for tests only
+(LSF has no free implementation).
 
 It checks what real bsub checks before accepting a job (queue, -n, -W, -wa/-wt, -Q, -gpu and -R syntax; #BSUB lines
 read from a script given on standard input), places the job on the queue's hosts, and runs the script on the first one
@@ -32,17 +32,22 @@ Long runs, as IBM's LSF 10.1 documents them (bsub -W/-wa/-wt/-Q, brequeue, bkill
 - mbatchd's memory: a finished job stays in bjobs (`bjobs ID`, `bjobs -a`) for CLEAN_PERIOD seconds after it
   finished (lsb.params; LSF's default 3600); then bjobs says `Job <ID> is not found`, bkill and brequeue find no
   matching job, and only bhist, which reads the event log, still knows it.
+- an execution host failing under a running job (host_failure.py; `standin.py --host-down HOST`, a test's trigger, and
+  `--host-up HOST`), as LSF 10.1 documents it: bhosts shows the host `unavail`; the job's tasks there are lost; LSF
+  shuts the whole blaunch job down (its default when a task's RES is lost) with its TERMINATE signals; a rerunnable
+  job (`bsub -r`) is requeued with its id and rerun on available hosts, any other is lost, EXIT.
 Clock and intervals, for tests (seconds): CT_LSF_MINUTE_SECONDS (an LSF minute in -W/-wt; default 60),
 CT_LSF_RUNLIMIT_GRACE (SIGUSR2 at the run limit to the kill; default 10 LSF minutes), CT_LSF_TERMINATE_INTERVAL
 (SIGINT/SIGTERM to SIGKILL; default 10, LSF's JOB_TERMINATE_INTERVAL), CT_LSF_REQUEUE_DELAY (PEND time of a requeued
 job before it is dispatched again; default 2), CT_LSF_CLEAN_PERIOD (CLEAN_PERIOD; default 3600). They are read at
 bsub time and kept with the job.
 State: $CT_LSF_STATE (default /tmp/ct-lsf), one directory per job: job.json, env.json, script.sh, hostfile, stat,
-exit_code, exit_reason, pid, history.jsonl (every event with its time).
+exit_code, exit_reason, pid, history.jsonl (every event with its time), host_failed; hosts/, a file per host down.
 Interactive jobs (`bsub -I`, `-Is`: bsub waits, the command attached to its terminal): interactive.py.
 Modules, siblings of this file: bsub_options.py (what bsub accepts and refuses, requeue values, placement on hosts),
 records.py (the state directory and job records), supervisor.py (the per-job supervisor), job_commands.py (bjobs,
-bkill, brequeue, bhist), site_commands.py (bqueues -l, lshosts: the queues and hosts, hosts.json). Here: bsub,
+bkill, brequeue, bhist), site_commands.py (bqueues -l, lshosts, bhosts: the queues and hosts, hosts.json),
+host_failure.py (a host's failure under a job). Here: bsub,
 blaunch and the entry point that the wrappers (symlinks to this file named bsub, bjobs, ...) and the supervisor run.
 """
 import getpass
@@ -60,7 +65,8 @@ from bsub_options import check, dependencies, minutes, parse_bsub, place, refuse
 from interactive import attached  # noqa: E402
 from job_commands import bhist, bjobs, bkill, bmod, brequeue  # noqa: E402
 from records import STATE, event, existing_job, job_dir, write  # noqa: E402
-from site_commands import bqueues, lshosts  # noqa: E402
+from host_failure import host_down, host_up  # noqa: E402
+from site_commands import bhosts, bqueues, lshosts  # noqa: E402
 from supervisor import on_host, start_supervisor, supervise  # noqa: E402
 
 
@@ -149,6 +155,7 @@ def create_job(key: str, job_id: int, index: int, name: str, cap, opts: dict, sc
         "requeue_delay_s": seconds("CT_LSF_REQUEUE_DELAY", 2),
         "clean_period_s": seconds("CT_LSF_CLEAN_PERIOD", 3600),
         "waits_on": waits_on, "orphan_termination": "-ti" in opts,
+        "resources": opts["-R"], "rerunnable": "-r" in opts,  # a rerun's placement; bsub -r (host_failure.py)
     }
     env = {**os.environ, "LSB_JOBID": str(job_id), "LSB_JOBINDEX": str(index), "LSB_JOBNAME": name,
            "LSB_QUEUE": record["queue"],
@@ -182,6 +189,9 @@ def blaunch(argv) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--supervise"]:
         supervise(sys.argv[2])
+    elif sys.argv[1:2] in (["--host-down"], ["--host-up"]):  # a test's trigger, no LSF command (host_failure.py)
+        (host_down if sys.argv[1] == "--host-down" else host_up)(sys.argv[2])
     else:
         {"bsub": bsub, "bjobs": bjobs, "bkill": bkill, "brequeue": brequeue, "bhist": bhist, "bmod": bmod,
-         "blaunch": blaunch, "bqueues": bqueues, "lshosts": lshosts}[Path(sys.argv[0]).name](sys.argv[1:])
+         "blaunch": blaunch, "bqueues": bqueues, "lshosts": lshosts, "bhosts": bhosts}[Path(sys.argv[0]).name](
+            sys.argv[1:])

@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from bsub_options import requeues_on, signal_number
+from bsub_options import QUEUES, place, requeues_on, signal_number
+from host_failure import unavailable
 from records import STATE, event, history, job_dir, read, write
 
 HERE = Path(__file__).resolve().parent
@@ -109,10 +110,16 @@ def signal_job(job: Path, pgid: int, signum: int, why: str) -> None:
 
 
 def dispatch_as_modified(job: Path, rec: dict, env: dict) -> None:
-    """A job bmod -R changed while it ran is dispatched to the hosts its new requirements allow."""
+    """A job bmod -R changed while it ran is dispatched to the hosts its new requirements allow; one whose hosts are
+    not all available now (a rerun after a host failed) to available hosts its requirements allow."""
     fresh = json.loads((job / "job.json").read_text())
-    slots = fresh.pop("next_slots", None)
-    if not slots:
+    modified = fresh.pop("next_slots", None)
+    slots = modified or rec["slots"]
+    down = unavailable(QUEUES[rec["queue"]]["hosts"])
+    if set(down) & set(slots):
+        slots = place({"-q": rec["queue"], "-n": str(len(slots)),
+                       "-R": fresh.get("resources", []) + [f"select[{' && '.join(f'hname!={h}' for h in down)}]"]})
+    if not modified and slots == rec["slots"]:
         return
     rec["slots"] = fresh["slots"] = slots
     hosts = list(dict.fromkeys(slots))
@@ -143,12 +150,12 @@ def run_once(job: Path, rec: dict, env: dict, restart: bool):
     for name in ("exit_code", "exit_reason"):
         (job / name).unlink(missing_ok=True)
     write(job, "stat", "RUN")
-    event(job, "start", pid=proc.pid, hosts=hosts, restart=restart)
+    event(job, "start", pid=proc.pid, hosts=hosts, slots=rec["slots"], restart=restart)
     started = time.time()
     limit, warn_at = rec["runlimit_s"], None
     if limit is not None and rec["warning_s"] is not None:
         warn_at = max(0.0, limit - rec["warning_s"])
-    reason, plan = None, []  # plan: [(seconds since start, signal, why)] still to send
+    reason, plan, host_lost = None, [], ""  # plan: [(seconds since start, signal, why)] still to send
     interval = rec["terminate_interval_s"]
     while proc.poll() is None:
         now = time.time() - started
@@ -163,6 +170,10 @@ def run_once(job: Path, rec: dict, env: dict, restart: bool):
             reason = "TERM_OWNER"
             plan = [(now, signal.SIGINT, "bkill"), (now, signal.SIGTERM, "bkill"),
                     (now + interval, signal.SIGKILL, "bkill")]
+        elif not host_lost and (job / "host_failed").exists():  # host_failure.py: LSF shuts the whole job down
+            host_lost = read(job, "host_failed")
+            why = f"execution host {host_lost} unavailable"
+            plan = [(now, signal.SIGINT, why), (now, signal.SIGTERM, why), (now + interval, signal.SIGKILL, why)]
         elif reason is None and limit is not None and now >= limit:
             reason = "TERM_RUNLIMIT"
             grace = rec["runlimit_grace_s"]
@@ -182,11 +193,18 @@ def run_once(job: Path, rec: dict, env: dict, restart: bool):
     requeue_value = (rec["requeue_exit_values"] and reason != "TERM_OWNER"
                      and requeues_on(rec["requeue_exit_values"], code))
     stat = "DONE" if code == 0 and reason is None else "EXIT"
+    host_lost = host_lost or read(job, "host_failed")  # also where the script ended before the shutdown began
+    (job / "host_failed").unlink(missing_ok=True)
+    rerun = host_lost and rec.get("rerunnable") and not (job / "kill_request").exists()  # bsub -r: rerun elsewhere
     event(job, "end", code=code, stat=stat, reason=reason, requeue="brequeue" if reason == "TERM_REQUEUE_OWNER"
-          else "exit value" if requeue_value else None)
+          else "exit value" if requeue_value else "rerun" if rerun else None)
     write(job, "exit_code", str(code))
     if reason == "TERM_REQUEUE_OWNER" or requeue_value:
         write(job, "stat", "PEND")
         event(job, "requeued", why=reason or f"requeue exit value {code}")
+        return None
+    if rerun:
+        write(job, "stat", "PEND")
+        event(job, "requeued", why=f"execution host {host_lost} unavailable; the job is rerun")
         return None
     return stat, code, reason

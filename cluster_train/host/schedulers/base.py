@@ -91,8 +91,8 @@ class Scheduler:
       requeued_under_us, failed_nodes, leave_out_pending, cancel_self
                        a shell test: the scheduler itself has requeued the job while this batch shell runs (a node
                        failure), so its steps were ended, whatever their exit status ("": it never does); then the
-                       words that print its failed nodes (HOST<tab>WHY lines), leave $ct_left_out out, cancel it (the
-                       budget is spent).
+                       words that print its failed nodes (HOST<tab>WHY lines), leave $ct_left_out out (where that
+                       depends on the job: leave_out_requeued()), cancel it (the budget is spent).
       died_rank        shell words printing "RANK HOST" of the rank whose death ended the training step, where the
                        scheduler's launcher names it ("": the batch shell starts the ranks itself, and knows).
       unsupported      the profile/partition keys (Placement fields) it cannot express, each with the fix.
@@ -148,6 +148,9 @@ class Scheduler:
 
     def requeue_leaving_out(self, job: "Job") -> str:
         return ""  # shell: requeue this job, the hosts of $ct_left_out (space-separated) left out ("": it cannot)
+
+    def leave_out_requeued(self, job: "Job") -> str:
+        return self.leave_out_pending  # shell: leave $ct_left_out out of the job the scheduler requeued itself
 
     def template_dir(self) -> Path:
         """The folder of this adapter's template: `templates/` beside the module that defines its class."""

@@ -10,6 +10,7 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
 from cluster_train.host.schedulers.sessions import LsfSession
 from cluster_train.host.schedulers.lsf_inventory import inventory as live_inventory
+from cluster_train.host.schedulers.lsf_failures import FAILED_NODES, REQUEUED_UNDER_US
 
 if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
     from cluster_train.host.jobs.job import Job, Placement
@@ -30,6 +31,8 @@ class Lsf(Scheduler):
     # an array element is JOBID[index] (LSB_JOBINDEX is 0 or unset outside an array): brequeue JOBID would requeue all
     this_job = '"$LSB_JOBID$([ "${LSB_JOBINDEX:-0}" = 0 ] || echo "[$LSB_JOBINDEX]")"'
     requeue_command = f"brequeue {this_job}"
+    requeued_under_us, failed_nodes = REQUEUED_UNDER_US, FAILED_NODES  # a host's failure: lsf_failures.py
+    cancel_self = f"bkill {this_job}"
     job_id_var = "$LSB_JOBID"
     hosts_var = "$LSB_HOSTS"
     # blaunch -z takes one host at a time here (the stand-in's form): one per host, all at once, the worst status
@@ -72,19 +75,24 @@ class Lsf(Scheduler):
                    '-R "span[hosts=1]"' if place.nodes == 1 else f'-R "span[ptile={slots}]"']
         if job.notify.wanted:
             options += ["-B", "-N", *([f"-u {job.notify.email}"] if job.notify.email else [])]
+        # -r: rerun on other hosts when an execution host fails (lsf_failures.py); the batch shell keeps the budget
         return options + [f"-o {log}", f"-e {log[:-len('.out')]}.err", "-wa USR1",  # log_name() ends in .out
-                          f"-wt {self.warning_seconds(place.grace_s) // 60}", *place.directives]
+                          f"-wt {self.warning_seconds(place.grace_s) // 60}", "-r", *place.directives]
 
     def requeue_leaving_out(self, job: "Job") -> str:
+        return f"{self.leave_out_requeued(job)}; {self.requeue_command}"
+
+    def leave_out_requeued(self, job: "Job") -> str:
         """bmod -R replaces all of a job's resource requirements: its own -R strings again, the hosts of $ct_left_out
-        left out in its select[] (with the profile's constraint where it has one), then brequeue."""
+        left out in its select[] (with the profile's constraint where it has one); a running job's apply at its
+        next dispatch, after brequeue or LSF's own rerun."""
         constraint = job.placement.constraint
         own = [option for option in self.directives(job) if option.startswith("-R ")
                and not (constraint and option == f'-R "select[{constraint}]"')]
         select = f'-R "select[{f"({constraint}) && " if constraint else ""}$ct_hosts]"'
-        return (f'ct_hosts=$(printf "hname!=%s && " $ct_left_out); ct_hosts=${{ct_hosts% && }}; '
+        return (f'{{ ct_hosts=$(printf "hname!=%s && " $ct_left_out); ct_hosts=${{ct_hosts% && }}; '
                 f'bmod {" ".join(own)} {select} {self.this_job} || echo "[cluster-train] warning: bmod refused to leave '
-                f'$ct_left_out out; requeued on any host" >&2; {self.requeue_command}')
+                f'$ct_left_out out; requeued on any host" >&2; }}')
 
     def array_directives(self, name: str, count: int, cap: int, logs: str) -> Tuple[str, ...]:
         # LSF's job array: -J "name[1-N]%K" runs at most K elements at once; %J and %I name each element's output

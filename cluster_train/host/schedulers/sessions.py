@@ -52,8 +52,9 @@ class SlurmSession(Session):
 
 class LsfSession(Session):
     holds = False
-    # a batch job's output files, time-limit warning and mail: with -I, -o and -e would take the terminal's output
-    BATCH_ONLY = ("o", "e", "oo", "eo", "wa", "wt", "B", "N", "u")
+    # a batch job's output files, time-limit warning, mail and rerun: with -I, -o and -e would take the terminal's
+    # output, and -r has no place there (LSF: "Interactive jobs (bsub -I) are not rerunnable")
+    BATCH_ONLY = ("o", "e", "oo", "eo", "wa", "wt", "B", "N", "u", "r")
 
     def enter(self, scheduler: "Scheduler", job: "Job", job_id: str, command: List[str], tty: bool) -> List[str]:
         # named by its run id, unique, so that its job id is found afterwards (bsub -I prints it to the terminal)
