@@ -3,6 +3,9 @@ requeues, before it started, or (a sweep) just after its elements started, ends 
 the cancel and not a rank; `logs --follow` returns; `resume` continues it. Seen while Slurm remembers the jobs (by
 tests/cancel_scenarios.py, which cancels them as the session starts), and checked again after MinJobAge, when only
 the runs' own records and sacct do, at the session's end. On LSF, the stand-in's CLEAN_PERIOD is a few seconds.
+Every segment is closed (a batch shell SIGKILLed mid-save gets its end from the accounting) and says what the run's
+line says (`cancelling` while the cancel ends it); the resumed runs' queue waits are the scheduler's own, and a run
+queued --after another shows its wait on it apart (issue 55 items 3, 5, 14).
 (The decisions themselves, case by case: tests/host/test_end_states.py.)"""
 import json
 import os
@@ -39,6 +42,8 @@ def assert_cancelled(seen: dict, job_id: str, cause: str) -> None:
     status, follow, again, resume = (seen[name] for name in ("status", "follow", "again", "resume"))
     assert status["rc"] == 0 and f"job {job_id} CANCELLED" in status["out"], status
     assert cause in status["out"] and "died" not in status["out"], status["out"]
+    # every segment closed: one the scheduler SIGKILLed mid-save has its end from the accounting (issue 55 item 3)
+    assert "running" not in status["out"] and "RUNNING" not in status["out"], status["out"]
     assert follow["rc"] == 0 and f"job {job_id} CANCELLED (" in follow["err"], follow
     assert again["rc"] == 0 and "has ended: CANCELLED" in again["out"], again
     assert resume["rc"] == 0, resume  # the issue's `resume runs/<sweep>/e0` was refused as PENDING or UNKNOWN
@@ -46,14 +51,16 @@ def assert_cancelled(seen: dict, job_id: str, cause: str) -> None:
 
 def assert_as_cancelled(runs: Path) -> None:
     """Each scenario as it was meant: the requeued run saved before it was cancelled, the unstarted ones never ran,
-    the sweep's batch shells were cancelled mid-save: killed before they recorded their end, or (on a loaded machine,
+    the sweep's batch shells were cancelled mid-save: killed after KillWait before they recorded their end (which
+    `status` then recorded from sacct: CANCELLED, the batch step's SIGKILL, its end time), or (on a loaded machine,
     where Slurm's SIGKILL of the steps reaches the shell's trap before the shell's own) recording TERMINATED."""
     assert [s.how for s in segments.read(runs / "requeued")] == ["REQUEUED"]
     assert segments.read(runs / "unstarted") == segments.read(runs / "scancelled") == []
     for element in ELEMENTS:
         found = segments.read(runs / element)
-        assert len(found) == 1 and found[0].how in ("", "TERMINATED"), (
-            element, found, job_logs(runs / element)[-2000:])
+        assert len(found) == 1 and (found[0].how == "TERMINATED" or (
+            found[0].how == "CANCELLED" and found[0].ended_by.startswith("sacct") and found[0].end
+            and found[0].exit_code == 137)), (element, found, job_logs(runs / element)[-2000:])
 
 
 def test_each_way_to_cancel_a_run_ends_it_cancelled(cancelled_runs):
@@ -67,6 +74,8 @@ def test_each_way_to_cancel_a_run_ends_it_cancelled(cancelled_runs):
     table = record["seen"]["sweep"]["status"]
     assert len(re.findall(r"^e[01] .* CANCELLED ", table, re.M)) == 2, table
     assert re.search(rf"job {record['jobs']['sweep/e0']} cancelling\b", record["cancelling"]), record["cancelling"]
+    # one state: its running segment is being cancelled too, not RUNNING (issue 55 item 14)
+    assert "RUNNING" not in record["cancelling"] and "-> cancelling" in record["cancelling"], record["cancelling"]
 
 
 def min_job_age_s() -> float:
@@ -93,6 +102,7 @@ def test_cancelled_runs_stay_cancelled_once_slurm_has_forgotten_them_and_resume(
     base, driver = cancelled_runs
     record = cancelled(base, driver)
     jobs, runs, env = record["jobs"], base / "runs", {**os.environ, "CT_RUNS_DIR": str(base / "runs")}
+    queue_after_another(runs, env, base / "code")  # while Slurm forgets: checked once the resumes are
     purged_by = record["at"] + min_job_age_s() + 120
     print(f"waiting {max(0, purged_by - time.time()):.0f} s at most for Slurm to forget the cancelled jobs")
     while not all(forgotten(job_id) for job_id in jobs.values()) and time.time() < purged_by:
@@ -112,7 +122,43 @@ def test_cancelled_runs_stay_cancelled_once_slurm_has_forgotten_them_and_resume(
         assert_resumed_records(runs / element, env)
     status = run_cluster("status", runs / "requeued", env=env).stdout
     assert " COMPLETED" in status.splitlines()[0] and "segment 2:" in status, status
+    for name in (*SINGLE_RUNS, *ELEMENTS):  # cancelled for minutes, each resumed job started at once
+        assert_short_queue_waits(runs / name, env)
+    assert_dependency_wait_apart(runs / "behind", env)
     print(f"checked and resumed {len(jobs)} forgotten runs in {time.time() - checked:.0f} s")
+
+
+def queue_after_another(runs: Path, env: dict, code: Path) -> None:
+    """`behind`, queued --after `ahead` (a job of 20 s): Slurm holds it on its dependency, then starts it at once."""
+    for run_id, more in (("ahead", ["--", "bash", "-c", "sleep 20"]),
+                         ("behind", ["--after", str(runs / "ahead"), "--", "true"])):
+        done = run_cluster("ci-slurm", "n1_gpu1", "--run-id", run_id, "--no-wait", "--stale-image-ok", *more,
+                           env=env, cwd=code)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def queue_waits(run_dir: Path, env: dict) -> list:
+    """status's cost line's queue wait (seconds) and the wait on a dependency shown apart (None without one)."""
+    status = run_cluster("status", run_dir, env=env).stdout
+    found = re.search(r"queue wait (\d+) s(?: \(after (\d+) s waiting on its dependency\))?", status)
+    assert found, status
+    return [int(found.group(1)), int(found.group(2)) if found.group(2) else None, status]
+
+
+def assert_short_queue_waits(run_dir: Path, env: dict) -> None:
+    """The queue wait is Slurm's own (sacct's Eligible to Start of each allocation), not the minutes the run spent
+    cancelled before its resume, nor the hour its profile held it back (issue 55 item 5)."""
+    wait, depended, status = queue_waits(run_dir, env)
+    # a sweep's resumed element may wait on the rest of its sweep (--max-parallel), shown apart
+    assert wait < 60 and (depended is None or run_dir.parent.name == "sweep"), status
+
+
+def assert_dependency_wait_apart(run_dir: Path, env: dict) -> None:
+    """A run held on its --after run: the wait on the dependency (sacct's Submit to Eligible) is shown apart from
+    its queue wait."""
+    wait_completed([run_dir], 240)
+    wait, depended, status = queue_waits(run_dir, env)
+    assert wait < 30 and depended is not None and depended >= 10, status
 
 
 LSF_STOP = ["--", "bash", "stop.sh"]

@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 
 from cluster_train.shared.errors import UserError
-from cluster_train.host.runs import causes, ending, segments
+from cluster_train.host.runs import causes, closing, cost, ending, segments
 from cluster_train.host.runs.commands import print_status
 from cluster_train.host.schedulers import Lsf, Slurm, State
 
@@ -287,6 +287,9 @@ def test_lsf_reads_bhist_once_bjobs_has_forgotten_the_job(tmp_path, monkeypatch)
     said = lsf.accounting(job_id)
     assert said["state"] == State.CANCELLED, said
     assert said["said"] == f"bhist: TERM_OWNER: job killed by owner, KILL requested by {getpass.getuser()}"
+    (run,) = lsf.allocations(job_id)  # the run's times and end, from bhist's events: a segment's end (issue 55)
+    assert run["state"] == "CANCELLED" and run["submit"] <= run["start"] <= run["end"] <= time.time() + 1, run
+    assert isinstance(run["exit_code"], int) and "TERM_OWNER" in run["said"], run
 
 
 # ---- a closed pipe --------------------------------------------------------------------------------------------------
@@ -309,3 +312,100 @@ def test_a_closed_pipe_ends_the_command_quietly(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+# ---- every segment closed, one state (issue 55 items 3, 5, 14) ------------------------------------------------------
+
+# sacct of a job cancelled while its batch shell saved for longer than KillWait (SIGKILLed 5 s after the cancel), and
+# of a job queued --after another (Eligible once the other completed), as the test cluster printed them
+SACCT_KILLED = ("21|CANCELLED by 0|0:0|2026-12-02T00:02:46|2026-12-02T00:02:46|2026-12-02T00:02:47|"
+                "2026-12-02T00:02:50\n21.batch|CANCELLED|0:9|2026-12-02T00:02:47|2026-12-02T00:02:47|2026-12-02T00:02:47|"
+                "2026-12-02T00:02:55\n")
+SACCT_AFTER = ("23|COMPLETED|0:0|2026-12-02T00:02:46|2026-12-02T00:02:55|2026-12-02T00:02:58|2026-12-02T00:03:03\n"
+               "23.batch|COMPLETED|0:0|2026-12-02T00:02:58|2026-12-02T00:02:58|2026-12-02T00:02:58|"
+               "2026-12-02T00:03:03\n")
+
+
+def local(text: str) -> float:
+    return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+
+
+def test_slurm_reads_each_allocation_and_its_batch_shells_end_from_sacct(tmp_path, monkeypatch):
+    fake_commands(tmp_path, monkeypatch, sacct=f'case "$*" in *"-j 21 "*) printf "{SACCT_KILLED}";; esac')
+    (killed,) = Slurm().allocations("21")
+    assert killed == {"submit": local("2026-12-02T00:02:46"), "eligible": local("2026-12-02T00:02:46"),
+                      "start": local("2026-12-02T00:02:47"), "end": local("2026-12-02T00:02:55"),
+                      "state": "CANCELLED", "exit_code": 137, "said": "sacct: 21.batch CANCELLED 0:9"}
+    assert Slurm().allocations("22") == []
+
+
+class Accounted(Scheduler):
+    """A scheduler whose accounting keeps each allocation (allocations())."""
+
+    def __init__(self, live=None, said=None, held=None):
+        super().__init__(live, said)
+        self.held = held or []
+
+    def allocations(self, job_id):
+        return [dict(a) for a in self.held]
+
+
+def shell_killed(run_dir: Path, started: str = "2026-12-02T00:02:48") -> dict:
+    """A run whose batch shell started and was killed before it recorded its end."""
+    (run_dir / "logs").mkdir(parents=True)
+    start = {"event": "start", "segment": 1, "job_id": "21", "hosts": "n1",
+             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(local(started)))}
+    (run_dir / segments.FILE).write_text(json.dumps(start) + "\n")
+    return write_manifest(run_dir, "slurm", "21")
+
+
+def test_a_segment_whose_batch_shell_the_scheduler_killed_is_closed_from_its_accounting(tmp_path, monkeypatch):
+    """`status` of a cancelled run whose batch shell was SIGKILLed after KillWait: not `running RUNNING` beside
+    CANCELLED, but the accounting's state, exit and end, recorded once in the run's segments."""
+    from cluster_train.host.runs.run_status import status_lines, status_of
+
+    run_dir = tmp_path / "r"
+    manifest = shell_killed(run_dir)
+    fake_commands(tmp_path, monkeypatch, sacct=f'printf "{SACCT_KILLED}"')
+    scheduler = Accounted({"state": State.CANCELLED}, said=SACCT_CANCELLED, held=Slurm().allocations("21"))
+    lines = status_lines(status_of(manifest, scheduler, run_dir))
+    assert "r: slurm job 21 CANCELLED" in lines[0] and not any("running" in line or "RUNNING" in line
+                                                                 for line in lines), lines
+    (seg,) = segments.read(run_dir)
+    assert (seg.how, seg.exit_code, seg.ended_by) == ("CANCELLED", 137, "sacct: 21.batch CANCELLED 0:9"), seg
+    assert seg.end == time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(local("2026-12-02T00:02:55")))
+    assert "its end from sacct: 21.batch CANCELLED 0:9" in seg.line(), seg.line()
+    status_of(manifest, scheduler, run_dir)
+    assert (run_dir / segments.FILE).read_text().count('"end"') == 1  # recorded once
+
+
+def test_an_ended_runs_segment_says_its_state_until_the_accounting_has_its_end_and_cancelling_while_cancelled(
+        tmp_path):
+    from cluster_train.host.runs.run_status import status_lines, status_of
+
+    manifest = shell_killed(tmp_path)
+    cancel(Scheduler({"state": State.RUNNING}), tmp_path)
+    for live, shown in (({"state": State.RUNNING}, "-> cancelling"), ({"state": State.CANCELLED}, "-> ? CANCELLED")):
+        lines = status_lines(status_of({**manifest, "scheduler": {"name": "slurm", "job_id": "7"}},
+                                       Accounted(live), tmp_path))
+        assert f"job 7 {shown.split()[-1]}" in lines[0], lines  # the run's line and its segment: one state
+        assert shown in lines[1] and "RUNNING" not in lines[1] and "running" not in lines[1], lines
+    assert segments.read(tmp_path)[0].how == ""  # nothing recorded without the accounting's end
+
+
+def test_queue_waits_are_the_schedulers_own_and_a_dependency_wait_is_shown_apart(tmp_path, monkeypatch):
+    """A resumed run's job that started at once waited 0 s, not the time the run spent cancelled; a run queued
+    --after another waited 3 s in the queue after 9 s on its dependency."""
+    manifest = shell_killed(tmp_path, "2026-12-02T00:02:58")
+    fake_commands(tmp_path, monkeypatch, sacct=f'printf "{SACCT_AFTER}"')
+    after = {**manifest, "after": [{"run_id": "a"}]}
+    held = closing.run_allocations(Slurm(), after)
+    found = segments.read(tmp_path)
+    assert cost.queue_waits(after, found, held) == [(3, 9)]
+    assert cost.queue_waits(manifest, found, closing.run_allocations(Slurm(), manifest)) == [(3, None)]
+    resumed = {**manifest, "submitted_at": "2026-12-01T23:00:00+0000",
+               "resumes": [{"at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(local("2026-12-02T00:02:57"))),
+                            "job_id": "21", "previous_job_id": "20"}]}
+    assert cost.queue_waits(resumed, found, []) == [(1, None)]  # no accounting: from the resume, not the submission
+    line = cost.cost_line(cost.run_cost(after, found, None, tmp_path, held))
+    assert "queue wait 3 s (after 9 s waiting on its dependency)" in line, line

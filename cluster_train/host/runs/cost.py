@@ -1,21 +1,26 @@
 """What a run cost (issue 46): the GPU- and CPU-hours its allocations held, from the scheduler's accounting where it
 keeps one (Slurm's sacct: every allocation, a requeued job's too, with the TRES it held), else from the run's own
 segment records (start to end x the GPUs it asked for); the CPU time it used and the energy it drew where the site
-records them; each segment's queue wait (from submission, or from the requeue, to its start) and the steps each
-requeue lost. `status` records it in the manifest; `runs`, sweeps and the report read it from there."""
+records them; each segment's queue wait (the scheduler's own: from when it let the allocation start to its start,
+a wait on the runs it was queued --after shown apart) and the steps each requeue lost. `status` records it in the
+manifest; `runs`, sweeps and the report read it from there."""
 import datetime
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from cluster_train.host.runs import segments
 from cluster_train.host.runs.segments import Segment
 
+MATCH_S = 120  # an allocation's start and its batch shell's start record: seconds apart at most (a requeue's hold
+# keeps two allocations of one job further apart than this)
+
 
 def run_cost(manifest: Dict[str, Any], found: List[Segment], usage: Optional[List[Dict[str, float]]],
-             run_dir: Optional[Path] = None) -> Dict:
+             run_dir: Optional[Path] = None, allocations: Optional[List[Dict]] = None) -> Dict:
     """The run's cost record; `usage`: the scheduler's accounting of its allocations (None where it keeps none);
-    `run_dir`: where the ranks' sampled GPU energy lies (cluster_train/image/gpu_power.py)."""
+    `run_dir`: where the ranks' sampled GPU energy lies (cluster_train/image/gpu_power.py); `allocations`: every
+    allocation of the run's jobs as the scheduler's accounting keeps them (closing.run_allocations)."""
     job = manifest.get("job") or {}
     gpus = int(job.get("nodes") or 1) * int(job.get("gpus_per_node") or 0)
     cpus = int(job.get("nodes") or 1) * int(job.get("tasks_per_node") or 1) * int(job.get("cpus_per_task") or 1)
@@ -30,15 +35,18 @@ def run_cost(manifest: Dict[str, Any], found: List[Segment], usage: Optional[Lis
     energy_source = "accounting" if energy else ""
     if not energy and run_dir is not None:
         energy, energy_source = sampled_joules(run_dir), "sampled from the GPUs' power draw"
-    waits = queue_waits(manifest.get("submitted_at", ""), found)
+    waits = queue_waits(manifest, found, allocations or [])
+    depended = [after for _, after in waits if after is not None]
     lost = [lost_steps(seg) for seg in found]
     return {"gpus": gpus, "gpu_hours": round(held["gpu_hours"], 4), "cpu_hours": round(held["cpu_hours"], 4),
             "source": held["source"], "cpu_hours_used": round(sum(used) / 3600, 4) if used else None,
             "energy_kwh": round(sum(energy) / 3.6e6, 6) if energy else None,
             "energy_source": energy_source if energy else None,
-            "segments": [{"segment": seg.number, "queue_wait_s": wait, "lost_steps": steps}
-                         for seg, wait, steps in zip(found, waits, lost)],
-            "queue_wait_s": sum(w for w in waits if w is not None),
+            "segments": [{"segment": seg.number, "queue_wait_s": wait, "lost_steps": steps,
+                          **({"dependency_wait_s": after} if after is not None else {})}
+                         for seg, (wait, after), steps in zip(found, waits, lost)],
+            "queue_wait_s": sum(w for w, _ in waits if w is not None),
+            **({"dependency_wait_s": sum(depended)} if depended else {}),
             "lost_steps": sum(s for s in lost if s is not None)}
 
 
@@ -69,20 +77,49 @@ def epoch(text: str) -> Optional[float]:
 
 def segment_seconds(seg: Segment) -> Optional[float]:
     """How long the segment's allocation was held (a running one: until now)."""
+    if seg.how and not seg.end:  # ended, its end not known yet (closing.py): no guess at how long
+        return None
     start = epoch(seg.start)
     end = epoch(seg.end) if seg.end else time.time()
     return max(0.0, end - start) if start is not None and end is not None else None
 
 
-def queue_waits(submitted_at: str, found: List[Segment]) -> List[Optional[int]]:
-    """Each segment's wait in the queue: the first from submission, each later one from the end of the one before
-    (the requeue) to its own start."""
-    waits, since = [], epoch(submitted_at)
+def queue_waits(manifest: Dict[str, Any], found: List[Segment],
+                allocations: List[Dict]) -> List[Tuple[Optional[int], Optional[int]]]:
+    """Each segment's wait in the queue, and its wait on the runs it was queued --after (None: it waited on none).
+    The scheduler's own times where its accounting has the segment's allocation: from when it let the allocation
+    start (eligible: its dependencies met, its begin time, a requeue's hold) to its start; a job's first allocation
+    marked `after` (closing.run_allocations) waited on the others from its submission to eligible. Else the run's
+    record: from the latest submission or resume before the segment, or from the requeue that ended the segment
+    before in the same job."""
+    queued = [t for t in map(epoch, [manifest.get("submitted_at", ""),
+                                     *(r.get("at", "") for r in manifest.get("resumes") or [])]) if t is not None]
+    waits, before = [], None
     for seg in found:
-        start = epoch(seg.start)
-        waits.append(int(max(0, start - since)) if start is not None and since is not None else None)
-        since = epoch(seg.end) if seg.end else None
+        held, start = allocation_of(allocations, seg), epoch(seg.start)
+        if held and held.get("eligible") is not None:
+            on_others = held.get("after") and held.get("submit") is not None
+            waits.append((seconds_between(held["eligible"], held["start"]),
+                          seconds_between(held["submit"], held["eligible"]) if on_others else None))
+        else:
+            requeued = epoch(before.end) if before and before.job_id == seg.job_id and before.end else None
+            since = max([t for t in (*queued, requeued) if t is not None and start is not None and t <= start],
+                        default=None)
+            waits.append((seconds_between(since, start), None))
+        before = seg
     return waits
+
+
+def allocation_of(allocations: List[Dict], segment: Segment) -> Optional[Dict]:
+    """The allocation the segment ran in: the one that started nearest its batch shell's start record."""
+    started = epoch(segment.start)
+    near = [a for a in allocations if a.get("start") is not None and started is not None
+            and abs(a["start"] - started) <= MATCH_S]
+    return min(near, key=lambda a: abs(a["start"] - started)) if near else None
+
+
+def seconds_between(since: Optional[float], until: Optional[float]) -> Optional[int]:
+    return int(max(0, until - since)) if since is not None and until is not None else None
 
 
 def lost_steps(seg: Segment) -> Optional[int]:
@@ -100,8 +137,10 @@ def cost_line(cost: Dict[str, Any]) -> str:
               if cost.get("energy_kwh") is not None else "energy not recorded by this site")
     lost = f"{cost['lost_steps']} steps lost to requeues" if cost.get("lost_steps") else "no steps lost"
     gpus = f"{cost['gpu_hours']:.4f} GPU-hours on {cost['gpus']} GPU(s), " if cost.get("gpus") else ""
+    held = (f" (after {cost['dependency_wait_s']} s waiting on its dependency)"
+            if cost.get("dependency_wait_s") is not None else "")
     return (f"cost: {gpus}{cost['cpu_hours']:.4f} CPU-hours held ({cost['source']}), {used}; "
-            f"queue wait {cost['queue_wait_s']} s; {lost}; {energy}")
+            f"queue wait {cost['queue_wait_s']} s{held}; {lost}; {energy}")
 
 
 def gpu_hours(manifest: Dict[str, Any], run_dir: Path) -> float:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from cluster_train.host import fabric, runs
-from cluster_train.host.runs import causes, cost, ending, failures, segments, tracker_sync
+from cluster_train.host.runs import causes, closing, cost, ending, failures, segments, tracker_sync
 from cluster_train.host.runs.segments import Segment
 from cluster_train.host.schedulers import State
 
@@ -75,9 +75,11 @@ def status_of(manifest: Dict[str, Any], scheduler, run_dir: Path) -> RunStatus:
     job_id = manifest["scheduler"]["job_id"]
     state = ending.run_state(scheduler, job_id, run_dir)
     found = segments.read(run_dir)
+    held = closing.run_allocations(scheduler, manifest) if found else None  # asked once: the closing, the waits
+    found = closing.closed(state, run_dir, found, held)  # one state: the run's line and its segments
     usage = getattr(scheduler, "usage", lambda _: None)(job_id)  # a laptop's view of a remote run has none
-    spent = cost.run_cost(manifest, found, usage, run_dir) if found else {}
-    runs.update_manifest(run_dir, segments=segments.as_records(run_dir), **({"cost": spent} if spent else {}))
+    spent = cost.run_cost(manifest, found, usage, run_dir, held) if found else {}
+    runs.update_manifest(run_dir, segments=segments.as_records(run_dir, found), **({"cost": spent} if spent else {}))
     job = manifest.get("job") or {}
     slow_network = fabric.verdict(run_dir, job.get("fabric", "")) if job.get("check_fabric") else None
     results = completed_results(state, run_dir)

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional
 FILE = Path("logs") / "segments.jsonl"
 CANCELLED = Path("logs") / "cancelled.json"  # written by `run-cluster cancel` before it asks the scheduler
 # a failure's end event's keys (the batch shell's restart budget and watchdog), each with its type
+ACCOUNTING_WORDS = ("sacct", "bhist")  # an end recorded from the scheduler's accounting starts with its name
 FAILURE_KEYS = {"requeued": bool, "failures": int, "max_failures": int, "stuck": dict, "stacks": str, "excluded": list,
                 "failed_nodes": list, "died": dict}
 
@@ -36,6 +37,8 @@ class Segment:
     stuck: Dict = field(default_factory=dict)  # a HANG's stuck rank: rank, host, step, silent_s
     stacks: str = ""  # a HANG's saved stacks, relative to the run directory
     excluded: List[Dict] = field(default_factory=list)  # every node left out of the requeued job so far: host, why
+    ended_by: str = ""  # whose word the end is where the batch shell could not record it (sacct's, a cancel's)
+    ending: str = ""  # shown for an open segment whose job is being ended (`cancelling`), never recorded
     failed_nodes: List[str] = field(default_factory=list)  # a NODE_FAIL's nodes the scheduler marked failed
     died: Dict = field(default_factory=dict)  # a rank killed by a signal, which ended the steps: rank, host
 
@@ -62,8 +65,10 @@ class Segment:
     def line(self) -> str:
         resumed = resumed_text(self.resumed_from()[:1])  # a job that trains several models: the first one's
         return (f"segment {self.number}: job {self.job_id or '-'} on {self.hosts or '-'}, {self.start or '?'} -> "
-                f"{self.end or 'running'} {self.how or 'RUNNING'}"
+                + (self.ending or f"{self.end or ('?' if self.how else 'running')} {self.how or 'RUNNING'}")
                 + (f" (exit {self.exit_code})" if self.exit_code not in (None, 0) else "")
+                + (f", its end from {self.ended_by} (its batch shell was killed before it recorded one)"
+                   if self.ended_by.startswith(ACCOUNTING_WORDS) else "")
                 + (f": a node failed ({self.failed_hosts}), the scheduler requeued the job"
                    if self.how == "NODE_FAIL" and not self.budget_spent else "")
                 + (f", resumed from {resumed}" if resumed else ""))
@@ -96,6 +101,7 @@ def read(run_dir: Path) -> List[Segment]:
                                                 event.get("time", ""))
         elif kind == "end":
             seg.end, seg.how, seg.exit_code = event.get("time", ""), event.get("how", ""), event.get("exit_code")
+            seg.ended_by = str(event.get("recorded_by", ""))
             record_failure(seg, event)
         elif kind == "train_start":
             seg.resumed.append(event)
@@ -112,23 +118,29 @@ def record_failure(seg: Segment, end: Dict) -> None:
     seg.failed_nodes = [host for host in seg.failed_nodes if isinstance(host, str) and host]
 
 
-def as_records(run_dir: Path) -> List[Dict]:
-    """The segments as the manifest keeps them."""
+def as_records(run_dir: Path, found: Optional[List[Segment]] = None) -> List[Dict]:
+    """The segments as the manifest keeps them (`found`: as `status` shows them; else as recorded)."""
+    found = read(run_dir) if found is None else found
     return [{"segment": s.number, "job_id": s.job_id, "hosts": s.hosts, "start": s.start, "end": s.end,
              "how": s.how or "RUNNING", "exit_code": s.exit_code, "resumed_from": s.resumed_from(),
-             **{k: getattr(s, k) for k in FAILURE_KEYS if getattr(s, k) not in (None, "", {}, [])}}
-            for s in read(run_dir)]
+             **{k: getattr(s, k) for k in FAILURE_KEYS if getattr(s, k) not in (None, "", {}, [])},
+             **({"ended_by": s.ended_by} if s.ended_by else {})}
+            for s in found]
 
 
-def record_unended_end(run_dir: Path, how: str, ended_by: str) -> None:
+def record_unended_end(run_dir: Path, how: str, ended_by: str, end: Optional[float] = None,
+                       exit_code: Optional[int] = None) -> None:
     """The last segment's end, where its batch shell could not record it (killed after the scheduler's grace time):
-    written by whoever next continues the run, from the word of the cancel or the scheduler (`ended_by`)."""
+    from the scheduler's account of the allocation (`end`: its end, epoch seconds; its exit), written by `status`
+    (runs/closing.py), or else by whoever next continues the run, from the word of the cancel or the scheduler
+    (`ended_by`)."""
     found = read(run_dir)
     if not found or found[-1].how:
         return
     last = found[-1]
     record = {"event": "end", "segment": last.number, "job_id": last.job_id,
-              "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "how": how, "exit_code": None, "recorded_by": ended_by}
+              "time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(end)), "how": how, "exit_code": exit_code,
+              "recorded_by": ended_by}
     with (Path(run_dir) / FILE).open("a") as f:
         f.write(json.dumps(record) + "\n")
 

@@ -5,7 +5,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.schedulers.inventory import Inventory, LivePartition  # noqa: F401 (the adapters' words)
@@ -79,6 +79,8 @@ class Scheduler:
       log_name()       the job's log file name in the run's logs/ (the scheduler's own % patterns).
     May fill in (the defaults describe a scheduler without arrays, accounting, requeue or directives):
       accounting(), accounting_name  the record of ended jobs that outlives state() (sacct, bhist); None: none.
+      allocations()    each allocation of a job as the accounting keeps it: queued, eligible, start, end, state,
+                       exit (queue waits; the end of a segment whose batch shell was killed); None: none.
       usage(), gpu_hour_limits()  what jobs held (runs/cost.py, a budget's use) and the site's GPU-hour limits.
       array_directives(), element_id(), array_index, array_log, array_replaces, array_cap(), cancel_array()
                        job arrays for sweeps; without them `--sweep` is refused.
@@ -270,6 +272,14 @@ class Scheduler:
     def accounting(self, job_id: str) -> Optional[Dict[str, str]]:
         """The accounting's record of the job, which outlives the scheduler's memory: {'state': State,
         'exit_code', 'nodes', 'said' (its own words, with who ended the job where it says)}; None if it has none."""
+        return None
+
+    def allocations(self, job_id: str) -> Optional[List[Dict[str, Any]]]:
+        """The job's allocations in order (a requeued job has several), each {'submit' (queued: submitted or
+        requeued), 'eligible' (free to start: after its dependencies, a begin time, a requeue's hold), 'start',
+        'end' (epoch seconds; None: not yet or not known), 'state' (a State's value), 'exit_code' (the batch
+        shell's, a signal as 128 + its number; None: not known), 'said' (the accounting's own words)}; None where
+        the scheduler keeps no such record."""
         return None
 
     def usage(self, job_id: str = "", since: str = "", account: str = "") -> Optional[List[Dict[str, float]]]:

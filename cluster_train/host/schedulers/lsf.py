@@ -10,6 +10,7 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
 from cluster_train.host.schedulers.sessions import LsfSession
 from cluster_train.host.schedulers.lsf_inventory import inventory as live_inventory
+from cluster_train.host.schedulers.lsf_history import runs as bhist_runs
 from cluster_train.host.schedulers.lsf_failures import FAILED_NODES, REQUEUED_UNDER_US
 
 if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
@@ -183,6 +184,14 @@ class Lsf(Scheduler):
         return {"state": state, "exit_code": code[-1] if code else "", "nodes": "",
                 "said": f"bhist: {said.strip()}" + (f", KILL requested by {by[-1]}" if by and state == State.CANCELLED
                                                      else "")}
+
+    # how bhist says a run ended (its exit status, or the TERM_ reason after it), on `State`
+    RUN_ENDS = {"DONE": "COMPLETED", "EXIT": "FAILED", "TERM_OWNER": "CANCELLED", "TERM_ORPHAN_SYSTEM": "CANCELLED",
+                "TERM_RUNLIMIT": "TIMEOUT", "RUN": "RUNNING"}
+
+    def allocations(self, job_id: str) -> Optional[List[Dict]]:
+        found = bhist_runs(job_id)
+        return None if found is None else [{**a, "state": State.of(a["state"], self.RUN_ENDS).value} for a in found]
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         """bkill; a job that ended since it was last seen ("Job has already finished", exit 255) needs no cancel."""

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
 from cluster_train.host.schedulers.sessions import SlurmSession
+from cluster_train.host.schedulers.slurm_allocations import allocations as sacct_allocations
 from cluster_train.host.schedulers.slurm_failures import DIED_RANK, FAILED_NODES, LEAVE_OUT_PENDING, REQUEUED_UNDER_US
 from cluster_train.host.schedulers.slurm_estimates import pending_start, test_only_start, test_only_verdict
 import cluster_train.host.schedulers.slurm_inventory as live
@@ -231,6 +232,9 @@ class Slurm(Scheduler):
 
     def associations(self) -> Optional[Dict[str, Tuple[str, ...]]]:
         return live.qos_by_account()
+
+    def allocations(self, job_id: str) -> Optional[List[Dict]]:
+        return sacct_allocations(job_id, self.STATES)
 
     def usage(self, job_id: str = "", since: str = "", account: str = "") -> Optional[List[Dict[str, float]]]:
         return sacct_usage(job_id, since, account)
