@@ -379,6 +379,22 @@ def test_a_segment_whose_batch_shell_the_scheduler_killed_is_closed_from_its_acc
     assert (run_dir / segments.FILE).read_text().count('"end"') == 1  # recorded once
 
 
+def test_resume_closes_a_killed_segment_from_the_accounting_as_status_does(tmp_path, monkeypatch):
+    """A run resumed before anyone asked its status: its killed segment ends as the accounting says (the batch
+    step's exit and end), not at the resume's time with no exit."""
+    from cluster_train.host.runs import resume
+
+    run_dir = tmp_path / "r"
+    manifest = shell_killed(run_dir)
+    fake_commands(tmp_path, monkeypatch, sacct=f'printf "{SACCT_KILLED}"')
+    scheduler = Accounted({"state": State.CANCELLED}, said=SACCT_CANCELLED, held=Slurm().allocations("21"))
+    monkeypatch.setattr(resume, "adapter", lambda name: scheduler)
+    resume.close_last_segment(run_dir, manifest)
+    (seg,) = segments.read(run_dir)
+    assert (seg.how, seg.exit_code, seg.ended_by) == ("CANCELLED", 137, "sacct: 21.batch CANCELLED 0:9"), seg
+    assert seg.end == time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(local("2026-12-02T00:02:55")))
+
+
 def test_an_ended_runs_segment_says_its_state_until_the_accounting_has_its_end_and_cancelling_while_cancelled(
         tmp_path):
     from cluster_train.host.runs.run_status import status_lines, status_of

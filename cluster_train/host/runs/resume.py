@@ -10,7 +10,7 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
 from cluster_train.host.images.locations import run_image
 from cluster_train.host.jobs.build import Request, Site, Submission, build
-from cluster_train.host.runs import segments, sweep_state
+from cluster_train.host.runs import closing, segments, sweep_state
 from cluster_train.host.runs.choices import kept_choices
 from cluster_train.host.runs.ending import describe, has_ended, run_state
 from cluster_train.host.schedulers import State, adapter
@@ -87,8 +87,7 @@ def queue_resume(sub: Submission, run_dir: Path) -> str:
     scheduler = adapter(sub.job.scheduler)
     held = sweep_state.holding(run_dir)
     number = len(manifest.get("resumes", [])) + 1
-    ended = run_state(adapter(manifest["scheduler"]["name"]), manifest["scheduler"]["job_id"], run_dir)
-    segments.record_unended_end(run_dir, ended["state"].value, describe(ended))  # before the next segment starts
+    close_last_segment(run_dir, manifest)  # before the next segment starts
     old_script = run_dir / "job.sh"
     if old_script.is_file():
         old_script.rename(run_dir / f"job.{number - 1}.sh")  # every script that ran stays
@@ -102,6 +101,17 @@ def queue_resume(sub: Submission, run_dir: Path) -> str:
                          scheduler={**manifest["scheduler"], "job_id": job_id}, job=sub.job.as_dict(),
                          config=cfg.to_dict(sub.run))
     return job_id
+
+
+def close_last_segment(run_dir: Path, manifest: dict) -> None:
+    """An open last segment (its batch shell killed before it recorded an end) closed as `status` closes it, from the
+    scheduler's account (its end time and exit), else from the word of the cancel or the scheduler."""
+    previous = adapter(manifest["scheduler"]["name"])
+    ended = run_state(previous, manifest["scheduler"]["job_id"], run_dir)
+    found = segments.read(run_dir)
+    if found and not found[-1].how:
+        closing.closed(ended, run_dir, found, closing.run_allocations(previous, manifest))
+    segments.record_unended_end(run_dir, ended["state"].value, describe(ended))
 
 
 def held_script(script: str, scheduler, held: Sequence[str]) -> str:
