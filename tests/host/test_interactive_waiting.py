@@ -5,6 +5,7 @@ import pytest
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.interactive.waiting import wait_until_running
+from cluster_train.host.runs import segments
 from cluster_train.host.schedulers import State
 from cluster_train.host.schedulers.slurm import Slurm
 
@@ -46,11 +47,13 @@ def test_a_job_that_ends_before_it_runs_is_refused():
     assert not scheduler.cancelled
 
 
-def test_ctrl_c_withdraws_the_request():
+def test_ctrl_c_withdraws_the_request(tmp_path):
     scheduler = Scripted(pending("Resources"), KeyboardInterrupt())
+    (tmp_path / "logs").mkdir()
     with pytest.raises(UserError, match="job 9 withdrawn; nothing is allocated"):
-        wait_until_running(scheduler, "9", lambda line: None, poll_s=0)
+        wait_until_running(scheduler, "9", lambda line: None, poll_s=0, run_dir=tmp_path)
     assert scheduler.cancelled == ["9"]
+    assert segments.cancel_of(tmp_path, "9"), "the run's own cancel: its status does not say cancelled outside"
 
 
 @pytest.mark.parametrize("start_time, estimate", [("2026-11-27T16:40:12", "2026-11-27T16:40"), ("Unknown", ""),

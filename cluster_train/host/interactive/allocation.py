@@ -138,10 +138,11 @@ def said_pending(prepared: Prepared, proc: subprocess.Popen, say: Callable[[str]
 
 def release(scheduler: Scheduler, job_id: str, run_dir: Path) -> None:
     """Cancel the allocation and wait until the scheduler has let it go (a completing job is still queued)."""
-    try:  # recorded as run-cluster's own cancel, so that status does not blame someone else for it
-        ending.cancel([(run_dir, job_id)], lambda: scheduler.cancel(job_id, run_dir))
-    except UserError:
-        pass  # it had ended already (its time limit, or Ctrl-C's cancel while it waited): the wait below tells
+    if not ending.has_ended(scheduler.state(job_id, run_dir)):  # one that ended (its time limit, a cancel) is
+        try:  # not this release's: recorded as run-cluster's own, so that status does not blame someone else for it
+            ending.release(run_dir, job_id, lambda: scheduler.cancel(job_id, run_dir))
+        except UserError:
+            pass  # it ended meanwhile: the wait below tells
     deadline = time.time() + RELEASE_S
     while time.time() < deadline:
         state = scheduler.state(job_id, run_dir)

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional
 
 from cluster_train.shared.errors import UserError
+from cluster_train.host.runs import ending
 from cluster_train.host.schedulers import FINISHED, State
 
 NOT_YET = "no start estimate yet"
@@ -16,8 +17,8 @@ def wait_until_running(scheduler, job_id: str, say: Callable[[str], None], poll_
     it runs; on Ctrl-C the job is cancelled and UserError says nothing is allocated."""
     try:
         return polled(scheduler, job_id, say, poll_s, run_dir)
-    except KeyboardInterrupt:
-        scheduler.cancel(job_id, run_dir)
+    except KeyboardInterrupt:  # recorded in the run as run-cluster's own cancel, so that status says whose it was
+        ending.cancel([(run_dir, job_id)] if run_dir else [], lambda: scheduler.cancel(job_id, run_dir))
         raise UserError(f"interrupted: job {job_id} withdrawn; nothing is allocated") from None
 
 

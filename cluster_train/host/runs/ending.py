@@ -24,6 +24,7 @@ from cluster_train.host.schedulers import FINISHED, State, adapter
 # what the batch shell records when it saw its steps end (TERMINATED: a signal ended the shell, from whoever)
 RECORDED_ENDS = {"COMPLETED": State.COMPLETED, "FAILED": State.FAILED, "TIMEOUT": State.TIMEOUT}
 SESSION_END = Path("logs") / "session_end.json"  # an interactive session's command ended: its exit status
+RELEASE = "release"  # a cancel record's `by` when a session released its allocation after its command
 GONE_WAIT_S = 30  # slurmdbd hears of a job's end after the controller; a wait gives it this long
 
 
@@ -38,16 +39,16 @@ def run_state(scheduler, job_id: str, run_dir: Path) -> Dict:
     if State.COMPLETED in (live["state"], recorded):  # it did its work, whatever came after
         return live if live["state"] == State.COMPLETED else from_record(found[-1], recorded)
     own = session_end(run_dir, job_id, found)
-    if own:  # the allocation's cancel that followed is run-cluster's own release, not the end
-        return own
     cancel = segments.cancel_of(run_dir, job_id)
-    if cancel:
+    if cancel and not (own and cancel.get("by") == RELEASE):
         return {**live, "state": State.CANCELLED, "source": "run-cluster cancel", "gone": False,
                 "ended_by": causes.ended_by("cancel", time=cancel["time"])}
     said = scheduler.accounting(job_id)
     if said and said["state"] not in FINISHED and live["state"] == State.UNKNOWN and not live.get("gone"):
         return {**said, "source": scheduler.accounting_name}  # the scheduler did not answer; its accounting did
     ended = said if said and said["state"] in FINISHED else live if live["state"] in FINISHED else None
+    if own and session_decides(ended, cancel):
+        return own
     if ended and not record_decides(ended["state"], found):
         return with_cause(ended, said, scheduler, run_dir)
     if recorded:
@@ -74,6 +75,25 @@ def session_end(run_dir: Path, job_id: str, found: List[segments.Segment]) -> Op
     return {"state": State.COMPLETED if code == 0 else State.FAILED, "exit_code": str(code),
             "nodes": found[-1].hosts if found else "", "source": "the run's record",
             "ended_by": causes.ended_by("session", code=str(code))}
+
+
+def session_decides(ended: Optional[Dict], cancel: Optional[Dict]) -> bool:
+    """Whether a session's command ended its job: the scheduler's end is the release's own cancel (run-cluster
+    cancels the allocation after the command), a FAILED or none at all. Its time limit (TIMEOUT) and a cancel the
+    release did not make (`run-cluster cancel`, scancel, bkill) ended the command, whatever its exit status."""
+    if ended is None or ended["state"] == State.FAILED:
+        return True
+    return ended["state"] == State.CANCELLED and cancel is not None and cancel.get("by") == RELEASE
+
+
+def release(run_dir: Path, job_id: str, ask: Callable[[], None]) -> None:
+    """A session's release of its allocation once its command has ended: recorded as the release's cancel, so that
+    the command's exit status stays the end. A `run-cluster cancel` that came first keeps its record: it ended the
+    session."""
+    if segments.cancel_of(run_dir, job_id):
+        ask()
+        return
+    cancel([(run_dir, job_id)], ask, by=RELEASE)
 
 
 def cancelling(live: Dict, run_dir: Path, job_id: str) -> Dict:
@@ -183,11 +203,12 @@ def has_ended(state: Dict) -> bool:
     return state["state"] in FINISHED or bool(state.get("gone"))
 
 
-def cancel(jobs: List[Tuple[Path, str]], ask: Callable[[], None]) -> None:
+def cancel(jobs: List[Tuple[Path, str]], ask: Callable[[], None], by: str = "") -> None:
     """Record the cancel of each (run directory, job id) in its run, then ask the scheduler (`ask`): the record is
-    there however the job ends. Each record is marked refused if the scheduler refuses or the asking is interrupted."""
+    there however the job ends. Each record is marked refused if the scheduler refuses or the asking is interrupted.
+    `by`: RELEASE for a session's own release, "" for `run-cluster cancel`."""
     for run_dir, job_id in jobs:
-        segments.record_cancel(run_dir, job_id)
+        segments.record_cancel(run_dir, job_id, by)
     try:
         ask()
     except BaseException as err:

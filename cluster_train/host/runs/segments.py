@@ -145,10 +145,11 @@ def record_unended_end(run_dir: Path, how: str, ended_by: str, end: Optional[flo
         f.write(json.dumps(record) + "\n")
 
 
-def record_cancel(run_dir: Path, job_id: str) -> None:
+def record_cancel(run_dir: Path, job_id: str, by: str = "") -> None:
     """The run's word that `cancel` asks the scheduler to end this job: written first, so that it is there however
-    the job ends (a batch shell killed after the scheduler's grace time records nothing)."""
-    record = {"job_id": job_id, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    the job ends (a batch shell killed after the scheduler's grace time records nothing). `by`: who asked, where
+    not `run-cluster cancel` (an interactive session's release)."""
+    record = {"job_id": job_id, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **({"by": by} if by else {})}
     (Path(run_dir) / CANCELLED).write_text(json.dumps(record) + "\n")
 
 
