@@ -69,14 +69,41 @@ class Stopped(KeyboardInterrupt):
         self.signame = signal.Signals(signum).name
 
 
-def stop_on_signal(signum, frame) -> None:
-    raise Stopped(signum)
+class Stops:
+    """SIGTERM and SIGHUP raised as Stopped, so that the job is cancelled (without them it would outlive this
+    command). One that comes while the job is being queued is held until its session exists and raised then, inside
+    the `try` that cancels it: raised during the submission, it would leave a job queued that nobody cancels."""
+
+    def __init__(self) -> None:
+        self.holding, self.held = False, 0
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, self.on_signal)
+
+    def on_signal(self, signum, frame) -> None:
+        if self.holding:
+            self.held = self.held or signum
+            return
+        raise Stopped(signum)
+
+    def release(self) -> None:
+        self.holding = False
+        if self.held:
+            raise Stopped(self.held)
+
+
+def queued(sub: Submission, stops: Stops) -> "Session":
+    """The notebook's session, its job queued with SIGTERM and SIGHUP held; a failed queueing queued nothing."""
+    stops.holding = True
+    try:
+        return Session.queue(sub, say)
+    except BaseException:
+        stops.holding = False
+        raise
 
 
 def main(argv: List[str]) -> int:
     args = parser().parse_args(argv)
-    for sig in (signal.SIGTERM, signal.SIGHUP):  # without these the job would outlive this command
-        signal.signal(sig, stop_on_signal)
+    stops = Stops()
     port = 0 if args.over_ssh else forward.local_port(args.port)  # a taken port: refused before anything queues
     site = Site.load(args.cluster)
     if site.user.get("ssh") and not args.over_ssh:
@@ -89,8 +116,9 @@ def main(argv: List[str]) -> int:
     sub = submission(site, args)
     for line in sub.warnings:
         print(f"run-cluster: {line}", file=sys.stderr)
-    session, by = Session.queue(sub, say), ""
+    session, by = queued(sub, stops), ""
     try:
+        stops.release()  # one that came while it was queued: the job is cancelled below
         if args.over_ssh:  # the laptop's connection is our stdin: its end (Ctrl-C there, a drop) is our Ctrl-C
             threading.Thread(target=interrupt_at_eof, daemon=True).start()
         server = session.server()
