@@ -1,5 +1,8 @@
 """The Job in typed pieces (what runs, where it runs, the image...) and each scheduler spelling the adapters decide
 from them, in Python: no template, no scheduler, no image."""
+import os
+import subprocess
+
 import pytest
 
 from cluster_train.host.jobs.job import DataImage, Fabric, ImageRef, Job, Notify, Placement, Task, Work
@@ -118,3 +121,24 @@ def test_the_manifest_keeps_the_flat_keys_runs_on_disk_hold():
 ])
 def test_a_nodes_ranks_share_one_container_only_where_the_warning_needs_no_signal(work, shares):
     assert job(place(), **work).work.shares_mount is shares
+
+
+@pytest.mark.parametrize("hostfile, said", [(None, "[]\n"), ("", "[]\n"),
+                                            ("hA\nhB\nhB\n", "[hB\tbhosts: unavail]\nrequeued\n")])
+def test_lsf_names_a_failed_host_only_from_the_jobs_own_host_file(tmp_path, hostfile, said):
+    """Without $LSB_DJOB_HOSTFILE, or with it empty, `bhosts -w` of no host lists the whole cluster's: another job's
+    unavailable host is not this job's failure (and under set -u the unset variable is no error)."""
+    from cluster_train.host.schedulers.lsf_failures import FAILED_NODES, REQUEUED_UNDER_US
+
+    (tmp_path / "bhosts").write_text('#!/bin/bash\necho "HOST_NAME STATUS"\nfor h in hA hB; do\n'
+                                     '  [ "$h" = hB ] && echo "hB unavail" || echo "hA ok"\ndone\n')
+    (tmp_path / "bhosts").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    env.pop("LSB_DJOB_HOSTFILE", None)
+    if hostfile is not None:
+        (tmp_path / "hostfile").write_text(hostfile)
+        env["LSB_DJOB_HOSTFILE"] = str(tmp_path / "hostfile")
+    done = subprocess.run(["bash", "-c", f'set -euo pipefail; failed=$({FAILED_NODES}) || true; echo "[$failed]"; '
+                                         f'if {REQUEUED_UNDER_US}; then echo requeued; fi'],
+                          env=env, capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, said, ""), done

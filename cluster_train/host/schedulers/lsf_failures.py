@@ -8,8 +8,9 @@ whole once a task's host is lost (Using Platform LSF HPC: "LSF shuts down the en
 the task RES"), so the batch shell, on the first execution host, is signalled and may record the end. bhosts then
 shows the failed host `unavail` ("Host is down, or LIM and sbatchd are unreachable") or `unreach` (sbatchd)."""
 
-# HOST<tab>WHY of each of the job's hosts (once each, from its host file) that bhosts shows failed
-FAILED_NODES = ('bhosts -w $(awk \'!seen[$1]++ {print $1}\' "$LSB_DJOB_HOSTFILE") 2>/dev/null | '
-                'awk \'NR > 1 && ($2 == "unavail" || $2 == "unreach") {print $1 "\\tbhosts: " $2}\'')
+# HOST<tab>WHY of each of the job's hosts (once each, from its host file) that bhosts shows failed; nothing without a
+# host file, where `bhosts -w` of no host would list the whole cluster's, another job's failed host among them
+FAILED_NODES = ('[ -s "${LSB_DJOB_HOSTFILE:-}" ] && bhosts -w $(awk \'!seen[$1]++ {print $1}\' "$LSB_DJOB_HOSTFILE") '
+                '2>/dev/null | awk \'NR > 1 && ($2 == "unavail" || $2 == "unreach") {print $1 "\\tbhosts: " $2}\'')
 # a host of the job failed: LSF is shutting the job down to rerun it (a job lost with its first host has no shell)
 REQUEUED_UNDER_US = f'[ -n "$({FAILED_NODES})" ]'
