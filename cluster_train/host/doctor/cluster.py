@@ -107,9 +107,10 @@ def check_scheduler(cluster: Cluster, path: str) -> Check:
                      f"no job can be queued until it answers: ask the site whether {scheduler.controller} is down, "
                      f"or fix the configuration this shell's {scheduler.name} commands read")
     elsewhere = serving_another(cluster)
-    if elsewhere:  # its answers (accounts, a job's verdict) would be another cluster's, and its jobs would run there
-        return Check(PROBLEM, f"scheduler: {found} here, but {elsewhere}",
-                     f"run doctor on {cluster.name}'s login node, or reach it over SSH (ssh: in your settings)")
+    if elsewhere:  # a warning: a shipped file names no scheduler_cluster, and its own site's ClusterName differs
+        return Check(WARNING, f"scheduler: {found} here, but {elsewhere}",
+                     f"if this is {cluster.name}'s login node, set scheduler_cluster: {scheduler.cluster_here()} in "
+                     f"{cluster.path}; if not, run doctor there, or reach it over SSH (ssh: in your settings)")
     tool = scheduler.version_command
     if not tool or not shutil.which(tool[0], path=path):
         return Check(WARNING, f"scheduler: {found} here, but no {tool[0] if tool else 'command'} to tell "

@@ -2,6 +2,7 @@
 (where a file no longer agrees with it): each partition from `sinfo` (one line per partition and node
 configuration, merged here), the accounts and QOS the user may use from `sacctmgr`'s associations, and its name
 (ClusterName), which tells whose cluster file this machine's Slurm may be asked about."""
+import functools
 import getpass
 import math
 import re
@@ -30,12 +31,20 @@ def inventory() -> Optional[Inventory]:
 def config(key: str) -> Optional[str]:
     """One value of `scontrol show config` (ClusterName: the cluster this machine's Slurm serves; MaxArraySize); None
     where scontrol is not here or no controller answers."""
+    scontrol = shutil.which("scontrol")
+    found = re.search(rf"^{key}\s*=\s*(\S+)", shown_config(scontrol), re.M) if scontrol else None
+    return found.group(1) if found else None
+
+
+@functools.lru_cache(maxsize=None)
+def shown_config(scontrol: str) -> str:
+    """What that scontrol's `show config` printed, "" where it failed or timed out: asked once per process (doctor,
+    a dry run and a sweep each read several keys, and a slow controller makes each wait up to 10 s)."""
     try:
-        done = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=10)
+        done = subprocess.run([scontrol, "show", "config"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    found = re.search(rf"^{key}\s*=\s*(\S+)", done.stdout, re.M)
-    return found.group(1) if done.returncode == 0 and found else None
+        return ""
+    return done.stdout if done.returncode == 0 else ""
 
 
 def partitions(sinfo: str) -> List[LivePartition]:
