@@ -263,10 +263,11 @@ def test_slurm_tells_a_forgotten_job_from_a_controller_that_does_not_answer(tmp_
 
 
 def test_lsf_reads_bhist_once_bjobs_has_forgotten_the_job(tmp_path, monkeypatch):
-    """The LSF stand-in with a CLEAN_PERIOD of 1 s: bjobs forgets a killed job, bhist still says who killed it."""
+    """The LSF stand-in with a CLEAN_PERIOD of 3 s (long enough for a loaded machine's bjobs to see the job EXIT):
+    bjobs forgets a killed job, bhist still says who killed it."""
     monkeypatch.setenv("PATH", f"{ROOT / 'tests' / 'lsf'}:{os.environ['PATH']}")
     monkeypatch.setenv("CT_LSF_STATE", str(tmp_path / "lsf"))
-    monkeypatch.setenv("CT_LSF_CLEAN_PERIOD", "1")
+    monkeypatch.setenv("CT_LSF_CLEAN_PERIOD", "3")
     done = subprocess.run(["bsub"], input="#!/bin/bash\n#BSUB -q ci\nsleep 30\n", capture_output=True, text=True)
     job_id = done.stdout.split("<")[1].split(">")[0]
     lsf = Lsf()
@@ -290,6 +291,43 @@ def test_lsf_reads_bhist_once_bjobs_has_forgotten_the_job(tmp_path, monkeypatch)
     (run,) = lsf.allocations(job_id)  # the run's times and end, from bhist's events: a segment's end (issue 55)
     assert run["state"] == "CANCELLED" and run["submit"] <= run["start"] <= run["end"] <= time.time() + 1, run
     assert isinstance(run["exit_code"], int) and "TERM_OWNER" in run["said"], run
+
+
+# bhist -l of a job bkill ended and of one a memory limit ended, in IBM's words ("Termination reasons displayed by bacct,
+# bhist, and bjobs": "Exited by signal 2. The CPU time used is 0.1 seconds;"), the second with no exit line before its
+# `Completed <exit>`
+BHIST_SIGNALLED = """Job <5>, User <user2>, Project <default>, Command <sleep 100>
+Thu Mar 13 17:30:00: Submitted from host <hostA>, to Queue <normal>, CWD <$HOME>;
+Thu Mar 13 17:30:01: Dispatched 1 Task(s) on Host(s) <hostB>, Allocated 1 Slot(s) on Host(s) <hostB>;
+Thu Mar 13 17:30:01: Starting (Pid 1234);
+Thu Mar 13 17:32:05: Signal <KILL> requested by user or administrator <user2>;
+Thu Mar 13 17:32:06: Exited by signal 2. The CPU time used is 0.1 seconds;
+Thu Mar 13 17:32:06: Completed <exit>; TERM_OWNER: job killed by owner;
+"""
+BHIST_MEMLIMIT = """Job <6>, User <user2>, Project <default>, Command <train>
+Thu Mar 13 19:20:00: Submitted from host <hostA>, to Queue <normal>, CWD <$HOME>;
+Thu Mar 13 19:20:02: Starting (Pid 1240);
+Thu Mar 13 19:31:13: Completed <exit>; TERM_MEMLIMIT: job killed after reaching LSF memory usage limit;
+"""
+
+
+def test_lsf_reads_a_run_a_signal_ended_from_bhist_in_ibms_words(tmp_path, monkeypatch):
+    """A killed job's run ends where bhist says `Exited by signal 2` (exit 130, as LSF reports it), or at its
+    `Completed <exit>`: not `not in the accounting yet` for ever."""
+    from cluster_train.host.schedulers.lsf_history import seconds
+
+    fake_commands(tmp_path, monkeypatch, bhist=f'case "$*" in *" 5") cat <<"EOF"\n{BHIST_SIGNALLED}EOF\n;; '
+                                               f'*" 6") cat <<"EOF"\n{BHIST_MEMLIMIT}EOF\n;; *) exit 255;; esac')
+    (killed,) = Lsf().allocations("5")
+    assert killed == {"submit": seconds("Mar 13 17:30:00", ""), "eligible": seconds("Mar 13 17:30:00", ""),
+                      "start": seconds("Mar 13 17:30:01", ""), "end": seconds("Mar 13 17:32:06", ""),
+                      "state": "CANCELLED", "exit_code": 130,
+                      "said": "bhist: Exited by signal 2; TERM_OWNER: job killed by owner"}, killed
+    said = Lsf().accounting("5")
+    assert (said["state"], said["exit_code"]) == (State.CANCELLED, "130"), said
+    (limited,) = Lsf().allocations("6")
+    assert limited["end"] == seconds("Mar 13 19:31:13", "") and limited["exit_code"] is None, limited
+    assert limited["said"] == "bhist: TERM_MEMLIMIT: job killed after reaching LSF memory usage limit", limited
 
 
 # ---- a closed pipe --------------------------------------------------------------------------------------------------
@@ -393,6 +431,31 @@ def test_resume_closes_a_killed_segment_from_the_accounting_as_status_does(tmp_p
     (seg,) = segments.read(run_dir)
     assert (seg.how, seg.exit_code, seg.ended_by) == ("CANCELLED", 137, "sacct: 21.batch CANCELLED 0:9"), seg
     assert seg.end == time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(local("2026-12-02T00:02:55")))
+
+
+# sacct of SACCT_KILLED's job before slurmdbd had its batch step's end, and of one whose accounting keeps no batch step
+SACCT_BATCH_UNENDED = SACCT_KILLED.replace("2026-12-02T00:02:55", "Unknown")
+SACCT_NO_BATCH = SACCT_KILLED.split("\n")[0] + "\n"
+
+
+def test_a_segment_is_closed_from_its_batch_steps_end_not_the_allocations_while_that_is_unknown(tmp_path, monkeypatch):
+    """The allocation's end while the batch step's End is Unknown would close the segment, and the batch shell's own
+    end record could follow it: two ends. Without a batch step the allocation's end and state close it."""
+    from cluster_train.host.runs.run_status import status_of
+
+    run_dir = tmp_path / "r"
+    manifest = shell_killed(run_dir)
+    fake_commands(tmp_path, monkeypatch, sacct=f'printf "{SACCT_BATCH_UNENDED}"')
+    (held,) = Slurm().allocations("21")
+    assert held["end"] is None and held["exit_code"] == 137, held
+    status_of(manifest, Accounted({"state": State.CANCELLED}, said=SACCT_CANCELLED, held=[held]), run_dir)
+    assert segments.read(run_dir)[0].how == "" and '"end"' not in (run_dir / segments.FILE).read_text()
+    fake_commands(tmp_path, monkeypatch, sacct=f'printf "{SACCT_NO_BATCH}"')
+    (held,) = Slurm().allocations("21")
+    status_of(manifest, Accounted({"state": State.CANCELLED}, said=SACCT_CANCELLED, held=[held]), run_dir)
+    (seg,) = segments.read(run_dir)
+    assert (seg.how, seg.exit_code, seg.ended_by) == ("CANCELLED", 0, "sacct: 21 CANCELLED by 0 0:0"), seg
+    assert seg.end == time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(local("2026-12-02T00:02:50")))
 
 
 def test_an_ended_runs_segment_says_its_state_until_the_accounting_has_its_end_and_cancelling_while_cancelled(

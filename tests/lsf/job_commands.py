@@ -235,6 +235,8 @@ def print_long(job: Path, rec: dict, bjobs_style: bool = False) -> None:
         elif kind == "end":
             if e["stat"] == "DONE":
                 lines.append(f"{t}: Done successfully. The CPU time used is 0.0 seconds;")
+            elif e.get("signal"):  # a shell a signal ended (bkill, a run limit): its number, not 128 + it
+                lines.append(f"{t}: Exited by signal {e['signal']}. The CPU time used is 0.0 seconds;")
             else:
                 lines.append(f"{t}: Exited with exit code {e['code']}. The CPU time used is 0.0 seconds;")
             if e["reason"]:

@@ -24,7 +24,9 @@ Long runs, as IBM's LSF 10.1 documents them (bsub -W/-wa/-wt/-Q, brequeue, bkill
   most K elements run at once; bjobs/bkill/brequeue take JOBID (every element) or JOBID[i] (one).
 - `bmod -R "res_req" [-R ...] ID` replaces the job's resource requirements; a running job's apply at its next
   dispatch: a requeued job runs on the hosts they allow (`select[hname!=HOST]` leaves a host out).
-- `bhist -l ID` shows every run and how it ended (requeue, run limit, DONE/EXIT); records stay in the state dir.
+- `bhist -l ID` shows every run and how it ended (requeue, run limit, DONE/EXIT); records stay in the state dir. A
+  run whose shell a signal ended (bkill's, a run limit's) says `Exited by signal N.`, as IBM documents it ("Termination
+  reasons displayed by bacct, bhist, and bjobs"), one that exited `Exited with exit code N.`
 - job dependencies: `-w 'done(ID) && done(ID)'` holds the job (PEND) until every one is DONE; a dependency on a job
   LSF cannot find fails the submission. Once one has exited otherwise the condition can never be met: the job is an
   orphan, left pending unless `-ti` (LSF's per-job automatic orphan termination) ends it at once, EXIT with

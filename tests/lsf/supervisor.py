@@ -196,8 +196,9 @@ def run_once(job: Path, rec: dict, env: dict, restart: bool):
     host_lost = host_lost or read(job, "host_failed")  # also where the script ended before the shutdown began
     (job / "host_failed").unlink(missing_ok=True)
     rerun = host_lost and rec.get("rerunnable") and not (job / "kill_request").exists()  # bsub -r: rerun elsewhere
-    event(job, "end", code=code, stat=stat, reason=reason, requeue="brequeue" if reason == "TERM_REQUEUE_OWNER"
-          else "exit value" if requeue_value else "rerun" if rerun else None)
+    event(job, "end", code=code, stat=stat, reason=reason, signal=-proc.returncode if proc.returncode < 0 else None,
+          requeue="brequeue" if reason == "TERM_REQUEUE_OWNER" else "exit value" if requeue_value
+          else "rerun" if rerun else None)
     write(job, "exit_code", str(code))
     if reason == "TERM_REQUEUE_OWNER" or requeue_value:
         write(job, "stat", "PEND")

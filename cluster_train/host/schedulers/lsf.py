@@ -10,7 +10,7 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
 from cluster_train.host.schedulers.sessions import LsfSession
 from cluster_train.host.schedulers.lsf_inventory import inventory as live_inventory
-from cluster_train.host.schedulers.lsf_history import runs as bhist_runs
+from cluster_train.host.schedulers.lsf_history import EXITED, exit_status, runs as bhist_runs
 from cluster_train.host.schedulers.lsf_failures import FAILED_NODES, REQUEUED_UNDER_US
 
 if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
@@ -164,8 +164,8 @@ class Lsf(Scheduler):
     # bhist -l's events (IBM's wording), in the order they happen to a job: the last one found is its state
     EVENTS = ((r"Submitted from host", State.PENDING), (r"Starting \(Pid", State.RUNNING),
               (r"Pending: Job has been requeued", State.PENDING), (r"Done successfully", State.COMPLETED),
-              (r"Exited with exit code|Exited;", State.FAILED), (r"\bTERM_(OWNER|ORPHAN_SYSTEM)\b", State.CANCELLED),
-              (r"\bTERM_RUNLIMIT\b", State.TIMEOUT))
+              (r"Exited with exit code|Exited by signal|Exited;", State.FAILED),
+              (r"\bTERM_(OWNER|ORPHAN_SYSTEM)\b", State.CANCELLED), (r"\bTERM_RUNLIMIT\b", State.TIMEOUT))
 
     def accounting(self, job_id: str) -> Optional[Dict[str, str]]:
         """bhist -l, which reads LSF's event log: it still answers after bjobs has forgotten the job."""
@@ -180,8 +180,8 @@ class Lsf(Scheduler):
             return None
         _, state, said = max(found, key=lambda f: f[0])
         by = re.findall(r"Signal <KILL> requested by user or administrator <([^>]+)>", text)
-        code = re.findall(r"Exited with exit code (\d+)", text)
-        return {"state": state, "exit_code": code[-1] if code else "", "nodes": "",
+        code = [exit_status(m.group(0)) for m in EXITED.finditer(text)]  # a signal N: 128 + N, as LSF reports it
+        return {"state": state, "exit_code": str(code[-1]) if code else "", "nodes": "",
                 "said": f"bhist: {said.strip()}" + (f", KILL requested by {by[-1]}" if by and state == State.CANCELLED
                                                      else "")}
 

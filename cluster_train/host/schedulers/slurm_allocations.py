@@ -33,8 +33,10 @@ def allocations(job_id: str, states: Dict[str, str]) -> Optional[List[Dict]]:
                           "state": State.of(said.split(" ")[0], states).value, "exit_code": exit_status(exit_code),
                           "said": f"sacct: {listed} {said} {exit_code}"})
         elif found and listed.endswith(".batch"):  # the batch shell's own end: how it exited, and when
+            # its End alone, Unknown (None) until slurmdbd has it: the allocation's end may come first, and a
+            # segment closed from it would have two ends once the batch shell's own record follows
             found[-1].update(exit_code=exit_status(exit_code), said=f"sacct: {listed} {said} {exit_code}",
-                             end=seconds(fields[6]) or found[-1]["end"])
+                             end=seconds(fields[6]))
     return found
 
 
