@@ -3,8 +3,13 @@ test_segments.py does): the hang watchdog names the stuck rank and host, saves t
 requeues the job with that node left out (ExcNodeList set from the TERM that Slurm's requeue sends); a rank killed by a
 signal is requeued within max_failures and ends FAILED past it; an exception is not requeued; progress lines of an
 earlier segment are not read as a hang. And hang_timeout as the profile gives it."""
+import functools
 import json
+import os
+import shutil
+import signal
 import socket
+import subprocess
 import time
 
 import pytest
@@ -184,3 +189,43 @@ def test_a_node_the_partition_cannot_spare_is_not_left_out(store, tmp_path):
     (end,) = ends(store / "runs" / "long")
     assert end["how"] == "HANG" and end["requeued"] and "excluded" not in end, end
     assert not (tmp_path / "updated").exists() and (tmp_path / "requeued").read_text().split() == ["4242"]
+
+
+# srun's stderr: a rank's own line, then srun's, then srun ends as when it saw a rank killed
+SRUN_SAW_A_KILL = ('#!/bin/bash\necho "a rank\'s warning" >&2\necho "srun: error: nB: task 1: Killed" >&2\n'
+                   'exit 137\n')
+
+
+def test_srun_s_own_lines_are_kept_whole_before_the_shell_reads_them(script, store, tmp_path):
+    """logs/srun-N.log holds srun's lines alone, and its last is there when the shell names the rank that died,
+    however late the copy writes it (a tee that starts late, as under load); the job log has every line once."""
+    late_tee = f'#!/bin/bash\nsleep 1\nexec {shutil.which("tee")} "$@"\n'
+    fakes = {"srun": SRUN_SAW_A_KILL, "scontrol": SCONTROL, "tee": late_tee}
+    job = start(script, tmp_path, "0", fakes, CT_HEARTBEAT_S="1")
+    out, _ = job.communicate(timeout=60)
+    run_dir = store / "runs" / "long"
+    (end,) = ends(run_dir)
+    assert end["how"] == "FAILED" and end["died"] == {"rank": 1, "host": "nB"}, (end, out)
+    assert (run_dir / "logs" / "srun-1.log").read_text() == "srun: error: nB: task 1: Killed\n"
+    assert out.count("a rank's warning") == 1 and out.count("srun: error: nB: task 1: Killed") == 1, out
+
+
+# srun as a cancel finds it: it passes the TERM on to the ranks, which save, and writes on meanwhile
+SRUN_SAVING = ('#!/bin/bash\ntrap \'for i in 1 2 3; do echo "saving $i" >&2; sleep 0.2; done; '
+               'echo "srun: error: nB: task 1: Terminated" >&2; exit 143\' TERM\n'
+               'echo training >&2\nwhile :; do sleep 0.1; done\n')
+
+
+@pytest.mark.slow  # 3 s of bash: make test, not make test-fast
+def test_a_cancels_term_does_not_end_the_copy_of_sruns_stderr(script, store, tmp_path, monkeypatch):
+    """scancel signals the whole batch step, the copy of srun's stderr too: it ignores the TERM, so that what srun
+    writes while the ranks save still reaches the job log (a closed pipe would end srun mid-save)."""
+    monkeypatch.setattr(subprocess, "Popen", functools.partial(subprocess.Popen, start_new_session=True))
+    job = start(script, tmp_path, "0", {"srun": SRUN_SAVING, "scontrol": SCONTROL}, CT_HEARTBEAT_S="1")
+    for line in job.stdout:
+        if line.startswith("training"):
+            break
+    os.killpg(job.pid, signal.SIGTERM)  # the batch step's every process, as slurmstepd signals it
+    out, _ = job.communicate(timeout=60)
+    assert "saving 3" in out and "srun: error: nB: task 1: Terminated" in out, out
+    assert ends(store / "runs" / "long")[-1]["how"] == "TERMINATED"
