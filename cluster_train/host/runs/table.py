@@ -4,7 +4,6 @@ asked there (its own `runs --json`) over the shared connections, all clusters at
 answer is one row saying so; the others are still shown."""
 import csv
 import json
-import os
 import shutil
 import sys
 import time
@@ -156,9 +155,10 @@ def ask(reach, user: Dict, batch: bool) -> List[Dict]:
 
 
 def terminal_width() -> Optional[int]:
-    """The width the table is cut to, as ls and ps decide it: COLUMNS where set, else the terminal's; None where the
-    output is no terminal (a pipe, a file: grep and scripts get whole cells, and --json is there for programs)."""
-    if not os.environ.get("COLUMNS") and not sys.stdout.isatty():
+    """The width the table is cut to, as ls decides it: at a terminal, COLUMNS where set, else the terminal's; None
+    where the output is no terminal (a pipe, a file: grep and scripts get whole cells, and --json is there for
+    programs), whatever COLUMNS says (shells and test runners export it to every child)."""
+    if not sys.stdout.isatty():
         return None
     return shutil.get_terminal_size().columns
 
