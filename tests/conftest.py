@@ -432,6 +432,19 @@ def manifest(run_dir: Path) -> dict:
     return json.loads((run_dir / "manifest.json").read_text())
 
 
+def stop_sh_run(cluster, profile: str, run_id: str, where: Path, runs: Path) -> tuple:
+    """A run of tests/cancel_scenarios.py's stop.sh (trains nothing: runs until signalled) from `where`/code, queued
+    --no-wait on CLUSTER's PROFILE: its run directory and job id."""
+    from cancel_scenarios import STOP_SH
+
+    (where / "code").mkdir()
+    (where / "code" / "stop.sh").write_text(STOP_SH)
+    done = run_cluster(cluster, profile, "--run-id", run_id, "--no-wait", "--stale-image-ok", "--", "bash", "stop.sh",
+                       cwd=where / "code")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return runs / run_id, manifest(runs / run_id)["scheduler"]["job_id"]
+
+
 def wandb_records(run_dir: Path) -> list:
     """The records of a W&B run directory's log as W&B's own reader gives them (`wandb leet inspect`, wandb-core's:
     it checks every chunk's crc and the block layout)."""

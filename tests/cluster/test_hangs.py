@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, job_logs, manifest, run_cluster, wait_for_run
+from conftest import ROOT, job_logs, manifest, run_cluster, stop_sh_run, wait_for_run
 
 from cluster_train.host.runs import segments
 
@@ -164,18 +164,10 @@ def test_an_lsf_host_failed_under_a_two_host_run_is_named_and_left_out_of_the_re
     """The second host of a running 2-host blaunch job fails (the stand-in's trigger, tests/lsf/host_failure.py):
     bhosts shows it unavail, LSF shuts the job down and reruns it (bsub -r). The segment ends NODE_FAIL naming that
     host, and the rerun runs without it, though it is back by then; `status` says it was left out."""
-    from cancel_scenarios import STOP_SH
-
     standin = str(ROOT / "tests" / "lsf" / "standin.py")
     monkeypatch.setenv("CT_LSF_REQUEUE_DELAY", "4")  # the host is back before the rerun is dispatched
     monkeypatch.setenv("CT_LSF_TERMINATE_INTERVAL", "5")
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "stop.sh").write_text(STOP_SH)
-    done = run_cluster("ci-lsf", "two_hosts", "--run-id", "lsf-hostfail", "--no-wait", "--stale-image-ok", "--",
-                       "bash", "stop.sh", cwd=tmp_path / "code")
-    assert done.returncode == 0, done.stdout + done.stderr
-    run_dir = runs_dir / "lsf-hostfail"
-    job_id = manifest(run_dir)["scheduler"]["job_id"]
+    run_dir, job_id = stop_sh_run("ci-lsf", "two_hosts", "lsf-hostfail", tmp_path, runs_dir)
     host = ""
     try:
         wait_for_run(lambda: job_logs(run_dir).count("[test] segment 1 running") == 2, "both ranks run", 180, run_dir)

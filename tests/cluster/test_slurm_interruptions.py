@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, job_logs, manifest, run_cluster, wait_for_run
+from conftest import ROOT, job_logs, manifest, run_cluster, stop_sh_run, wait_for_run
 
 from cluster_train.host.runs import segments
 
@@ -182,18 +182,10 @@ def test_a_node_failed_under_a_two_node_run_is_named_and_left_out_of_the_requeue
     (its srun may exit 0). The segment ends NODE_FAIL naming that node alone (sacct's NodeList holds all the job's),
     and the requeued job runs without it, though it is back in service by then; `status` says it was left out.
     (--exclusive: no other test's job shares the node this one downs.)"""
-    from cancel_scenarios import STOP_SH
-
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "stop.sh").write_text(STOP_SH)
     cluster = yaml.safe_load((ROOT / "clusters" / "ci-slurm.yaml").read_text())
     cluster["profiles"]["n2_gpu1"]["exclusive"] = True
     (tmp_path / "ci-slurm.yaml").write_text(yaml.safe_dump(cluster))
-    done = run_cluster(tmp_path / "ci-slurm.yaml", "n2_gpu1", "--run-id", "nodefail", "--no-wait",
-                       "--stale-image-ok", "--", "bash", "stop.sh", cwd=tmp_path / "code")
-    assert done.returncode == 0, done.stdout + done.stderr
-    run_dir = runs_dir / "nodefail"
-    job_id = manifest(run_dir)["scheduler"]["job_id"]
+    run_dir, job_id = stop_sh_run(tmp_path / "ci-slurm.yaml", "n2_gpu1", "nodefail", tmp_path, runs_dir)
     node = ""
     try:
         wait_for_run(lambda: job_logs(run_dir).count("[test] segment 1 running") == 2, "both ranks run", 180, run_dir)

@@ -203,7 +203,9 @@ def test_a_resumed_element_waits_for_its_array_under_max_parallel(cpu_image, slu
     Slurm's %1 does not count: it waits for the array (afterany) instead of running beside e1. Two cheap commands,
     no training."""
     (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "step.sh").write_text('case "$CT_RUN_DIR" in */e0) exit 3;; esac; sleep 8\n')
+    (tmp_path / "code" / "step.sh").write_text(  # e1 runs until the test lets it end (a busy machine's resume is slow)
+        'case "$CT_RUN_DIR" in */e0) exit 3;; esac\n'
+        'for _ in $(seq 300); do [ -e "$CT_RUN_DIR/release" ] && exit 0; sleep 1; done\n')
     done = run_cluster("ci-slurm", "n1_gpu1", "--sweep", "trainer.max_epochs=1,2", "--max-parallel", "1", "--run-id",
                        "held", "--no-wait", "--stale-image-ok", "--", "bash", "step.sh", cwd=tmp_path / "code")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -214,6 +216,7 @@ def test_a_resumed_element_waits_for_its_array_under_max_parallel(cpu_image, slu
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         job_id = manifest(runs_dir / "held" / "e0")["scheduler"]["job_id"]
         held = slurm_job(job_id)
+        (runs_dir / "held" / "e1" / "release").touch()
         wait_for(lambda: slurm_job(job_id).get("JobState") in ("FAILED", "COMPLETED"), "the resumed e0 ends")
         assert slurm_job(job_id)["StartTime"] >= slurm_job(f"{array}_1")["EndTime"]  # never beside e1
         assert (held["JobState"], held["Reason"]) == ("PENDING", "Dependency"), held
