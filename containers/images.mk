@@ -92,7 +92,17 @@ $(IMAGE_SIF): $(if $(filter fresh,$(IMAGE_STATUS)),,_image_rebuild)
 #             included, resolves and hashes from PyPI.
 #   cuda11.6  Ubuntu 20.04, Python 3.8. Resolved with PyPI's torch 1.13.1 minus its CUDA 11.7 wheels (the +cu116
 #             wheel bundles CUDA); torch/torchvision are then replaced by the hash-pinned +cu116 block.
-UV ?= $(or $(wildcard .venv/bin/uv),uv)
+# uv: the venv's (make venv installs it there), else one on PATH, else installed into $(VENV) first: a fresh clone has
+# none, and `make lock-derived` said `uv: command not found` (exit 127). Only uv goes into the venv then (seconds);
+# `make venv` adds the test requirements later.
+VENV ?= .venv
+UV ?= $(or $(wildcard $(VENV)/bin/uv),$(shell command -v uv 2>/dev/null),$(VENV)/bin/uv)
+UV_INSTALL := $(filter $(VENV)/bin/uv,$(UV))
+$(VENV)/bin/uv:
+	@echo "make: installing uv into $(VENV) (python3 -m venv, pip install uv)"
+	@python3 -m venv $(VENV) || { echo "make: python3 -m venv failed; install python3-venv (apt-get install" \
+	  "python3-venv), or put uv on PATH (https://docs.astral.sh/uv/)" >&2; exit 1; }
+	@$(VENV)/bin/python -m pip install -q uv
 LOCK_INDEX ?= https://pypi.org/simple
 LOCK_REQS := containers/requirements
 LOCK_OPTS_cpu := --python-version 3.13 --python-platform x86_64-manylinux_2_36 \
@@ -105,7 +115,7 @@ LOCK_OPTS_cuda11.6 := --python-version 3.8 --python-platform x86_64-manylinux_2_
 .PHONY: $(addprefix lock-,$(IMAGE_FLAVORS))
 lock: $(addprefix lock-,$(IMAGE_FLAVORS))
 
-$(addprefix lock-,$(IMAGE_FLAVORS)): lock-%:
+$(addprefix lock-,$(IMAGE_FLAVORS)): lock-%: | $(UV_INSTALL)
 	@test -f $(LOCK_REQS)/$*.in || { echo "make lock: no $(LOCK_REQS)/$*.in" >&2; exit 2; }
 	@set -e; out=containers/$*.lock; tmp=containers/.$*.lock.tmp; trap 'rm -f "$$tmp" "$$tmp.new"' EXIT INT TERM; \
 	if [ -f "$$out" ]; then awk '/^--/ { next } /^[A-Za-z0-9].*[+]cu[0-9]/ { skip = 1 } \
@@ -126,8 +136,14 @@ $(addprefix lock-,$(IMAGE_FLAVORS)): lock-%:
 # Resolved as FLAVOR's own lock is (its Python, platform, exclusions, Debian's torch for cpu), constrained to the
 # versions the image already holds (containers/FLAVOR.lock), which it then leaves out: the lock lists only what the
 # derived image adds, each file hash-pinned.
+#   make lock-derived REQS=path/requirements.in WHEELS=DIR [FLAVOR=cpu]   (offline: no index, no uv)
+# Each wheel of DIR (pip download -r requirements.in -d DIR, made where PyPI is reachable) hash-pinned, less what the
+# image holds; every name of REQS must have its wheel there (cluster_train/host/images/wheel_lock.py). Build it with
+# images derive ... --wheels DIR. The inputs are checked before uv is installed (where it is missing).
 REQS ?=
+WHEELS ?=
 DERIVED_LOCK ?= $(basename $(REQS)).lock
+LOCK_HELD_cpu := --held $(LOCK_REQS)/cpu.debian.txt
 .PHONY: lock-derived
 lock-derived:
 	@test -n "$(REQS)" && test -f "$(REQS)" || \
@@ -135,9 +151,15 @@ lock-derived:
 	    exit 2; }
 	@test -f containers/$(FLAVOR).lock || \
 	  { echo "make lock-derived: no containers/$(FLAVOR).lock (FLAVOR=cpu|cuda12.8|cuda11.6)" >&2; exit 2; }
+ifneq ($(WHEELS),)
+	$(HOST_PYTHON) -m cluster_train.host.images.wheel_lock --wheels "$(WHEELS)" --flavor $(FLAVOR) \
+	  --held containers/$(FLAVOR).lock $(LOCK_HELD_$(FLAVOR)) --reqs "$(REQS)" -o "$(DERIVED_LOCK)"
+else
+	$(if $(UV_INSTALL),@$(MAKE) --no-print-directory $(UV_INSTALL))
 	$(UV) pip compile --quiet --generate-hashes --default-index $(LOCK_INDEX) $(LOCK_OPTS_$(FLAVOR)) \
 	  -c containers/$(FLAVOR).lock \
 	  $$(awk -F'==' '/^[A-Za-z0-9]/ { print "--no-emit-package", $$1 }' containers/$(FLAVOR).lock) \
 	  "$(REQS)" -o "$(DERIVED_LOCK)"
 	@echo "make lock-derived: $(DERIVED_LOCK): $$(grep -c '^[A-Za-z0-9]' "$(DERIVED_LOCK)") packages" \
 	  "on top of the $(FLAVOR) image"
+endif

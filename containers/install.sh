@@ -8,6 +8,8 @@
 #   4. the cluster_train package itself from /opt/cluster-train (no network)
 #   5. bytecode compiled now (PYTHONDONTWRITEBYTECODE=1 is common on clusters, and the image is read-only anyway)
 #   6. pip check, and the versions printed into the build log and /opt/cluster-train/versions.txt
+#   7. the top-level module names the image can import, into its label org.cluster-train.modules (the host checks a
+#      command's imports against it before queueing: cluster_train/host/jobs/imports_check.py)
 #
 # Usage (inside the image build; %files put the sources under /opt/cluster-train):
 #   sh /opt/cluster-train/containers/install.sh cpu|cuda12.8|cuda11.6
@@ -71,7 +73,7 @@ import platform
 import sys
 
 lines = [f"flavor {sys.argv[1]}", f"python {platform.python_version()}"]
-for dist in ("torch", "torchvision", "numpy", "pytorch-lightning", "torchmetrics", "deepspeed", "tensorboard",
+for dist in ("torch", "torchvision", "numpy", "pytorch-lightning", "lightning", "torchmetrics", "deepspeed", "tensorboard",
              "fire", "spython", "pyyaml", "jinja2", "cluster-train"):
     try:
         lines.append(f"{dist} {md.version(dist)}")
@@ -81,3 +83,10 @@ print("\n".join(lines))
 with open(sys.argv[2], "w") as f:
     f.write("\n".join(lines) + "\n")
 EOF
+
+# 7. the module list, as a label (%post's $APPTAINER_LABELS; a label the definition's %labels names would win)
+if [ -n "${APPTAINER_LABELS:-}" ]; then
+  modules=$("$VENV/bin/python" -m cluster_train.image.modules)
+  echo "install.sh: $(echo "$modules" | wc -w) importable top-level modules recorded (org.cluster-train.modules)"
+  echo "org.cluster-train.modules $modules" >> "$APPTAINER_LABELS"
+fi

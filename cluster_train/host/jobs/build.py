@@ -16,7 +16,8 @@ from cluster_train.host.clusters.flavors import known_flavor, make_image
 from cluster_train.host.data import binding
 from cluster_train.host.images import locations, store
 from cluster_train.host.images.content_key import stale_inputs
-from cluster_train.host.jobs import code_snapshot, config_check, measured, preflight, run_refs, user_code
+from cluster_train.host.jobs import code_snapshot, config_check, imports_check, measured, preflight, run_refs, \
+    user_code
 from cluster_train.host.jobs.job import Job, new_run_id
 from cluster_train.host.jobs.render import render
 from cluster_train.host.jobs.run_refs import Waited
@@ -222,6 +223,8 @@ def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str
     ram = measured.host_ram(site, profile, run, user_set, config_file)
     warnings += preflight.check(job, site.cluster, run, task_runs, user_set, ram,
                                 dry_run=request.dry_run, user_config=read, awaited=list(request.awaited.values()))
+    if code and run.command:  # a package the image lacks: refused now, not after the wait in the queue
+        warnings += imports_check.check(run.command, code.snapshot, job.image)
     summary = job_summary(job, run, config_check.overridden(user_set, profile), ram,
                                 batch_known=not run.command or bool(read and "batch_size" in read.values))
     summary = "\n".join([summary, *user_code.summary_lines(run, code)])
