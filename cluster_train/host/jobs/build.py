@@ -226,7 +226,8 @@ def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str
     if code and run.command:  # a package the image lacks: refused now, not after the wait in the queue
         warnings += imports_check.check(run.command, code.snapshot, job.image)
     summary = job_summary(job, run, config_check.overridden(user_set, profile), ram,
-                                batch_known=not run.command or bool(read and "batch_size" in read.values))
+                                batch_known=not run.command or bool(read and "batch_size" in read.values),
+                                snapshot=code.snapshot if code else None)
     summary = "\n".join([summary, *user_code.summary_lines(run, code)])
     experiment = str(config_file) if config_file else "(command line)"
     return Submission(job, run, script, summary, experiment, list(request.overrides), task_runs, warnings,

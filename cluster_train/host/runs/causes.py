@@ -20,6 +20,9 @@ CAUSES: List[Tuple[str, str]] = [
     (r"\[cluster-train\] error: ((\S+: )?the data image [^\n]*)", "{1}"),  # the job's check (_data.sh.j2)
     (r"time limit reached and all \d+ requeue\(s\) used", "time limit reached with every requeue used; "
                                                            "bin/run-cluster resume RUN_DIR, or raise max_requeues"),
+    (r"\[cluster-train\] error: the time limit was reached and the script saved no checkpoint[^\n]*",
+     "the time limit was reached and the script saved no checkpoint: it would start again from scratch, so it was "
+     "not requeued; save on SIGUSR1 and exit $CT_REQUEUE_EXIT (docs/how-to/own-code.md, Long runs)"),
     (r"CUDA driver version is insufficient|driver.*too old", "the node's CUDA driver is older than the image's CUDA; "
                                                              "use the cuda11.6 image or a "
                                                              "partition with newer drivers"),
@@ -55,6 +58,16 @@ ENDED_BY: Dict[str, Tuple[str, str]] = {
              "a rank killed by a signal (exit 128 + the signal: 137 SIGKILL, from the kernel's OOM killer or a "
              "kill -9; 135 SIGBUS, 139 SIGSEGV) ended the job's steps: its log lines, and the host's kernel log, say "
              "why. Within the restart budget (max_failures) the job is requeued and goes on from its last checkpoint"),
+    "raised": ("rank {rank} on host {host} exited {exit_code} (its own exit, an exception: not requeued)",
+               "a rank of your training ended by its own exit (an exception, sys.exit, a NaN loss), whatever exit "
+               "srun gave the ranks it then ended: it would fail the same way again, so the job is not requeued; "
+               "that rank's traceback is in the job log (bin/run-cluster logs RUN_DIR)"),
+    "unsaved": ("the time limit was reached and the script saved no checkpoint: it would start again from scratch "
+                "(exit {exit_code}), so it was not requeued",
+                "the time-limit warning (SIGUSR1) reached a command that did not save and exit $CT_REQUEUE_EXIT (75), "
+                "so a requeue would have started it from step 0 again: save $CT_CHECKPOINT_DIR/last.ckpt on the "
+                "warning and exit $CT_REQUEUE_EXIT (cluster_train.image.resume does both; docs/how-to/own-code.md, "
+                "Long runs), or give the profile a longer time"),
     "requeued": ("failure {failures} of at most {max_failures}, requeued{without}",
                  "a hang, a node failure or a killed rank: the job was requeued under the restart budget "
                  "(max_failures, failure-requeues per run, apart from time limits) and goes on from its last "

@@ -27,9 +27,23 @@ def hang(segment: Segment) -> str:
 
 
 def died(segment: Segment) -> str:
-    """'rank 1 died on host n3 (exit 137)': the rank whose death ended the segment's steps."""
-    return causes.ended_by("died", rank=str(segment.died.get("rank", "?")), host=str(segment.died.get("host", "?")),
+    """'rank 1 died on host n3 (exit 137)': the rank whose death ended the segment's steps; 'rank 0 on host n1
+    exited 1 (its own exit, ...)' where it ended itself (an exception: the batch shell records that rank's code)."""
+    kind = "raised" if raised(segment) else "died"
+    return causes.ended_by(kind, rank=str(segment.died.get("rank", "?")), host=str(segment.died.get("host", "?")),
                            exit_code=str(segment.exit_code))
+
+
+def raised(segment: Segment) -> bool:
+    """A FAILED segment that a rank's own exit ended (not a signal: exit 128 + N), which is never requeued."""
+    return (segment.how == "FAILED" and bool(segment.died) and segment.failures is None
+            and isinstance(segment.exit_code, int) and 0 < segment.exit_code < 129)
+
+
+def unsaved(segment: Segment) -> str:
+    """'the time limit was reached and the script saved no checkpoint: ...' for a segment warned at its time limit
+    whose steps saved nothing to resume from; "" for any other."""
+    return causes.ended_by("unsaved", exit_code=str(segment.exit_code)) if segment.saved is False else ""
 
 
 def budget_step(segment: Segment) -> str:
@@ -54,7 +68,8 @@ def excluded_line(found: List[Segment]) -> Optional[str]:
 
 def cause(found: List[Segment]) -> str:
     """What ended a run whose last segment ended on a failure the record names: the budget spent, with every
-    failure of the run; a hang that was not requeued; else ""."""
+    failure of the run; a hang that was not requeued; a time limit with nothing saved; a rank's exception; else
+    ""."""
     last = found[-1] if found else None
     if last is None or not last.how:
         return ""
@@ -62,7 +77,9 @@ def cause(found: List[Segment]) -> str:
         history = ", ".join(failure_text(s) for s in found if s.failures is not None or s.how in FAILURES)
         return causes.ended_by("budget", failures=str(last.failures), max_failures=str(last.max_failures),
                                history=history)
-    return hang(last) if last.stuck and not last.requeued else ""
+    if last.stuck and not last.requeued:
+        return hang(last)
+    return unsaved(last) or (died(last) if raised(last) else "")
 
 
 FAILURES = ("HANG", "NODE_FAIL", "FAILED")  # the ends a segment's failure has, requeued or not

@@ -15,7 +15,7 @@ CANCELLED = Path("logs") / "cancelled.json"  # written by `run-cluster cancel` b
 # a failure's end event's keys (the batch shell's restart budget and watchdog), each with its type
 ACCOUNTING_WORDS = ("sacct", "bhist")  # an end recorded from the scheduler's accounting starts with its name
 FAILURE_KEYS = {"requeued": bool, "failures": int, "max_failures": int, "stuck": dict, "stacks": str, "excluded": list,
-                "failed_nodes": list, "died": dict}
+                "failed_nodes": list, "died": dict, "saved": bool}
 
 
 @dataclass
@@ -40,7 +40,8 @@ class Segment:
     ended_by: str = ""  # whose word the end is where the batch shell could not record it (sacct's, a cancel's)
     ending: str = ""  # shown for an open segment whose job is being ended (`cancelling`), never recorded
     failed_nodes: List[str] = field(default_factory=list)  # a NODE_FAIL's nodes the scheduler marked failed
-    died: Dict = field(default_factory=dict)  # a rank killed by a signal, which ended the steps: rank, host
+    died: Dict = field(default_factory=dict)  # the rank whose end ended the steps (a signal, an exception): rank, host
+    saved: Optional[bool] = None  # False: a TIMEOUT whose steps saved nothing to resume from, so it was not requeued
 
     @property
     def budget_spent(self) -> bool:

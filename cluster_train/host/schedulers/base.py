@@ -95,7 +95,8 @@ class Scheduler:
                        failure), so its steps were ended, whatever their exit status ("": it never does); then the
                        words that print its failed nodes (HOST<tab>WHY lines), leave $ct_left_out out (where that
                        depends on the job: leave_out_requeued()), cancel it (the budget is spent).
-      died_rank        shell words printing "RANK HOST" of the rank whose death ended the training step, where the
+      died_rank        shell words printing "RANK HOST [EXIT]" of the rank whose death ended the training step
+                       (EXIT: its own exit code, where it exited rather than being killed by a signal), where the
                        scheduler's launcher names it ("": the batch shell starts the ranks itself, and knows).
       unsupported      the profile/partition keys (Placement fields) it cannot express, each with the fix.
       directives(), directive_prefix   its header's options, decided in Python (the template writes them).

@@ -16,9 +16,10 @@ FAILED_NODES = ('{ sinfo -h -N -n "$SLURM_JOB_NODELIST" -t down,drain,fail,no_re
                 'sed -n "s/^srun: error: Node failure on \\([^ ]*\\)$/\\1|/p" "${ct_srun_said:-/dev/null}" '
                 '2>/dev/null; } | '
                 'awk -F "|" \'$1 != "" && !seen[$1]++ {print $1 "\\t" $2}\'')
-# RANK HOST of the first rank srun saw end, other than one that saved and stopped as asked (kill-on-bad-exit
-# ends the others after it)
+# RANK HOST [EXIT] of the first rank srun saw end, other than one that saved and stopped as asked (kill-on-bad-exit
+# ends the others after it): EXIT where it ended by its own exit (an exception), none where a signal killed it
 DIED_RANK = (f'sed -n "/: Exited with exit code {REQUEUE}$/d; '
+             's/^srun: error: \\([^ :]*\\): task \\([0-9]*\\): Exited with exit code \\([0-9]*\\)$/\\2 \\1 \\3/p; t; '
              's/^srun: error: \\([^ :]*\\): task \\([0-9]*\\): .*/\\2 \\1/p" "${ct_srun_said:-/dev/null}" '
              '2>/dev/null | head -n 1')
 # ExcNodeList is taken from a pending job only
