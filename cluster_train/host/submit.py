@@ -3,6 +3,8 @@ runs on several clusters (--first-to-start), a rerun; each made and checked in f
 before anything is queued, then shown here. The other commands: cluster_train/host/commands.py.
 argparse rather than fire: `--set` repeats, and fire cannot take a repeated flag."""
 import argparse
+import json
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -38,6 +40,7 @@ def parser() -> argparse.ArgumentParser:
                                                   f"experiment, else {DEFAULT_EXPERIMENT})")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set trainer.max_epochs=5 (repeatable)")
+    p.add_argument("--data", metavar="DIR", help="bind DIR read-only at its own path, in $CT_DATA_ROOT (data.root)")
     p.add_argument("--dry-run", action="store_true", help="check and print the job and its script; submit nothing")
     p.add_argument("--sweep", dest="sweeps", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="one run per value (repeatable: the product of the values), queued as one job array")
@@ -80,6 +83,7 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
     """A new run, a sweep, a race of two profiles, or a rerun: made and checked by the API
     (cluster_train/host/api/job.py), shown and queued here."""
     args = parser().parse_intermixed_args(argv)
+    args.overrides = data_override(args.data, args.overrides)
     race.sort_words(args)
     if args.search:
         return search(args, command)
@@ -110,6 +114,17 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
         return show_and_queue(plan, args.dry_run, args.wait, args.timeout, args.strict_budget)
     return show_and_queue(one_run(job.submission(site, args.dry_run, args.after)), args.dry_run, args.wait,
                           args.timeout, args.strict_budget)
+
+
+def data_override(data: Optional[str], overrides: List[str]) -> List[str]:
+    """--data DIR as the --set it stands for: data.root, absolute from where it was typed, quoted for YAML (a path
+    may hold ': '); beside a --set data.root the two would name two directories for one bind."""
+    if not data:
+        return overrides
+    given = next((o for o in overrides if o.partition("=")[0].strip() == "data.root"), None)
+    if given:
+        raise UserError(f"--data {data} and --set {given} both name the data directory; keep one")
+    return [*overrides, "data.root=" + json.dumps(os.path.abspath(os.path.expanduser(data)))]
 
 
 def search(args, command: Optional[List[str]]) -> int:

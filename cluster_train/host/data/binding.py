@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host.clusters import Partition, Profile
-from cluster_train.host.data import store
+from cluster_train.host.data import directory, store
 
 GB = 10**9  # local_disk_gb, as sites state disk sizes
 
@@ -79,8 +79,10 @@ def staging_warnings(job, profile: Profile, part: Partition) -> List[str]:
 
 
 def manifest_record(job) -> Optional[Dict[str, Any]]:
-    """What a manifest keeps of the data image: the digest a rerun reads again, the name it was asked for by."""
+    """What a manifest keeps of the data image: the digest a rerun reads again, the name it was asked for by; of a
+    command's data directory, its digest (cluster_train/host/data/directory.py), which --rerun checks."""
     if not job.data.path:
-        return None
+        command_dir = job.work.entry == "command" and job.work.data_dir
+        return directory.record(job.work.data_dir) if command_dir else None
     return {"name": job.data.name, "sha256": job.data.sha256, "path": job.data.path, "size": job.data.size,
             "staged_to": job.data.stage or None}

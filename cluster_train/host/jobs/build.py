@@ -13,11 +13,11 @@ from cluster_train.shared.errors import UserError, UserErrors
 from cluster_train.host import clusters, project, settings, undecodable
 from cluster_train.host.clusters import Cluster, Profile
 from cluster_train.host.clusters.flavors import known_flavor, make_image
-from cluster_train.host.data import binding
+from cluster_train.host.data import binding, directory
 from cluster_train.host.images import locations, store
 from cluster_train.host.images.content_key import stale_inputs
-from cluster_train.host.jobs import code_snapshot, config_check, imports_check, measured, preflight, run_refs, \
-    user_code
+from cluster_train.host.jobs import code_snapshot, config_check, imports_check, left_out, measured, preflight, \
+    run_refs, user_code
 from cluster_train.host.jobs.job import Job, new_run_id
 from cluster_train.host.jobs.render import render
 from cluster_train.host.jobs.run_refs import Waited
@@ -228,10 +228,23 @@ def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str
     summary = job_summary(job, run, config_check.overridden(user_set, profile), ram,
                                 batch_known=not run.command or bool(read and "batch_size" in read.values),
                                 snapshot=code.snapshot if code else None)
-    summary = "\n".join([summary, *user_code.summary_lines(run, code)])
+    summary = "\n".join([summary, *user_code.summary_lines(run, code), *data_lines(job, run, code, request)])
     experiment = str(config_file) if config_file else "(command line)"
     return Submission(job, run, script, summary, experiment, list(request.overrides), task_runs, warnings,
                       request.rerun_of, code)
+
+
+def data_lines(job: Job, run: cfg.RunConfig, code: Optional[user_code.Code], request: Request) -> List[str]:
+    """A command's data directory as the manifest will record it, and what its new snapshot left out because git
+    ignores it (a rerun's snapshot is the recorded one: nothing of the project is read)."""
+    if not run.command:
+        return []
+    lines = directory.summary_line(binding.manifest_record(job)) if not job.data.path else [
+        f"data: image {job.data.name} sha256 {job.data.sha256[:12]} mounted read-only at {job.work.data_dir} "
+        f"($CT_DATA_ROOT)"]
+    if code and request.code_from is None:
+        lines += left_out.summary_lines(left_out.find(Path(code.snapshot.source), run.data.root))
+    return lines
 
 
 def not_its_experiment(profile: Profile, request: Request) -> str:

@@ -102,6 +102,7 @@ def _inputs(run: cfg.RunConfig, awaited: Sequence[Path]) -> List[UserError]:
                                    f"give a symlink without them"))
         elif not _exists(path) and not run_refs.inside(path, list(awaited)):
             fix = "create it (the generated data sets: make data)" if key == "data.root" else f"fix {key}"
+            fix = "fix --data DIR (data.root), or create it" if key == "data.root" and run.command else fix
             shown = path if len(path) <= 200 else f"{path[:200]}... ({len(path)} characters)"
             found.append(UserError(f"{key}: {shown} does not exist; {fix}"))
     return found

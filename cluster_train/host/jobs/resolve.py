@@ -20,6 +20,10 @@ from cluster_train.host.jobs.job import DataImage, Fabric, ImageRef, Job, Notify
 from cluster_train.host.schedulers import Scheduler, adapter
 from cluster_train.host.schedulers.launches import LAUNCHES, Launch
 
+# where a command's data image is mounted when it names no data.root: a path of its own, which no site binds
+# (docs/how-to/own-code.md); $CT_DATA_ROOT says it to the command
+COMMAND_DATA_MOUNT = "/mnt/ct-data"
+
 
 def launch_of(profile: Profile, scheduler: Scheduler) -> Launch:
     """The profile's launch shape, else its scheduler's usual one."""
@@ -61,6 +65,8 @@ def work_of(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: L
         env.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
     if run.code and not run.command:  # --dev: the snapshot's cluster_train package comes before the image's on the path
         env["PYTHONPATH"] = str(run_dir / "code")
+    if run.command and run.data.root and not run.data.image:  # a data image's shell code exports its own
+        env["CT_DATA_ROOT"] = run.data.root  # your code finds the bound directory here, wherever it was named
     if checks_fabric(profile, cluster.partition(profile.partition)):
         env.update(fabric.nccl_env(str(run_dir), env, cluster.partition(profile.partition).fabric))
     return Work(
@@ -200,6 +206,8 @@ def absolute_inputs(run: cfg.RunConfig) -> cfg.RunConfig:
     for key, path in cfg.input_paths(run).items():
         if not Path(path).is_absolute():
             cfg.set_value(run, key, str((project.ROOT / path).resolve()))
+    if run.data.image and run.command and not run.data.root:  # a command names no place: the documented one
+        run.data.root = COMMAND_DATA_MOUNT
     if run.data.image and not Path(run.data.root).is_absolute():  # the image's mount point, as users write it
         run.data.root = str(project.ROOT / run.data.root)
     return run

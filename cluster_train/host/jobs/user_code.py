@@ -51,6 +51,8 @@ def experiment_raw(raw: Dict[str, Any], command: Optional[List[str]], dev: bool,
             raise UserError(f"the experiment names a command and also {', '.join(given)}, which only a task reads; "
                             f"remove {', '.join(given)} (your code decides its own model and optimizer)")
         raw["data"] = {"root": "", **(raw.get("data") or {})}  # a command's data is bound only where named
+        if raw["data"]["root"]:  # relative to the experiment file, as code: is (not to cluster-train's checkout)
+            raw["data"]["root"] = str((base / os.path.expanduser(str(raw["data"]["root"]))).resolve())
         raw.setdefault("name", command_name(raw["command"]))
     if raw.get("code"):
         raw["code"] = str((base / os.path.expanduser(str(raw["code"]))).resolve())

@@ -4,8 +4,10 @@ the API build it here."""
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
+from cluster_train.host.data import directory
 from cluster_train.host.images.locations import run_image
 from cluster_train.host.jobs.build import Request, Site, Submission
 from cluster_train.host.runs.after import build_after
@@ -22,6 +24,7 @@ def rerun_submission(run_dir: Path, overrides: List[str], run_id: Optional[str] 
                         f"(or submit anew without --rerun)")
     found = runs.find(str(run_dir))
     manifest = runs.read_manifest(found)
+    directory.check_rerun(found, manifest, cfg.parse_overrides(overrides))  # before the image or code is read
     site = Site.load(manifest["cluster_file"])
     record = run_image(manifest, f"the image of {found}", site.image_store)
     # config.yaml holds every value the run had, but the profile's go over it again: its own --set values of those
