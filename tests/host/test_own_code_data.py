@@ -60,6 +60,11 @@ def test_data_is_bound_read_only_at_its_path_with_ct_data_root_for_a_command(sto
     done = run_cluster("local", "cpu_1proc", str(code / "experiment.yaml"), "--dry-run")
     assert done.returncode == 0 and f"export CT_DATA_ROOT={root}\n" in done.stdout, done.stderr
     assert "CT_DATA_ROOT" not in dry_run(code)  # no data named: none bound, none said
+    odd = tmp_path / "my $HOME data"  # a $ in the path is text: the job's shell expands nothing of it
+    odd.mkdir()
+    line = next(x for x in dry_run(code, "--data", str(odd)).splitlines() if x.startswith("export CT_DATA_ROOT="))
+    said = subprocess.run(["bash", "-c", f'{line}; printf %s "$CT_DATA_ROOT"'], capture_output=True, text=True)
+    assert said.stdout == str(odd)
     said = refused(run_cluster("local", "cpu_1proc", "--dry-run", "--data", "nope", "--", "python", "train.py",
                                cwd=code), f"data.root: {code}/nope does not exist; fix --data DIR")
     assert len(said.strip().splitlines()) == 1

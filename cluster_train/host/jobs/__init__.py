@@ -15,5 +15,6 @@
     user_code.py      your own code (a command after --, or --dev): its snapshot and what preflight reads of it
     reads.py          `reads:`: which keys of your own YAML mean the numbers preflight checks
     code_snapshot.py  the code a run executes, frozen at submission (a tar and its sha256)
+    left_out.py       what a command's snapshot left out because git ignores it, named in the summary
     run_refs.py       ${run:<id>}: an earlier run's directory named in a config value, resolved once at build time
 """

@@ -66,7 +66,8 @@ def work_of(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: L
     if run.code and not run.command:  # --dev: the snapshot's cluster_train package comes before the image's on the path
         env["PYTHONPATH"] = str(run_dir / "code")
     if run.command and run.data.root and not run.data.image:  # a data image's shell code exports its own
-        env["CT_DATA_ROOT"] = run.data.root  # your code finds the bound directory here, wherever it was named
+        # your code finds the bound directory here; $$: a $ in the path is text, not a variable of the node (env_word)
+        env["CT_DATA_ROOT"] = run.data.root.replace("$", "$$")
     if checks_fabric(profile, cluster.partition(profile.partition)):
         env.update(fabric.nccl_env(str(run_dir), env, cluster.partition(profile.partition).fabric))
     return Work(
