@@ -92,6 +92,7 @@ def test_a_ranks_exception_is_that_exception_whatever_exit_srun_gave_the_others(
     assert failures.segment_lines(end)[1:] == [f"  {said}"] and failures.cause([end]) == said
 
 
+@pytest.mark.slow  # 4 s of bash (the batch shell's rank loop): make test, not make test-fast
 def test_an_lsf_ranks_exception_is_that_exception_too(store, tmp_path):
     """blaunch: the batch shell ends the other ranks itself and keeps the first one's own exit."""
     script = rendered_slurm_script(store, tmp_path, "ci-lsf", "two_hosts")
