@@ -68,6 +68,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dev", action="store_true",
                    help="run the task from this checkout's cluster_train package over the "
                         "image's copy (no image rebuild)")
+    p.add_argument("--standalone", action="store_true",
+                   help="a one-rank command runs as `python train.py` would: no RANK, WORLD_SIZE, LOCAL_RANK, ... "
+                        "(torchrun's --standalone; the same as --set standalone=true)")
     p.add_argument("--stale-image-ok", action="store_true",
                    help="submit with an image built from other code than this checkout's (it runs its own code)")
     p.add_argument("--wait", dest="wait", action="store_true", default=None, help="wait for the job, following its log")
@@ -84,6 +87,8 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
     (cluster_train/host/api/job.py), shown and queued here."""
     args = parser().parse_intermixed_args(argv)
     args.overrides = data_override(args.data, args.overrides)
+    if args.standalone:  # a config value, so the run's config.yaml records it and --rerun keeps it
+        args.overrides.append("standalone=true")
     race.sort_words(args)
     if args.search:
         return search(args, command)

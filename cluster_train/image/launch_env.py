@@ -5,7 +5,8 @@ One mapping per launch shape, as submitit's JobEnvironment keeps one per schedul
 CT_LAUNCH, CT_NODES and CT_RANKS_PER_NODE; srun gives each task SLURM_PROCID/SLURM_LOCALID/SLURM_NODEID, the LSF
 script gives each blaunch task CT_GLOBAL_RANK/CT_LOCAL_RANK/CT_NODE_RANK, and the shapes that start one process per
 node (local, LSF on one host) leave the ranks to cluster_train/image/command.py, which starts them as torchrun would.
-Imports no torch: it runs before the user's code.
+An unmodified Lightning Trainer gets the job's shape too (lightning_env), and every Python process of the command the
+SIGUSR1 handler of pyhook/sitecustomize.py (python_hook_env). Imports no torch: it runs before the user's code.
 """
 import os
 from typing import Dict, Mapping
@@ -13,6 +14,10 @@ from typing import Dict, Mapping
 # launch -> (global rank, local rank, node rank) variables its tasks carry
 PER_TASK = {"srun": ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"),
             "blaunch": ("CT_GLOBAL_RANK", "CT_LOCAL_RANK", "CT_NODE_RANK")}
+# what a launcher sets, and a standalone command (torchrun's --standalone) runs without
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "MASTER_ADDR",
+                 "MASTER_PORT")
+HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyhook")
 
 
 def starts_ranks_itself(environ: Mapping[str, str]) -> bool:
@@ -43,6 +48,30 @@ def rank_env(rank: int, local: int, node: int, nodes: int, per_node: int, addr: 
     return {"RANK": str(rank), "WORLD_SIZE": str(nodes * per_node), "LOCAL_RANK": str(local),
             "LOCAL_WORLD_SIZE": str(per_node), "NODE_RANK": str(node), "GROUP_RANK": str(node),
             "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
+
+
+def lightning_env(environ: Mapping[str, str]) -> Dict[str, str]:
+    """Defaults for a Lightning Trainer the script builds without devices, num_nodes or strategy: Trainer reads
+    PL_TRAINER_<ARGUMENT> for every argument it is not given (pytorch_lightning/utilities/argparse.py,
+    _defaults_from_env_vars; lightning.pytorch alike). Without them Trainer() under N ranks trains N separate models,
+    each on its own. An argument the script passes still wins; a PL_TRAINER_ variable already set (a profile's env:)
+    is kept. The accelerator stays Lightning's choice ("auto": the GPUs where there are any)."""
+    nodes, per_node = shape(environ)
+    wanted = {"PL_TRAINER_NUM_NODES": str(nodes), "PL_TRAINER_DEVICES": str(per_node)}
+    if nodes * per_node > 1:
+        wanted["PL_TRAINER_STRATEGY"] = "ddp"  # one process per rank, started by the job (not spawned by Lightning)
+    return {name: value for name, value in wanted.items() if name not in environ}
+
+
+def python_hook_env(environ: Mapping[str, str]) -> Dict[str, str]:
+    """PYTHONPATH with pyhook/ first (the user's own entries after it): Lightning's auto-requeue stays off."""
+    path = environ.get("PYTHONPATH", "")
+    return {"PYTHONPATH": HOOK_DIR + (os.pathsep + path if path else "")}
+
+
+def standalone_env(environ: Mapping[str, str]) -> Dict[str, str]:
+    """The environment without the launcher's variables, as `python train.py` on one machine has it."""
+    return {name: value for name, value in environ.items() if name not in LAUNCHER_VARS}
 
 
 def free_port() -> int:

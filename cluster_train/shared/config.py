@@ -105,6 +105,8 @@ class RunConfig:
     command: List[str] = field(default_factory=list)
     code: str = ""
     reads: Dict[str, str] = field(default_factory=dict)
+    # a one-rank command run as `python train.py` runs, without RANK, WORLD_SIZE, ... (run-cluster --standalone)
+    standalone: bool = False
 
 
 def load(path: Union[str, Path], overrides: Union[Mapping[str, Any], List[str], None] = None) -> RunConfig:

@@ -12,7 +12,7 @@ from cluster_train.host.clusters import Cluster, fields
 from cluster_train.host.clusters.flavors import driver_version, flavor_table, gpu_model, known_flavor, make_image
 from cluster_train.host.images import signing
 from cluster_train.host.images.store import base_flavor
-from cluster_train.host.jobs import config_check, data_files, memory, reads, requests
+from cluster_train.host.jobs import config_check, data_files, memory, reads, requests, standalone
 from cluster_train.host.jobs.job import Job
 from cluster_train.host.jobs.measured import HostRam
 from cluster_train.host.schedulers import SAFE_NAME, adapter
@@ -285,4 +285,5 @@ CLUSTER_RULES: List[Callable] = [
     driver_runs_the_image,
 ]
 # then host RAM, by the figures check() gets
-RULES: List[Callable] = CLUSTER_RULES + [gpu_has_bf16, graphs_have_a_gpu, workers_have_cpus, image_has_the_trackers]
+RULES: List[Callable] = CLUSTER_RULES + [gpu_has_bf16, graphs_have_a_gpu, workers_have_cpus, image_has_the_trackers,
+                                         standalone.one_rank]
