@@ -1,10 +1,13 @@
 """Plain PyTorch DDP, no Lightning and no cluster-train import: what a launcher owes it is the environment that
 `torch.distributed.init_process_group("env://")` reads (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and LOCAL_RANK
-for the GPU. cluster-train sets them under every launch shape, as torchrun does.
+for the GPU. cluster-train sets them under every launch shape, as torchrun does. Rank 0 writes the results contract
+(docs/how-to/own-code.md#results-and-curves) into $CT_RUN_DIR: metrics.csv, a row every --log-every steps, and
+results.json, the final numbers, last (the job reads it as "training finished"): report, compare and runs show them.
 
     python train.py --steps 200            # under run-cluster: see experiment.yaml
 """
 import argparse
+import csv
 import json
 import os
 import socket
@@ -23,6 +26,16 @@ def regression_data(n=4096, features=32):
     return x, y
 
 
+def metrics_csv(out: Path):
+    """metrics.csv's writer, appending (its header once, where the file is new), each row flushed as written."""
+    new = not (out / "metrics.csv").is_file()
+    file = (out / "metrics.csv").open("a", newline="", buffering=1)
+    writer = csv.DictWriter(file, ["step", "train_loss"])
+    if new:
+        writer.writeheader()
+    return writer
+
+
 def say(line: str) -> None:
     """One write per line: the ranks share the job's log, and unbuffered output would interleave text and newline."""
     print(line + "\n", end="", flush=True)
@@ -33,7 +46,9 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--batch", type=int, default=64, help="per rank")
     p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--out", default=os.environ.get("CT_RUN_DIR", "."), help="where rank 0 writes metrics.json")
+    p.add_argument("--log-every", type=int, default=10, help="steps between metrics.csv rows")
+    p.add_argument("--out", default=os.environ.get("CT_RUN_DIR", "."),
+                   help="where rank 0 writes metrics.csv and results.json")
     args = p.parse_args()
 
     cuda = torch.cuda.is_available()
@@ -53,18 +68,24 @@ def main():
     loss_fn = torch.nn.MSELoss()
     with torch.no_grad():
         initial = loss_fn(model(x.to(device)), y.to(device)).item()
+    log = metrics_csv(Path(args.out)) if rank == 0 else None
     for step in range(args.steps):
         start = (step * args.batch) % len(x_shard)
         xb, yb = x_shard[start:start + args.batch], y_shard[start:start + args.batch]
         opt.zero_grad()
-        loss_fn(model(xb), yb).backward()  # DDP averages the gradients over the ranks
+        loss = loss_fn(model(xb), yb)
+        loss.backward()  # DDP averages the gradients over the ranks
         opt.step()
+        if log and (step + 1) % args.log_every == 0:
+            log.writerow({"step": step + 1, "train_loss": loss.item()})  # rank 0's batch
     with torch.no_grad():
         final = loss_fn(model(x.to(device)), y.to(device)).item()
     say(f"rank {rank}/{world} done: loss {initial:.4f} -> {final:.4f}")
     if rank == 0:
-        metrics = {"world_size": world, "steps": args.steps, "initial_loss": initial, "final_loss": final}
-        Path(args.out, "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        results = {"world_size": world, "steps": args.steps, "initial_loss": initial, "final_loss": final}
+        tmp = Path(args.out, "results.json.tmp")  # whole or not at all: a reader never sees half of it
+        tmp.write_text(json.dumps(results, indent=2) + "\n")
+        os.replace(tmp, Path(args.out, "results.json"))
     dist.destroy_process_group()
 
 

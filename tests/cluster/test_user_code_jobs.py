@@ -46,7 +46,8 @@ def completed(run_dir: Path, world: int, hosts=None) -> dict:
     assert {int(w) for _, w, _ in ranks} == {world}
     if hosts:
         assert {h for _, _, h in ranks} == hosts, ranks
-    return json.loads((run_dir / "metrics.json").read_text())
+    written = run_dir / "results.json"  # ddp_plain's, the results contract; the Lightning example's own metrics.json
+    return json.loads((written if written.is_file() else run_dir / "metrics.json").read_text())
 
 
 def submit(*args):
@@ -74,6 +75,19 @@ def test_both_examples_run_locally_and_rerun_their_snapshot(cpu_image, runs_dir,
         numbers = {k: v for k, v in first.items() if isinstance(v, float)}
         assert numbers and {k: again[k] for k in numbers} == pytest.approx(numbers, rel=1e-5), (again, first)
         assert manifest(runs_dir / f"{name}-rerun")["code"]["sha256"] == manifest(runs_dir / name)["code"]["sha256"]
+    own_code_reaches_report_and_compare(runs_dir / "ddp", runs_dir / "ddp-rerun", ddp)
+
+
+def own_code_reaches_report_and_compare(run_dir: Path, rerun_dir: Path, results: dict) -> None:
+    """What the example wrote in the job (metrics.csv, results.json in $CT_RUN_DIR) is the report's curves and
+    results and compare's rows; its config is its command, not the default experiment."""
+    assert run_cluster("report", run_dir).returncode == 0
+    page = (run_dir / "report.html").read_text()
+    drawn = re.search(r'<script type="application/json" id="curve-points">(.*?)</script>', page, re.S)
+    assert [(p["column"], p["points"]) for p in json.loads(drawn.group(1))] == [("train_loss", 20)]  # 200 steps / 10
+    assert f"<td>final_loss</td><td>{results['final_loss']:.4g}</td>" in page and "resnet_cifar" not in page
+    said = run_cluster("compare", run_dir, rerun_dir)
+    assert said.returncode == 0 and re.search(r"^final_loss +\S+ +\S+$", said.stdout, re.M), said.stdout
 
 
 def test_both_examples_on_two_slurm_nodes_and_two_lsf_hosts(cpu_image, slurm_cluster, runs_dir, lsf_path):

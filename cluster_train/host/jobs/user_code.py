@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import yaml
+
 from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host import project
@@ -19,6 +21,10 @@ from cluster_train.host.jobs.code_snapshot import Snapshot
 from cluster_train.host.schedulers.launches import Launch
 
 TASK_KEYS = ("task", "task_params", "model", "optim")  # mean nothing to a command
+# what a command run is, recorded whatever their values: its name and directory, its command and code, and the shape
+# its ranks were started with (resume compares ranks; a 1x1 job's would otherwise be left out as defaults)
+RECORDED = ("name", "output_dir", "command", "code", "trainer.devices", "trainer.num_nodes")
+FIRST = ("name", "command", "code", "reads")
 SCRIPTS = (".py", ".sh")  # what a command's first such argument names: the script it runs
 
 
@@ -45,7 +51,7 @@ def experiment_raw(raw: Dict[str, Any], command: Optional[List[str]], dev: bool,
                             "code already; drop --dev")
         raw["code"], base = str(project.ROOT), project.ROOT
     if raw.get("command"):
-        defaults = cfg.to_dict(cfg.RunConfig())  # a saved config.yaml (a rerun) holds them all, as defaults
+        defaults = cfg.to_dict(cfg.RunConfig())  # an older run's config.yaml (a rerun) holds them all, as defaults
         given = [key for key in TASK_KEYS if key in raw and raw[key] != defaults[key]]
         if given:
             raise UserError(f"the experiment names a command and also {', '.join(given)}, which only a task reads; "
@@ -57,6 +63,39 @@ def experiment_raw(raw: Dict[str, Any], command: Optional[List[str]], dev: bool,
     if raw.get("code"):
         raw["code"] = str((base / os.path.expanduser(str(raw["code"]))).resolve())
     return raw
+
+
+def recorded_config(run: cfg.RunConfig) -> Dict[str, Any]:
+    """What config.yaml and the manifest keep of a run: a task's whole config; a command's command, code, binds, shape
+    and the keys it set, without the task defaults (resnet_cifar, sgd, max_epochs 3 are no part of what it ran).
+    Loaded again (a rerun, the image) the left-out keys come back as defaults, which a command does not read."""
+    whole = cfg.to_dict(run)
+    if not run.command:
+        return whole
+    kept = set_keys(whole, cfg.to_dict(cfg.RunConfig()), "")
+    return {**{k: kept[k] for k in FIRST if k in kept}, **kept}  # what it runs first, for a reader
+
+
+def set_keys(tree: Dict[str, Any], defaults: Dict[str, Any], prefix: str) -> Dict[str, Any]:
+    """The keys of `tree` that differ from `defaults` (or that RECORDED names), sections recursed, empty ones left
+    out: "" (no data bind), {} (no params)."""
+    kept: Dict[str, Any] = {}
+    for key, value in tree.items():
+        dotted = prefix + key
+        if key in TASK_KEYS and not prefix:
+            continue
+        if isinstance(value, dict) and isinstance(defaults.get(key), dict) and not key.endswith("params"):
+            value = set_keys(value, defaults[key], dotted + ".")
+            if value:
+                kept[key] = value
+        elif dotted in RECORDED or (value != defaults.get(key) and value not in ("", {}, [])):
+            kept[key] = value
+    return kept
+
+
+def dump_config(run: cfg.RunConfig, path: Path) -> None:
+    """config.yaml: what the job's image loads (cluster_train/shared/config.py load()) and a rerun starts from."""
+    Path(path).write_text(yaml.safe_dump(recorded_config(run), sort_keys=False))
 
 
 def command_name(command: Any) -> str:

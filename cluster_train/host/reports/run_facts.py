@@ -5,10 +5,11 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
+from cluster_train.host.runs import metrics
 
 # results.json keys that hold a metric (the rest are facts: hosts, paths, versions, speed)
 METRIC_PREFIXES = ("initial_", "final_", "best_", "test_", "val_")
@@ -30,7 +31,9 @@ class Run:
 
     def metrics(self) -> Dict[str, float]:
         """results.json's metrics, nested ones dotted (seed 000's test_acc.<Model>, seed 001's
-        best_val_acc.expert_0)."""
+        best_val_acc.expert_0); your own code's: every number it wrote there (the results contract)."""
+        if metrics.is_own_code(self.manifest):
+            return metrics.own_results(self.results)
         found = {}
         for key, value in flat(self.results).items():
             if key.startswith(METRIC_PREFIXES) and is_number(value):
@@ -92,14 +95,30 @@ def short_digest(manifest: Dict[str, Any]) -> str:
 
 
 def code_version(manifest: Dict[str, Any]) -> str:
-    """The git commit it was submitted from (+dirty: uncommitted changes) and the code snapshot's digest if any."""
-    git = manifest.get("git") or {}
-    commit = (git.get("commit") or "")[:10] or "no git"
-    text = commit + ("+dirty" if git.get("dirty") else "")
+    """The git commit it was submitted from (+dirty: uncommitted changes) and the code snapshot's digest if any; for
+    your own code, your project's commit, not cluster-train's."""
+    commit, dirty = git_of(manifest)
+    text = (commit[:10] or "no git") + ("+dirty" if dirty else "")
     code = manifest.get("code")
     if isinstance(code, dict) and code.get("sha256"):
         text += f" code {code['sha256'][:12]}"
     return text
+
+
+def users_code(manifest: Dict[str, Any]) -> Dict[str, Any]:
+    """The snapshot record of your own project's code (its source, git commit and dirty flag); {} for a run of the
+    image's tasks, or of this checkout's (--dev: its commit is cluster-train's own)."""
+    code = manifest.get("code")
+    return code if isinstance(code, dict) and not code.get("dev") and metrics.is_own_code(manifest) else {}
+
+
+def git_of(manifest: Dict[str, Any]) -> Tuple[str, bool]:
+    """(commit, dirty) of the code that ran: your project's for your own code, else cluster-train's checkout."""
+    own = users_code(manifest)
+    if own:
+        return own.get("git_commit") or "", bool(own.get("git_dirty"))
+    git = manifest.get("git") or {}
+    return git.get("commit") or "", bool(git.get("dirty"))
 
 
 def lower_is_better(metric: str) -> bool:

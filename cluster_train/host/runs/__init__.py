@@ -32,6 +32,7 @@ from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host import project, undecodable
 from cluster_train.host.data import binding
+from cluster_train.host.jobs import user_code
 
 MANIFEST = "manifest.json"
 # What --rerun, status, logs and cancel read from a manifest: key -> type (nested keys dotted).
@@ -99,7 +100,7 @@ def write_manifest(job, run: cfg.RunConfig, job_id: str, experiment: str, overri
         "command": sys.argv,
         "rerun_of": rerun_of,
         "job": job.as_dict(),
-        "config": cfg.to_dict(run),
+        "config": user_code.recorded_config(run),  # a command's: its command, code, binds (no task defaults)
         **extra,  # a sweep element: its sweep, index and swept values
     }
     (Path(job.work.run_dir) / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")

@@ -9,7 +9,7 @@ from typing import Any, Callable, List, Optional
 
 from cluster_train.shared import config as cfg
 from cluster_train.host import runs
-from cluster_train.host.jobs import code_snapshot
+from cluster_train.host.jobs import code_snapshot, user_code
 from cluster_train.host.jobs.build import Submission
 from cluster_train.host.jobs.job import Job
 from cluster_train.host.schedulers import adapter, serves_another
@@ -97,7 +97,7 @@ def write_run(sub: Submission) -> Path:
     try:
         if sub.code:
             code_snapshot.place(sub.code.snapshot, run_dir)
-        cfg.dump(sub.run, job.work.config_path)
+        user_code.dump_config(sub.run, job.work.config_path)  # a command's: no task defaults
         for task, task_run in zip(job.work.tasks, sub.task_runs):
             Path(task.run_dir).mkdir()
             cfg.dump(task_run, task.config_path)

@@ -9,6 +9,7 @@ from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
 from cluster_train.host.images.locations import run_image
+from cluster_train.host.jobs import user_code
 from cluster_train.host.jobs.build import Request, Site, Submission, build
 from cluster_train.host.runs import closing, segments, sweep_state
 from cluster_train.host.runs.choices import kept_choices
@@ -52,8 +53,12 @@ def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], 
 
 
 def recorded_trainer(manifest: dict, run_dir: Path) -> dict:
-    """The run's trainer settings, as its manifest recorded its config (config.yaml, for a manifest without)."""
-    return (manifest.get("config") or {}).get("trainer") or cfg.to_dict(cfg.load(run_dir / "config.yaml"))["trainer"]
+    """The run's trainer settings, as its manifest recorded its config (config.yaml, for a manifest without); a
+    command run records only the keys it set (cluster_train/host/jobs/user_code.py), the rest are the defaults."""
+    recorded = (manifest.get("config") or {}).get("trainer")
+    if not recorded:
+        return cfg.to_dict(cfg.load(run_dir / "config.yaml"))["trainer"]
+    return {**cfg.to_dict(cfg.RunConfig())["trainer"], **recorded}
 
 
 def recorded_ranks(manifest: dict, run_dir: Path) -> int:
@@ -91,7 +96,7 @@ def queue_resume(sub: Submission, run_dir: Path) -> str:
     old_script = run_dir / "job.sh"
     if old_script.is_file():
         old_script.rename(run_dir / f"job.{number - 1}.sh")  # every script that ran stays
-    cfg.dump(sub.run, sub.job.work.config_path)
+    user_code.dump_config(sub.run, sub.job.work.config_path)
     (run_dir / "job.sh").write_text(held_script(sub.script, scheduler, held))
     job_id = scheduler.submit(run_dir / "job.sh", run_dir)
     resume = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "job_id": job_id, "profile": sub.job.profile,
@@ -99,7 +104,7 @@ def queue_resume(sub: Submission, run_dir: Path) -> str:
               **({"after": held} if held else {})}
     runs.update_manifest(run_dir, resumes=manifest.get("resumes", []) + [resume], profile=sub.job.profile,
                          scheduler={**manifest["scheduler"], "job_id": job_id}, job=sub.job.as_dict(),
-                         config=cfg.to_dict(sub.run))
+                         config=user_code.recorded_config(sub.run))
     return job_id
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from cluster_train.host import fabric, runs
-from cluster_train.host.runs import causes, closing, cost, ending, failures, segments, tracker_sync
+from cluster_train.host.runs import causes, closing, cost, ending, failures, metrics, segments, tracker_sync
 from cluster_train.host.runs.segments import Segment
 from cluster_train.host.schedulers import State
 
@@ -40,6 +40,7 @@ class RunStatus:
     warnings: Tuple[str, ...] = ()  # e.g. NCCL fell back to TCP on a partition with a fast fabric
     results: Dict[str, Any] = field(default_factory=dict)
     cost: Dict[str, Any] = field(default_factory=dict)  # runs/cost.py's record: GPU-hours, queue waits, steps lost
+    own_code: bool = False  # a run of your own command: every number of its results.json is a result
 
     @property
     def shown(self) -> str:
@@ -92,7 +93,7 @@ def status_of(manifest: Dict[str, Any], scheduler, run_dir: Path) -> RunStatus:
                      state.get("cancelling") or "", {k: v for k, v in state.items() if k not in NOT_SHOWN and v},
                      tuple(found), runs.data_version(manifest, 64) if manifest.get("data") else "",
                      tuple(tracker_sync.status_lines(run_dir)), (slow_network,) if slow_network else (), results,
-                     spent)
+                     spent, metrics.is_own_code(manifest))
 
 
 def completed_results(state: Dict[str, Any], run_dir: Path) -> Dict[str, Any]:
@@ -119,16 +120,18 @@ def status_lines(status: RunStatus) -> List[str]:
     lines += [f"  {line}" for line in status.trackers]
     lines += [f"  WARNING: {warning}" for warning in status.warnings]
     if status.results:
-        lines += result_lines(status.results)
+        lines += result_lines(status.results, status.own_code)
     elif status.cause:
         lines.append(f"  cause: {status.cause}")
     return lines
 
 
-def result_lines(results: Dict[str, Any]) -> List[str]:
-    """A completed run's final and best metrics, and how fast it trained."""
+def result_lines(results: Dict[str, Any], own_code: bool = False) -> List[str]:
+    """A completed run's final and best metrics (your own code's: every number it wrote), and how fast it trained."""
+    shown = metrics.own_results(results) if own_code else {
+        k: v for k, v in results.items() if k.startswith(("final_", "best_", "epochs"))}
     lines = ["  result: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                                      for k, v in results.items() if k.startswith(("final_", "best_", "epochs")))]
+                                      for k, v in shown.items())]
     speed = [input_wait_line(results)] if results.get("input") else []
     speed += spread_words(step_times_of(results))
     return lines + ([f"  speed: {'; '.join(speed)}"] if speed else [])

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import project
-from cluster_train.host.runs import cost, ending, failures, segments
+from cluster_train.host.runs import cost, ending, failures, metrics, segments
 from cluster_train.host.schedulers import adapter
 from cluster_train.host.usage import Parser
 
@@ -75,11 +75,9 @@ def row_of(run_dir: Path, manifest: Dict) -> Dict:
         state = said["state"].value
     except Exception as err:  # a scheduler this machine cannot ask (its commands missing): the row says so
         state = f"UNKNOWN ({str(err).splitlines()[0][:40]})" if str(err) else "UNKNOWN"
-    epoch, last = progress(run_dir)
-    epochs = (manifest.get("config") or {}).get("trainer", {}).get("max_epochs")
+    done, last = progress_of(run_dir, manifest)
     return {"cluster": manifest.get("cluster", Path(manifest["cluster_file"]).stem), "run": manifest["run_id"],
-            "state": state, "segments": len(segments.read(run_dir)),
-            "progress": f"{epoch}/{epochs}" if epochs else str(epoch),
+            "state": state, "segments": len(segments.read(run_dir)), "progress": done,
             "gpu-h": f"{cost.gpu_hours(manifest, run_dir):.2f}",
             "last": failures.of_failed(run_dir, state) or pending(said) or last,
             "age": age(manifest.get("submitted_at")), "dir": str(run_dir)}
@@ -90,6 +88,16 @@ def pending(said: Dict) -> str:
     if not said.get("start"):
         return ""
     return f"expected start {said['start']}" + (f" ({said['reason']})" if said.get("reason") else "")
+
+
+def progress_of(run_dir: Path, manifest: Dict):
+    """The PROGRESS and LAST cells: a task's epochs of its max_epochs; your own code's last metrics.csv row (it has
+    no epochs of ours: its command decides how long it trains)."""
+    if metrics.is_own_code(manifest):
+        return metrics.own_progress(run_dir)
+    epoch, last = progress(run_dir)
+    epochs = (manifest.get("config") or {}).get("trainer", {}).get("max_epochs")
+    return f"{epoch}/{epochs}" if epochs else str(epoch), last
 
 
 def progress(run_dir: Path):
