@@ -270,6 +270,8 @@ def test_derive_builds_on_the_real_cpu_image_and_records_its_parent(cpu_image, d
                                        check=True).stdout)["data"]["attributes"]["labels"]
     assert labels["org.cluster-train.flavor"] == "cpu+myproject"
     assert labels["org.cluster-train.parent-sha256"] == base.sha256
+    # its module list again, with the added package: the host checks a command's imports against it (issue 56)
+    assert {PROBE, "lightning", "pytorch_lightning"} <= set(labels["org.cluster-train.modules"].split())
     listed = run_cluster("images", "list", env=env).stdout
     assert f"cpu+myproject sha256:{derived.sha256}" in listed and f"parent sha256:{base.sha256}" in listed
 
