@@ -68,6 +68,15 @@ def test_an_import_the_image_lacks_is_refused_in_one_line_before_queueing(labell
     assert not list((labelled / "runs").iterdir())
 
 
+def test_the_python_api_says_the_same_before_submitting(labelled, tmp_path, monkeypatch):
+    import cluster_train as ct
+
+    monkeypatch.chdir(project(tmp_path))
+    problems = ct.Job("local", "cpu_1proc", command=["python", "train.py"]).check()
+    assert len(problems) == 1 and problems[0].startswith("command: train.py imports timm (line 3), einops (line 15)")
+    assert not list((labelled / "runs").iterdir())
+
+
 def test_what_the_image_has_the_stdlib_and_the_projects_own_modules_pass(labelled, tmp_path):
     code = project(tmp_path, SCRIPT.replace("from timm import create_model", "import json").replace(
         "import einops", "import helpers.deep"))
