@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Dict
 
 import pytest
 import yaml
@@ -72,19 +73,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def train_as_its_job(run: ct.Run, steps: int) -> None:
-    """The snapshot's train.py run as the job runs it on one rank (its variables, in runs/<id>/code), then the run's
-    end as the batch shell and the local scheduler record it."""
-    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port()), "CT_RUN_DIR": str(run.path)}
-    done = subprocess.run([sys.executable, "train.py", "--steps", str(steps)], cwd=run.path / "code", env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    events = [{"event": "start", "segment": 1, "job_id": "4242", "hosts": "node1", "time": now},
-              {"event": "end", "segment": 1, "how": "COMPLETED", "exit_code": 0, "time": now}]
-    (run.path / "logs" / "segments.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    (run.path / "logs" / "exit_code").write_text("0\n")
+def train_as_their_jobs(trained: Dict[ct.Run, int]) -> None:
+    """Each run's snapshot train.py (run: steps) as its job runs it on one rank (its variables, in runs/<id>/code),
+    all at once, then each run's end as the batch shell and the local scheduler record it."""
+    started = {run: subprocess.Popen(
+        [sys.executable, "train.py", "--steps", str(steps)], cwd=run.path / "code", stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+             "MASTER_PORT": str(free_port()), "CT_RUN_DIR": str(run.path)}) for run, steps in trained.items()}
+    for run, proc in started.items():
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+        now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        events = [{"event": "start", "segment": 1, "job_id": "4242", "hosts": "node1", "time": now},
+                  {"event": "end", "segment": 1, "how": "COMPLETED", "exit_code": 0, "time": now}]
+        (run.path / "logs" / "segments.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+        (run.path / "logs" / "exit_code").write_text("0\n")
 
 
 def test_the_config_of_an_own_code_run_is_its_command_code_and_binds_and_reruns(queued, project, data):
@@ -104,8 +107,7 @@ def test_the_config_of_an_own_code_run_is_its_command_code_and_binds_and_reruns(
 def test_report_compare_runs_and_status_show_own_codes_results_curves_and_commit(queued, project, data, capsys,
                                                                                  monkeypatch):
     long, short = submit(project, "long", 200, data), submit(project, "short", 40, data)
-    for run, steps in ((long, 200), (short, 40)):
-        train_as_its_job(run, steps)
+    train_as_their_jobs({long: 200, short: 40})
     commit = git(project, "rev-parse", "HEAD")
     page = write_report(long.path).read_text()
     points = {p["column"]: p["points"] for p in curve_points(page)}
