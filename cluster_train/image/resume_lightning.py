@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 from cluster_train.image import stop
@@ -28,6 +29,8 @@ FILE = "last.ckpt"
 DEFAULT_DIR = "checkpoints"  # where CT_CHECKPOINT_DIR is not set (outside cluster-train)
 PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 _classes = {}
+# Lightning's warning on a mid-epoch resume with a DataLoader without state_dict (training_epoch_loop.py)
+NOT_RESUMABLE = "You're resuming from a checkpoint that ended before the epoch ended"
 
 
 def say(message: str) -> None:
@@ -135,6 +138,8 @@ class _Resume:
     def load_state_dict(self, state_dict):
         if state_dict.get("rng"):
             self._loaded = dict(state_dict)
+            if state_dict.get("batches") is not None:  # fast_forward makes the plain DataLoader resume where it was
+                warnings.filterwarnings("ignore", message=NOT_RESUMABLE)
             _set_rng_states(state_dict["rng"])  # the next epoch's iterator (an epoch-end save) draws from these
             self._before_iter = state_dict["rng"] if state_dict.get("batches") is None else state_dict["before_iter"]
 
