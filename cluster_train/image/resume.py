@@ -59,6 +59,7 @@ class Checkpointer:
         self.objects = objects
         self.path = Path(directory or os.environ.get("CT_CHECKPOINT_DIR") or DEFAULT_DIR) / FILE
         self.extra = {}  # the save's extra values (best loss, config, ...), after load()
+        self.requeue_code = requeue_exit()  # a bad CT_REQUEUE_EXIT is said now, not after hours of training
         stop.install()  # SIGUSR1 and SIGTERM set the flag instead of killing the process
 
     def should_stop(self) -> bool:
@@ -119,7 +120,6 @@ class Checkpointer:
 
     def requeue(self) -> None:
         """Exit with the requeue status: the batch shell requeues the job, whose next segment load()s last.ckpt."""
-        code = requeue_exit()
         sys.stdout.flush()
         sys.stderr.flush()
         # srun ends the other ranks (SIGTERM) as soon as one exits non-zero, and Python's exit puts the default,
@@ -128,7 +128,7 @@ class Checkpointer:
         if threading.current_thread() is threading.main_thread():  # where Python lets a handler be set
             for sig in stop.SIGNALS:
                 signal.signal(sig, signal.SIG_IGN)
-        raise SystemExit(code)
+        raise SystemExit(self.requeue_code)
 
 
 def record_resumed(step: int) -> None:
