@@ -127,6 +127,10 @@ class _Resume:
                 f"exiting {requeue_exit()} to be requeued")
         from cluster_train.image.leave import leave
 
+        # srun SIGTERMs the other ranks once one has exited: one still in its exit handlers would die 143 (or run
+        # Lightning's SIGTERM handler, a collective with a rank gone) and the run would look as if it saved nothing
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_IGN)
         leave(requeue_exit())  # a hard exit: a plain one can abort in gloo's teardown and lose the requeue code
 
     # --- what travels in the checkpoint ---
