@@ -173,6 +173,11 @@ def fast_forward(trainer, loaded: dict) -> None:
     loaders = loop._combined_loader.flattened
     if all(hasattr(dl, "state_dict") and hasattr(dl, "load_state_dict") for dl in loaders):
         return  # a stateful loader: Lightning restored its position itself
+    if getattr(loop._data_fetcher, "length", None) is None:  # unsized: prefetched as its iterator is made
+        if trainer.is_global_zero:
+            say("warning: a training loader of unknown length cannot be moved on to the saved batch; the resumed "
+                "epoch draws its batches from the start (give the loader a __len__, or state_dict/load_state_dict)")
+        return
     _set_rng_states(loaded["before_iter"])
     for dl in loaders:
         for sampler in (getattr(dl, "sampler", None), getattr(getattr(dl, "batch_sampler", None), "sampler", None)):

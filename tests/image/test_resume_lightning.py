@@ -74,3 +74,16 @@ def test_a_warned_lightning_run_resumes_bit_for_bit(tmp_path):
     assert rc == 0 and "[cluster-train] resumed at batch" in out, out[-3000:]
     whole, cut = (torch.load(d / "final_weights.pt", weights_only=True) for d in (tmp_path / "whole", tmp_path / "cut"))
     assert [k for k in whole if not torch.equal(whole[k], cut[k])] == []
+
+
+def test_a_loader_of_unknown_length_is_not_fast_forwarded_and_says_so(capsys):
+    """Lightning prefetches an unsized loader as it makes its iterator: skipping batches there would misalign them."""
+    from types import SimpleNamespace
+
+    loop = SimpleNamespace(_combined_loader=SimpleNamespace(flattened=[iter(range(3))]),
+                           _data_fetcher=SimpleNamespace(length=None))
+    state = torch.get_rng_state()
+    resume_lightning.fast_forward(SimpleNamespace(fit_loop=loop, is_global_zero=True, current_epoch=1),
+                                  {"batches": 2, "before_iter": None, "rng": None})
+    assert "cannot be moved on to the saved batch" in capsys.readouterr().out
+    assert torch.equal(torch.get_rng_state(), state)
