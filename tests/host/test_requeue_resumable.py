@@ -30,6 +30,12 @@ RAISED_SRUN = ('#!/bin/bash\necho "Traceback (most recent call last): ValueError
                'echo "srun: error: n1: task 0: Exited with exit code 1" >&2\necho "srun: error: n2: task 1: Terminated" >&2\n'
                'exit 143\n')
 
+# srun's words where rank 0 saved and exited REQUEUE at the warning and srun ended rank 1, still exiting (SIGTERM),
+# or where rank 1 raised instead (its own exit: no save to go on from)
+SAVED_SRUN = ('#!/bin/bash\nsleep 30 & s=$!\ntrap \'kill $s; echo "srun: error: n1: task 0: Exited with exit code '
+              f'{REQUEUE}" >&2; echo "srun: error: n2: task 1: $CT_FAKE_OTHER" >&2; exit 143\' USR1\n'
+              'echo "training segment $CT_SEGMENT"\nwait $s\n')
+
 
 def own_code_script(store, tmp_path: Path, profile: str = "n1_gpu1") -> Path:
     code = tmp_path / "code"
@@ -67,6 +73,17 @@ def test_own_code_that_saves_and_exits_the_requeue_code_is_requeued(store, tmp_p
     assert job.returncode == 0 and "checkpoint saved (REQUEUED); requeueing job 4242" in out, out
     assert (tmp_path / "requeued").read_text().split() == ["4242"]
     assert [s.how for s in segments.read(store / "runs" / "long")] == ["REQUEUED"]
+
+
+@pytest.mark.parametrize("other, how", [("Terminated", "REQUEUED"), ("Exited with exit code 1", "FAILED")])
+def test_own_code_one_rank_saved_and_srun_ended_the_other_is_requeued(store, tmp_path, other, how):
+    """kill-on-bad-exit ends the ranks still exiting after one exited 75, and srun exits 143: a save all the same,
+    unless another rank failed by its own exit."""
+    job = start(own_code_script(store, tmp_path, "n2_gpu1"), tmp_path, "30", {**FAKES, "srun": SAVED_SRUN},
+                CT_FAKE_OTHER=other, SLURM_JOB_NODELIST="n[1-2]", SLURM_JOB_NUM_NODES="2")
+    out = signal_when_training(job)
+    (end,) = segments.read(store / "runs" / "long")
+    assert end.how == how and (tmp_path / "requeued").exists() == (how == "REQUEUED"), out
 
 
 @pytest.mark.parametrize("save, how, requeued", [("1", "REQUEUED", True), ("0", "TIMEOUT", False)])

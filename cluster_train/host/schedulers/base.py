@@ -98,6 +98,8 @@ class Scheduler:
       died_rank        shell words printing "RANK HOST [EXIT]" of the rank whose death ended the training step
                        (EXIT: its own exit code, where it exited rather than being killed by a signal), where the
                        scheduler's launcher names it ("": the batch shell starts the ranks itself, and knows).
+      rank_saved       a shell test: a rank of the step exited with the requeue code, and the launcher ended the
+                       others after it ("": the batch shell's own wait sees every rank's exit).
       unsupported      the profile/partition keys (Placement fields) it cannot express, each with the fix.
       directives(), directive_prefix   its header's options, decided in Python (the template writes them).
       short_options, option_groups, repeatable, option_keys
@@ -129,7 +131,7 @@ class Scheduler:
     follow_by_default = False  # --wait unless --no-wait
     session = None  # interactive allocations (run-cluster shell): a sessions.Session (it imports this module)
     requeue_command = requeued_under_us = failed_nodes = leave_out_pending = cancel_self = ""  # the docstring above
-    died_rank = ""  # the docstring above
+    died_rank = rank_saved = ""  # the docstring above
     job_id_var = "$$"  # the job's id, as the batch shell reads it
     hosts_var = "$(hostname)"  # the job's hosts, as the batch shell reads them
     each_node = '"$@"'  # the body of ct_each_node COMMAND...: here, the batch shell's host is the job's only one

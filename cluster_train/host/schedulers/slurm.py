@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
 from cluster_train.host.schedulers.sessions import SlurmSession
 from cluster_train.host.schedulers.slurm_allocations import allocations as sacct_allocations
-from cluster_train.host.schedulers.slurm_failures import DIED_RANK, FAILED_NODES, LEAVE_OUT_PENDING, REQUEUED_UNDER_US
+from cluster_train.host.schedulers.slurm_failures import (DIED_RANK, FAILED_NODES, LEAVE_OUT_PENDING, RANK_SAVED,
+                                                          REQUEUED_UNDER_US)
 from cluster_train.host.schedulers.slurm_estimates import pending_start, test_only_start, test_only_verdict
 import cluster_train.host.schedulers.slurm_inventory as live
 from cluster_train.host.schedulers.slurm_usage import usage as sacct_usage
@@ -41,7 +42,7 @@ class Slurm(Scheduler):
     launches = ("srun", "lightning", "independent")
     requeue_command = 'scontrol requeue "$SLURM_JOB_ID"'
     # the batch shell's words for a failure Slurm itself acts on, and for the rank that died (slurm_failures.py)
-    requeued_under_us, failed_nodes, died_rank = REQUEUED_UNDER_US, FAILED_NODES, DIED_RANK
+    requeued_under_us, failed_nodes, died_rank, rank_saved = REQUEUED_UNDER_US, FAILED_NODES, DIED_RANK, RANK_SAVED
     leave_out_pending = LEAVE_OUT_PENDING
     cancel_self = 'scancel "$SLURM_JOB_ID"'
     max_warning_s = 65535  # sbatch --signal=B:USR1@sig_time: "an integer between 0 and 65535"

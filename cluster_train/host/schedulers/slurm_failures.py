@@ -22,5 +22,8 @@ DIED_RANK = (f'sed -n "/: Exited with exit code {REQUEUE}$/d; '
              's/^srun: error: \\([^ :]*\\): task \\([0-9]*\\): Exited with exit code \\([0-9]*\\)$/\\2 \\1 \\3/p; t; '
              's/^srun: error: \\([^ :]*\\): task \\([0-9]*\\): .*/\\2 \\1/p" "${ct_srun_said:-/dev/null}" '
              '2>/dev/null | head -n 1')
+# a rank exited with the requeue code, its save done: kill-on-bad-exit's SIGTERM then ended the ranks still exiting,
+# so srun's worst code is 143 (a script's own save-and-exit, which cannot ignore that SIGTERM, is still a save)
+RANK_SAVED = f'grep -qs ": Exited with exit code {REQUEUE}$" "${{ct_srun_said:-/dev/null}}"'
 # ExcNodeList is taken from a pending job only
 LEAVE_OUT_PENDING = 'scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="${ct_left_out// /,}"'
