@@ -91,8 +91,11 @@ def train_as_their_jobs(trained: Dict[ct.Run, int]) -> None:
 
 
 def test_the_config_of_an_own_code_run_is_its_command_code_and_binds_and_reruns(queued, project, data):
+    dry = ct.Job("local", "cpu_1proc", str(project / "experiment.yaml"), stale_image_ok=True,
+                 overrides={"data.root": str(data)}).dry_run()
     run = submit(project, "own", 200, data)
     saved = yaml.safe_load((run.path / "config.yaml").read_text())
+    assert {**dry.config, "output_dir": ""} == {**saved, "output_dir": ""}  # the API's dry run shows what is saved
     assert saved == json.loads((run.path / "manifest.json").read_text())["config"]
     assert saved["command"] == ["python", "train.py", "--steps", "200"] and saved["code"] == str(project)
     assert saved["data"]["root"] == str(data) and saved["trainer"]["devices"] == 1  # its bind, its shape

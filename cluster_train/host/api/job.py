@@ -19,11 +19,11 @@ from cluster_train.host.api.over_ssh import refuse_over_ssh
 from cluster_train.host.api.errors import ClusterTrainError
 from cluster_train.host.api.run import Run
 from cluster_train.host.api.values import After, DryRun, Overrides
+from cluster_train.host.jobs import user_code
 from cluster_train.host.jobs.build import Request, Site, Submission, build
 from cluster_train.host.runs.after import build_after
 from cluster_train.host.runs.queue import Plan, one_run, start_estimate
 from cluster_train.host.runs.rerun import rerun_submission
-from cluster_train.shared import config as cfg
 
 if TYPE_CHECKING:
     from cluster_train.host.api.study import Study
@@ -101,7 +101,7 @@ class Job:
         plan = plan_of(swept)
         plan.discard()
         script = swept.scripts()[0] if len(swept.chunks) == 1 else dry_run_text(swept)
-        return DryRun(script, cfg.to_dict(swept.elements[0].run), with_estimate(plan.summary, plan.start_estimate()),
+        return DryRun(script, user_code.recorded_config(swept.elements[0].run), with_estimate(plan.summary, plan.start_estimate()),
                       list(dict.fromkeys(plan.warnings)))
 
     def submit(self, *, after: After = ()) -> Run:
@@ -227,7 +227,7 @@ def dry_run_of(sub: Submission) -> DryRun:
     """A submission built for a dry run as the API returns it; what it took to check the code is dropped again."""
     sub.discard()
     summary = with_estimate(sub.summary, start_estimate(sub.job, sub.script))
-    return DryRun(sub.script, cfg.to_dict(sub.run), summary, list(dict.fromkeys(sub.warnings)))
+    return DryRun(sub.script, user_code.recorded_config(sub.run), summary, list(dict.fromkeys(sub.warnings)))
 
 
 def with_estimate(summary: str, estimate: str) -> str:

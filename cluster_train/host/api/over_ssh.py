@@ -9,8 +9,8 @@ from cluster_train.host import project
 from cluster_train.host.api.errors import ClusterTrainError
 from cluster_train.host.api.run import Run
 from cluster_train.host.api.values import After, DryRun
+from cluster_train.host.jobs import user_code
 from cluster_train.host.jobs.build import Site, config_of
-from cluster_train.shared import config as cfg
 
 Job = Any  # a cluster_train.host.api.job.Job, which imports this module
 
@@ -84,7 +84,7 @@ def dry_run(job: Job, site: Site, after: After = ()) -> DryRun:
     sending, done = launched(job, site, True, after)
     summary, _, script = done.stdout.partition(BANNER)
     run, _, _ = config_of(site, site.cluster.profile(job.profile), job.request(job.profile, True))
-    return DryRun(script, cfg.to_dict(run), summary.rpartition("\n---")[0], list(sending.warnings))
+    return DryRun(script, user_code.recorded_config(run), summary.rpartition("\n---")[0], list(sending.warnings))
 
 
 def refuse_over_ssh(site: Site, what: str) -> None:

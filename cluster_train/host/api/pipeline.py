@@ -10,11 +10,11 @@ ${run:<id>} (in a pipeline's stages, ${run:STAGE}).
 """
 from typing import Dict, List, Optional, Sequence
 
-from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host.api.job import DryRun, Overrides, override_lines
 from cluster_train.host.api.over_ssh import refuse_over_ssh
 from cluster_train.host.api.run import Run
+from cluster_train.host.jobs import user_code
 from cluster_train.host.jobs.build import Site
 from cluster_train.host.runs import pipeline as pipelines
 
@@ -48,7 +48,7 @@ class Pipeline:
     def dry_run(self) -> Dict[str, DryRun]:
         """Each stage's script, config, summary and warnings, by stage name; nothing is written or queued."""
         planned = self.plan(dry_run=True, discard=True)
-        return {step.stage.name: DryRun(step.sub.script, cfg.to_dict(step.sub.run), step.sub.summary,
+        return {step.stage.name: DryRun(step.sub.script, user_code.recorded_config(step.sub.run), step.sub.summary,
                                         list(step.sub.warnings)) for step in planned}
 
     def submit(self) -> List[Run]:
