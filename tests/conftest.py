@@ -190,6 +190,21 @@ def cpu_image():
     return record
 
 
+@pytest.fixture
+def stop_handlers_restored():
+    """For a test that installs cluster_train/image/stop.py's handlers (a Trainer, the resume helper) in pytest's own
+    process: pytest's handlers come back after it."""
+    import signal
+
+    from cluster_train.image import stop
+
+    saved = {sig: signal.getsignal(sig) for sig in stop.SIGNALS}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+    stop.reset()
+
+
 @pytest.fixture(scope="session")
 def demo_data(tmp_path_factory):
     """A small generated CIFAR-100-format set, shared by the end-to-end tests."""

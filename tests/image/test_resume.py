@@ -18,13 +18,8 @@ from cluster_train.image.checkpoint_io import AtomicCheckpointIO  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def own_signal_handlers():
-    """The Trainers built here install the stop handlers in pytest's own process: put pytest's back."""
-    saved = {sig: signal.getsignal(sig) for sig in stop.SIGNALS}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-    stop.reset()
+def own_signal_handlers(stop_handlers_restored):
+    """The Trainers built here install the stop handlers in pytest's own process."""
 
 
 def checkpoint(step):

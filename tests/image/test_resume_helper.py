@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import ROOT  # noqa: E402
-from cluster_train.image import resume, stop  # noqa: E402
+from cluster_train.image import resume  # noqa: E402
 from cluster_train.image.localrun import free_port  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "nanogpt_shaped"
@@ -27,15 +27,10 @@ TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_
 
 
 @pytest.fixture(autouse=True)
-def own_signal_handlers(monkeypatch):
-    """Checkpointer installs the stop handlers in pytest's own process: put pytest's back."""
+def own_signal_handlers(monkeypatch, stop_handlers_restored):
+    """Checkpointer installs the stop handlers in pytest's own process, and reads the job's variables."""
     for name in ("CT_CHECKPOINT_DIR", "CT_REQUEUE_EXIT", "CT_RUN_DIR", "CT_STOP_FILE"):
         monkeypatch.delenv(name, raising=False)
-    saved = {sig: signal.getsignal(sig) for sig in stop.SIGNALS}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-    stop.reset()
 
 
 def model_and_optimizer(seed):
