@@ -23,18 +23,12 @@ import warnings
 from pathlib import Path
 
 from cluster_train.image import stop
-from cluster_train.shared import exit_codes
+from cluster_train.image.resume import DEFAULT_DIR, FILE, requeue_exit, say  # one rule for both helpers
 
-FILE = "last.ckpt"
-DEFAULT_DIR = "checkpoints"  # where CT_CHECKPOINT_DIR is not set (outside cluster-train)
 PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 _classes = {}
 # Lightning's warning on a mid-epoch resume with a DataLoader without state_dict (training_epoch_loop.py)
 NOT_RESUMABLE = "You're resuming from a checkpoint that ended before the epoch ended"
-
-
-def say(message: str) -> None:
-    print(f"[cluster-train] {message}", flush=True)
 
 
 def ResumeOnSignal(directory=None):  # noqa: N802 (a class to its users; a factory so Lightning is picked late)
@@ -64,6 +58,7 @@ class _Resume:
     def __init__(self, directory=None):
         super().__init__()
         self.path = Path(directory or os.environ.get("CT_CHECKPOINT_DIR") or DEFAULT_DIR) / FILE
+        self.requeue_code = requeue_exit()  # a bad CT_REQUEUE_EXIT is said before fit, as Checkpointer says it
         self._warned = False
         self._at_epoch_end = self._deferred = False
         self._saving = None  # the state this callback writes into its own save, while it saves
@@ -124,14 +119,14 @@ class _Resume:
             where = f"batch {batches} of epoch {trainer.current_epoch}" if batches else \
                 f"the end of epoch {trainer.current_epoch}"
             say(f"stop requested: saved {self.path} at step {trainer.global_step} ({where}); "
-                f"exiting {requeue_exit()} to be requeued")
+                f"exiting {self.requeue_code} to be requeued")
         from cluster_train.image.leave import leave
 
         # srun SIGTERMs the other ranks once one has exited: one still in its exit handlers would die 143 (or run
         # Lightning's SIGTERM handler, a collective with a rank gone) and the run would look as if it saved nothing
         for sig in (signal.SIGTERM, signal.SIGUSR1):
             signal.signal(sig, signal.SIG_IGN)
-        leave(requeue_exit())  # a hard exit: a plain one can abort in gloo's teardown and lose the requeue code
+        leave(self.requeue_code)  # a hard exit: a plain one can abort in gloo's teardown and lose the requeue code
 
     # --- what travels in the checkpoint ---
     def state_dict(self):
@@ -196,11 +191,6 @@ def _last_epoch(trainer) -> bool:
     if trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps:
         return True
     return trainer.max_epochs not in (None, -1) and trainer.current_epoch + 1 >= trainer.max_epochs
-
-
-def requeue_exit() -> int:
-    value = os.environ.get("CT_REQUEUE_EXIT", str(exit_codes.REQUEUE))
-    return int(value) if value.isdigit() else exit_codes.REQUEUE
 
 
 def _rng_states() -> dict:
