@@ -70,8 +70,10 @@ class Checkpointer:
             return bool(asked)
         import torch
 
-        flag = torch.tensor([asked], device=_device(dist))
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        device = _device(dist, self.objects)
+        flag = torch.tensor([asked], device=device)
+        with _current(device):
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 
     def save(self, step: int, **extra) -> None:
@@ -80,7 +82,8 @@ class Checkpointer:
         import torch
 
         dist = _distributed()
-        states = _gather(dist, _rng_states())
+        with _current(_device(dist, self.objects) if dist is not None else None):
+            states = _gather(dist, _rng_states())  # all_gather_object works on the current CUDA device (NCCL)
         if _rank(dist) == 0:
             checkpoint = {"step": int(step), "world_size": len(states), "rng": states, "extra": extra,
                           "state": {name: obj.state_dict() for name, obj in self.objects.items()}}
@@ -163,11 +166,30 @@ def _world(dist) -> int:
     return dist.get_world_size() if dist is not None else 1
 
 
-def _device(dist):
-    """NCCL reduces CUDA tensors only (this rank's device); gloo CPU ones."""
+def _device(dist, objects=None):
+    """NCCL reduces CUDA tensors only, on this rank's own GPU: the one its model is on (a script that puts its model
+    on cuda:LOCAL_RANK without torch.cuda.set_device would otherwise have every rank of a node on cuda:0, where NCCL
+    fails or hangs), else the current device; gloo reduces CPU ones."""
     import torch
 
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    if dist.get_backend() != "nccl":
+        return torch.device("cpu")
+    for obj in (objects or {}).values():
+        for param in getattr(obj, "parameters", lambda: ())():
+            if param.device.type == "cuda":
+                return param.device
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _current(device):
+    """A context in which `device` is the current CUDA device (a CPU one, or None: nothing changes)."""
+    import contextlib
+
+    if device is None or device.type != "cuda":
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.cuda.device(device)
 
 
 def _gather(dist, state) -> list:

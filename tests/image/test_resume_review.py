@@ -25,3 +25,32 @@ def test_resume_on_signal_refuses_a_bad_requeue_exit_before_fit(own_sigusr1, tmp
     monkeypatch.setenv("CT_REQUEUE_EXIT", "76")
     assert resume_lightning.ResumeOnSignal(tmp_path).requeue_code == 76
     assert resume_lightning.requeue_exit is resume.requeue_exit  # one helper, not two copies
+
+
+class _OnGpu:
+    """A model whose parameters are on cuda:1 (no GPU needed to ask where they are)."""
+
+    def __init__(self, torch):
+        self.param = type("P", (), {"device": torch.device("cuda", 1)})()
+
+    def parameters(self):
+        return iter([self.param])
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+def test_the_stop_vote_under_nccl_is_on_the_ranks_own_gpu_not_cuda_0(monkeypatch):
+    """A DDP script that puts its model on cuda:LOCAL_RANK without torch.cuda.set_device leaves every rank's current
+    device at cuda:0: the all-reduce there, from every rank of a node, is NCCL's duplicate-GPU error or a hang."""
+    import torch
+
+    nccl = type("Dist", (), {"get_backend": staticmethod(lambda: "nccl")})
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert resume._device(nccl, {"model": _OnGpu(torch)}) == torch.device("cuda", 1)
+    assert resume._device(nccl, {"model": torch.nn.Linear(1, 1)}) == torch.device("cuda", 0)  # none on a GPU
+    gloo = type("Dist", (), {"get_backend": staticmethod(lambda: "gloo")})
+    assert resume._device(gloo, {"model": _OnGpu(torch)}) == torch.device("cpu")
