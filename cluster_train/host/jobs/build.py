@@ -191,6 +191,7 @@ def config_of(site: Site, profile: Profile, request: Request) -> Tuple[cfg.RunCo
     config_file = experiment_config(named) if named else None
     raw = user_code.experiment_raw(site.experiment(config_file) if config_file else {}, request.command, request.dev,
                                    config_file.resolve().parent if config_file else Path.cwd())
+    user_set = user_code.typed_data_root(raw, user_set)
     return run_config(raw, user_set, profile, shape, run_dir, site.user.get("tracker")), user_set, config_file
 
 

@@ -65,6 +65,16 @@ def experiment_raw(raw: Dict[str, Any], command: Optional[List[str]], dev: bool,
     return raw
 
 
+def typed_data_root(raw: Dict[str, Any], user_set: Dict[str, Any]) -> Dict[str, Any]:
+    """A command's `--set data.root=DIR` relative to where it was typed, as --data DIR is (submit.py): it was taken
+    relative to cluster-train's checkout (absolute_inputs), so `--set data.root=data` from a project bound
+    cluster-train's own data/ directory without a word."""
+    root = user_set.get("data.root")
+    if not raw.get("command") or not isinstance(root, str) or not root or os.path.isabs(os.path.expanduser(root)):
+        return user_set
+    return {**user_set, "data.root": str((Path.cwd() / os.path.expanduser(root)).resolve())}
+
+
 def recorded_config(run: cfg.RunConfig) -> Dict[str, Any]:
     """What config.yaml and the manifest keep of a run: a task's whole config; a command's command, code, binds, shape
     and the keys it set, without the task defaults (resnet_cifar, sgd, max_epochs 3 are no part of what it ran).
