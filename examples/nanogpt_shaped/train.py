@@ -175,8 +175,9 @@ if master_process:
     metrics_file.close()
     results = {"iters": iter_num, "train_loss": losses["train"], "val_loss": losses["val"],
                "best_val_loss": best_val_loss}
-    with open(os.path.join(out_dir, "results.json"), "w") as f:  # last: the job reads it as "training finished"
+    with open(os.path.join(out_dir, "results.json.tmp"), "w") as f:  # whole or not at all: a reader never sees half
         json.dump(results, f, indent=2)
+    os.replace(os.path.join(out_dir, "results.json.tmp"), os.path.join(out_dir, "results.json"))  # last: "finished"
     print(f"done: {json.dumps(results)}", flush=True)
 if ddp:
     destroy_process_group()
