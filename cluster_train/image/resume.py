@@ -92,7 +92,8 @@ class Checkpointer:
             atomic_write_bytes(self.path, buffer.getbuffer())
             say(f"saved {self.path} at step {step}")
         if dist is not None:
-            dist.barrier()  # no rank exits (and no requeue starts) before the file is complete
+            with _current(_device(dist, self.objects)):
+                dist.barrier()  # no rank exits (and no requeue starts) before the file is complete
 
     def load(self) -> int:
         """The step to start from: last.ckpt's after loading it into every object and this rank's RNG, else 0."""
