@@ -203,24 +203,30 @@ def _gather(dist, state) -> list:
 
 
 def _rng_states() -> dict:
+    """Python's, torch's (CUDA's where it is used) and numpy's (where the script imported it) RNG states, as plain
+    types: Lightning loads checkpoints with weights_only=True, which refuses numpy arrays (resume_lightning.py uses
+    these too)."""
     import torch
 
     states = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state_all()
     if "numpy" in sys.modules:  # only a script that imported numpy draws from it
-        states["numpy"] = sys.modules["numpy"].random.get_state()
+        name, keys, *rest = sys.modules["numpy"].random.get_state()
+        states["numpy"] = (name, keys.tolist(), *rest)
     return states
 
 
 def _set_rng_states(states: dict) -> None:
     import torch
 
-    random.setstate(states["python"])
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(internal), gauss))
     torch.set_rng_state(states["torch"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
     if "numpy" in states:
-        import numpy
+        import numpy as np
 
-        numpy.random.set_state(states["numpy"])
+        name, keys, *rest = states["numpy"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))

@@ -23,7 +23,8 @@ import warnings
 from pathlib import Path
 
 from cluster_train.image import stop
-from cluster_train.image.resume import DEFAULT_DIR, FILE, requeue_exit, say  # one rule for both helpers
+from cluster_train.image.resume import (  # one rule for both helpers
+    DEFAULT_DIR, FILE, _rng_states, _set_rng_states, requeue_exit, say)
 
 PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 _classes = {}
@@ -191,33 +192,3 @@ def _last_epoch(trainer) -> bool:
     if trainer.max_steps not in (None, -1) and trainer.global_step >= trainer.max_steps:
         return True
     return trainer.max_epochs not in (None, -1) and trainer.current_epoch + 1 >= trainer.max_epochs
-
-
-def _rng_states() -> dict:
-    """Python's, numpy's and torch's RNG states (CUDA's where it is used), as plain types: Lightning loads
-    checkpoints with weights_only=True, which refuses numpy arrays."""
-    import random
-
-    import numpy as np
-    import torch
-
-    name, keys, *rest = np.random.get_state()
-    states = {"torch": torch.get_rng_state(), "numpy": (name, keys.tolist(), *rest), "python": random.getstate()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def _set_rng_states(states: dict) -> None:
-    import random
-
-    import numpy as np
-    import torch
-
-    torch.set_rng_state(states["torch"])
-    name, keys, *rest = states["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
-    version, internal, gauss = states["python"]
-    random.setstate((version, tuple(internal), gauss))
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])

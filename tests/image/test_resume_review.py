@@ -54,3 +54,23 @@ def test_the_stop_vote_under_nccl_is_on_the_ranks_own_gpu_not_cuda_0(monkeypatch
     assert resume._device(nccl, {"model": torch.nn.Linear(1, 1)}) == torch.device("cuda", 0)  # none on a GPU
     gloo = type("Dist", (), {"get_backend": staticmethod(lambda: "gloo")})
     assert resume._device(gloo, {"model": _OnGpu(torch)}) == torch.device("cpu")
+
+
+def test_one_rng_record_for_both_helpers_travels_through_a_weights_only_load(tmp_path):
+    """resume.py and resume_lightning.py kept two copies of the RNG states; the one left is plain types (Lightning
+    loads its checkpoints with weights_only=True, which refuses numpy's array), and puts back what it took."""
+    import io
+    import random
+
+    import numpy as np
+    import torch
+
+    assert resume_lightning._rng_states is resume._rng_states
+    states = resume._rng_states()
+    buffer = io.BytesIO()
+    torch.save(states, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)
+    drawn = (random.random(), np.random.rand(), torch.rand(1).item())
+    resume._set_rng_states(loaded)
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == drawn
