@@ -186,7 +186,8 @@ def input_records(results: Dict) -> List[Tuple[str, Dict, Dict]]:
     """cluster_train/image/speed.py's input and throughput figures:
     in results, or per model under results["speed"] (video_suite)."""
     found = [("", results["input"], results.get("throughput") or {})] if isinstance(results.get("input"), dict) else []
-    for name, speed in (results.get("speed") or {}).items():
+    per_model = results.get("speed") or {}
+    for name, speed in (per_model.items() if isinstance(per_model, dict) else ()):  # own code's "speed" may be a number
         if isinstance(speed, dict) and isinstance(speed.get("input"), dict):
             found.append((name, speed["input"], speed.get("throughput") or {}))
     return found

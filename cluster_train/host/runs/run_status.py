@@ -132,7 +132,9 @@ def result_lines(results: Dict[str, Any], own_code: bool = False) -> List[str]:
         k: v for k, v in results.items() if k.startswith(("final_", "best_", "epochs"))}
     lines = ["  result: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                                       for k, v in shown.items())]
-    speed = [input_wait_line(results)] if results.get("input") else []
+    if own_code:  # the image's speed facts are the tasks' own: your numbers named input or speed are results
+        return lines
+    speed = [input_wait_line(results)] if isinstance(results.get("input"), dict) else []
     speed += spread_words(step_times_of(results))
     return lines + ([f"  speed: {'; '.join(speed)}"] if speed else [])
 
@@ -140,7 +142,8 @@ def result_lines(results: Dict[str, Any], own_code: bool = False) -> List[str]:
 def step_times_of(results: Dict[str, Any]) -> Dict[str, Any]:
     """Each rank's step times and the straggler among them (the image's speed facts: results.json's `step_times`,
     or under `speed` where a task keeps its speed facts there); {} where the run has none."""
-    found = results.get("step_times") or (results.get("speed") or {}).get("step_times")
+    speed = results.get("speed")
+    found = results.get("step_times") or (speed.get("step_times") if isinstance(speed, dict) else None)
     return found if isinstance(found, dict) else {}
 
 
