@@ -176,8 +176,9 @@ def _device(dist, objects=None):
     if dist.get_backend() != "nccl":
         return torch.device("cpu")
     for obj in (objects or {}).values():
-        for param in getattr(obj, "parameters", lambda: ())():
-            if param.device.type == "cuda":
+        params = getattr(obj, "parameters", None)  # a module's; an optimizer or a scaler has none
+        for param in params() if callable(params) else ():
+            if getattr(param, "device", None) is not None and param.device.type == "cuda":
                 return param.device
     return torch.device("cuda", torch.cuda.current_device())
 
