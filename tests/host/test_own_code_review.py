@@ -25,3 +25,30 @@ def test_own_codes_numbers_named_speed_or_input_are_results_not_a_crash():
     assert input_records(results) == []
     task = {"final_val_loss": 0.5, "speed": {"resnet": {"input": {"steps": 1}}}}  # a task's per-model speed facts
     assert [name for name, _, _ in input_records(task)] == ["resnet"]
+
+
+# srun's words, as the test Slurm cluster prints them, where both ranks of n1 raised and srun ended n2's two: srun
+# names the ranks of one node that ended alike at once ("tasks 0-1"), and exits 143
+RAISED_2X2 = ('#!/bin/bash\necho "ValueError: a bad batch" >&2\n'
+              'echo "srun: error: n1: tasks 0-1: Exited with exit code 1" >&2\n'
+              'echo "srun: error: n2: tasks 2-3: Terminated" >&2\nexit 143\n')
+
+
+def test_a_nodes_ranks_raising_together_are_that_exception_not_a_requeued_failure(store, tmp_path):
+    """2 nodes x 2 ranks: the first rank of 'tasks 0-1' is the exception's rank; it was read as no rank at all, so
+    srun's 143 was a killed rank and the job was requeued as a failure (issue 56 item 1's own case)."""
+    from host.test_requeue_resumable import own_code_script
+    from host.test_segments import FAKES, start
+
+    from cluster_train.host.runs import causes, segments
+
+    job = start(own_code_script(store, tmp_path, "n2_gpu1"), tmp_path, "0", {**FAKES, "srun": RAISED_2X2},
+                SLURM_JOB_NODELIST="n[1-2]", SLURM_JOB_NUM_NODES="2")
+    out, _ = job.communicate(timeout=60)
+    assert job.returncode == 1 and not (tmp_path / "requeued").exists(), out
+    (end,) = segments.read(store / "runs" / "long")
+    assert (end.how, end.exit_code, end.died, end.failures) == ("FAILED", 1, {"rank": 0, "host": "n1"}, None), end
+    logs = tmp_path / "run" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "job.err").write_text("srun: error: n1: tasks 0-1: Exited with exit code 1\n")
+    assert causes.diagnose(tmp_path / "run") == "rank 0 died on host n1; its log lines above say why"

@@ -39,7 +39,7 @@ CAUSES: List[Tuple[str, str]] = [
                                                              "or raise mem_gb (see data.worker_mem_gb)"),
     (r"\[cluster-train\] error: rank (\d+) on host (\S+) exited with status (\d+)",
      "rank {1} died on host {2} (exit status {3}); its log lines above say why"),
-    (rf"srun: error: (\S+): task (\d+): (Exited with exit code (?!{REQUEUE}\b)|Killed)[^\n]*",
+    (rf"srun: error: (\S+): tasks? (\d+)[-,\d]*: (Exited with exit code (?!{REQUEUE}\b)|Killed)[^\n]*",
      "rank {2} died on host {1}; its log lines above say why"),
     (r"No space left on device", "disk full: free space where the run writes, or move the run directory"),
 ]

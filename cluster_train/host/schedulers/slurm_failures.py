@@ -17,11 +17,13 @@ FAILED_NODES = ('{ sinfo -h -N -n "$SLURM_JOB_NODELIST" -t down,drain,fail,no_re
                 '2>/dev/null; } | '
                 'awk -F "|" \'$1 != "" && !seen[$1]++ {print $1 "\\t" $2}\'')
 # RANK HOST [EXIT] of the first rank srun saw end, other than one that saved and stopped as asked (kill-on-bad-exit
-# ends the others after it): EXIT where it ended by its own exit (an exception), none where a signal killed it
+# ends the others after it): EXIT where it ended by its own exit (an exception), none where a signal killed it. srun
+# names the ranks of one node that ended alike at once ("n1: tasks 0-1: Exited with exit code 1"): the first is taken
 DIED_RANK = (f'sed -n "/: Exited with exit code {REQUEUE}$/d; '
-             's/^srun: error: \\([^ :]*\\): task \\([0-9]*\\): Exited with exit code \\([0-9]*\\)$/\\2 \\1 \\3/p; t; '
-             's/^srun: error: \\([^ :]*\\): task \\([0-9]*\\): .*/\\2 \\1/p" "${ct_srun_said:-/dev/null}" '
-             '2>/dev/null | head -n 1')
+             's/^srun: error: \\([^ :]*\\): tasks\\{0,1\\} \\([0-9]*\\)[-,0-9]*: Exited with exit code '
+             '\\([0-9]*\\)$/\\2 \\1 \\3/p; t; '
+             's/^srun: error: \\([^ :]*\\): tasks\\{0,1\\} \\([0-9]*\\)[-,0-9]*: .*/\\2 \\1/p" '
+             '"${ct_srun_said:-/dev/null}" 2>/dev/null | head -n 1')
 # a rank exited with the requeue code, its save done: kill-on-bad-exit's SIGTERM then ended the ranks still exiting,
 # so srun's worst code is 143 (a script's own save-and-exit, which cannot ignore that SIGTERM, is still a save)
 RANK_SAVED = f'grep -qs ": Exited with exit code {REQUEUE}$" "${{ct_srun_said:-/dev/null}}"'
