@@ -1,9 +1,9 @@
 """Issue 56 item 1 on the real test Slurm cluster, inside the image, side by side: an unmodified script (a plain
 Python loop, no signal handling) warned at its time limit (`scancel --batch --signal=USR1`, what
 `--signal=B:USR1@grace_s` delivers: tests/cluster/test_long_runs.py proves the limit sends it) ends once with the
-cause and is not requeued; on a 2-node job, rank 0's exception is recorded as that exception (its exit code, the
-rank), although srun ends rank 1 with SIGTERM and exits 143, and is not requeued. (The batch shell's logic with
-stand-ins: tests/host/test_requeue_resumable.py.)"""
+cause and is not requeued; on 2 nodes x 2 ranks, the first node's ranks' exception is recorded as that exception
+(its exit code, rank 0), although srun ends the other node's ranks with SIGTERM and exits 143, and is not requeued.
+(The batch shell's logic with stand-ins: tests/host/test_requeue_resumable.py.)"""
 import subprocess
 from pathlib import Path
 
@@ -14,17 +14,18 @@ from cluster_train.host.runs import segments
 
 pytestmark = [pytest.mark.image, pytest.mark.slurm]
 LOOP = 'import time\nprint("looping", flush=True)\nwhile True:\n    time.sleep(1)\n'
+# both ranks of the first node raise: srun names them at once ("n1: tasks 0-1: Exited with exit code 1")
 RAISES = ('import os, time\nprint(f"rank {os.environ[\'RANK\']} up", flush=True)\n'
-          'if os.environ["RANK"] == "0":\n    time.sleep(3)\n    raise ValueError("a bad batch")\ntime.sleep(120)\n')
+          'if os.environ["NODE_RANK"] == "0":\n    time.sleep(3)\n    raise ValueError("a bad batch")\ntime.sleep(120)\n')
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 
 
-def queued(profile: str, run_id: str, script: str, where: Path) -> tuple:
+def queued(profile: str, run_id: str, script: str, where: Path, *options: str) -> tuple:
     code = where / run_id
     code.mkdir()
     (code / "train.py").write_text(script)
-    done = run_cluster("ci-slurm", profile, "--run-id", run_id, "--no-wait", "--stale-image-ok", "--", "python",
-                       "train.py", cwd=code)
+    done = run_cluster("ci-slurm", profile, "--run-id", run_id, "--no-wait", "--stale-image-ok", *options, "--",
+                       "python", "train.py", cwd=code)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resume: not known to resume" in done.stdout, done.stdout
     return manifest(where / "runs" / run_id)["scheduler"]["job_id"]
@@ -37,7 +38,8 @@ def slurm_state(job_id: str) -> str:
 
 def test_a_warned_loop_and_a_ranks_exception_each_end_once_unrequeued(cpu_image, slurm_cluster, runs_dir):
     where = runs_dir.parent
-    loop_job, raise_job = queued("n1_gpu1", "loop", LOOP, where), queued("n2_gpu1", "raises", RAISES, where)
+    loop_job, raise_job = queued("n1_gpu1", "loop", LOOP, where), queued("n2_gpu2", "raises", RAISES, where,
+                                                                     "--set", "data.rank_mem_gb=1")
     loop_dir, raise_dir = runs_dir / "loop", runs_dir / "raises"
     try:
         wait_for_run(lambda: "looping" in job_logs(loop_dir), "the loop started", 300, loop_dir)
