@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import mypy_extensions
 
 def main():
-    import einops                      # line 15: inside a function, still needed
+    import einops                      # line 15: inside a function: a warning (it may never run)
     from pytorch_lightning import Trainer
 """
 
@@ -61,7 +61,7 @@ def project(tmp_path: Path, script: str = SCRIPT) -> Path:
 def test_an_import_the_image_lacks_is_refused_in_one_line_before_queueing(labelled, tmp_path):
     code = project(tmp_path)
     said = refused(run_cluster("local", "cpu_1proc", "--dry-run", "--", "python", "train.py", cwd=code),
-                   "command: train.py imports timm (line 3), einops (line 15), which the cpu image sha256:",
+                   "command: train.py imports timm (line 3), which the cpu image sha256:",
                    "make lock-derived REQS=requirements.in FLAVOR=cpu", "images derive NAME --from cpu",
                    "--flavor cpu+NAME")
     assert len(said.strip().splitlines()) == 1
@@ -73,7 +73,7 @@ def test_the_python_api_says_the_same_before_submitting(labelled, tmp_path, monk
 
     monkeypatch.chdir(project(tmp_path))
     problems = ct.Job("local", "cpu_1proc", command=["python", "train.py"]).check()
-    assert len(problems) == 1 and problems[0].startswith("command: train.py imports timm (line 3), einops (line 15)")
+    assert len(problems) == 1 and problems[0].startswith("command: train.py imports timm (line 3), which")
     assert not list((labelled / "runs").iterdir())
 
 
@@ -107,13 +107,22 @@ def test_an_image_without_a_module_list_is_a_warning_not_a_refusal(store, tmp_pa
 
 
 def test_the_parser_takes_every_required_import_and_skips_the_rest():
-    found = imports_check.imports(SCRIPT, "train.py")
-    assert found == {"os": 1, "torch": 1, "lightning": 2, "timm": 3, "model": 4, "typing": 10, "einops": 15,
-                     "pytorch_lightning": 16}
-    assert imports_check.imports("def f(:\n", "bad.py") == {}  # Python says why when it runs; nothing refused here
+    top, lazy = imports_check.imports(SCRIPT, "train.py")
+    assert top == {"os": 1, "torch": 1, "lightning": 2, "timm": 3, "model": 4, "typing": 10}
+    assert lazy == {"einops": 15, "pytorch_lightning": 16}  # only inside main()
+    assert imports_check.imports("def f(:\n", "bad.py") == ({}, {})  # Python says why when it runs: nothing refused
     optional = "try:\n    import a\nexcept (ValueError, ModuleNotFoundError):\n    pass\n" \
                "try:\n    import b\nexcept ValueError:\n    pass\n"
-    assert imports_check.imports(optional, "x.py") == {"b": 6}
+    assert imports_check.imports(optional, "x.py") == ({"b": 6}, {})
+
+
+def test_a_lazy_import_the_image_lacks_is_a_warning_and_the_run_goes_ahead(labelled, tmp_path):
+    """`def plot(): import matplotlib` may never run: told before queueing, not refused."""
+    code = project(tmp_path, "import torch\n\ndef plot():\n    import matplotlib\n")
+    done = run_cluster("local", "cpu_1proc", "--dry-run", "--", "python", "train.py", cwd=code)
+    assert done.returncode == 0, done.stderr
+    assert ("warning: inside a function, train.py imports matplotlib (line 4), which the cpu image sha256:"
+            in done.stdout + done.stderr), done.stdout + done.stderr
 
 
 # --- make lock-derived --------------------------------------------------------------------------------------------

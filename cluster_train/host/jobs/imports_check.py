@@ -2,7 +2,9 @@
 found only when the job started, after its wait in the queue (`ModuleNotFoundError: No module named 'timm'`).
 
 The command's script (its first `.py` argument, and a `-m MODULE` of the snapshot) is parsed, never run: each
-`import x` / `from x import y`, at its top level and inside functions, gives its top-level name x. Left out: relative
+`import x` / `from x import y` gives its top-level name x: one at the script's top level (what runs when it
+starts) must be in the image, or the run is refused; one inside a function or class body (a lazy import, maybe never
+reached) the image lacks is a warning. Left out: relative
 imports, the standard library (this Python's sys.stdlib_module_names), names the code snapshot provides itself (any
 directory or .py file of it), and imports that say they may fail (inside `try:` with an ImportError handler, or
 `if TYPE_CHECKING:`). What is left must be in the image's module list, which its build records in the label
@@ -35,7 +37,9 @@ def check(command: List[str], snapshot: Snapshot, image: ImageRef) -> List[str]:
     if source is None:
         return []
     local = snapshot_names(snapshot)
-    wanted = {name: line for name, line in imports(source, script).items() if name not in STDLIB | local}
+    top, lazy = (({name: line for name, line in found.items() if name not in STDLIB | local})
+                 for found in imports(source, script))
+    wanted = {**lazy, **top}
     if not wanted or not image.path or not Path(image.path).is_file():
         return []  # nothing to check, or no image here yet (preflight says so itself)
     shown = f"the {image.flavor} image sha256:{image.sha256[:12]}"
@@ -44,16 +48,19 @@ def check(command: List[str], snapshot: Snapshot, image: ImageRef) -> List[str]:
         return [f"warning: {shown} records no list of its modules (built before the list was); the imports of "
                 f"{script} ({', '.join(sorted(wanted))}) were not checked against it: rebuild it "
                 f"({make_image(store.base_flavor(image.flavor))}) to have them checked before queueing"]
-    missing = sorted((line, name) for name, line in wanted.items() if name not in has)
+    missing = sorted((line, name) for name, line in top.items() if name not in has)
     if missing:
-        raise UserError(refusal(script, missing, image))
-    return []
+        raise UserError(f"command: {lacking(script, missing, image)}")
+    maybe = sorted((line, name) for name, line in lazy.items() if name not in has)
+    return [f"warning: inside a function, {lacking(script, maybe, image)} (the job fails if that code runs)"] if maybe \
+        else []
 
 
-def refusal(script: str, missing: List[Tuple[int, str]], image: ImageRef) -> str:
+def lacking(script: str, missing: List[Tuple[int, str]], image: ImageRef) -> str:
+    """'train.py imports timm (line 3), which the cpu image ... does not have; put the package ... +NAME'"""
     names = ", ".join(f"{name} (line {line})" for line, name in missing)
     base = store.base_flavor(image.flavor)
-    return (f"command: {script} imports {names}, which the {image.flavor} image sha256:{image.sha256[:12]} does not "
+    return (f"{script} imports {names}, which the {image.flavor} image sha256:{image.sha256[:12]} does not "
             f"have; put the package that provides {'it' if len(missing) == 1 else 'each'} in requirements.in, "
             f"then make lock-derived REQS=requirements.in FLAVOR={base} and bin/run-cluster images derive NAME "
             f"--from {image.flavor} --requirements requirements.lock, and run with --flavor {base}+NAME")
@@ -72,39 +79,48 @@ def command_source(command: List[str], snapshot: Snapshot) -> Tuple[str, Optiona
     return script, code_snapshot.read_text(snapshot, script)
 
 
-def imports(source: str, script: str) -> Dict[str, int]:
-    """Top-level name -> first line, of every absolute import that is not allowed to fail; {} for a file Python
-    cannot parse (Python itself says why when it runs, and the host's Python may be older than the image's)."""
+def imports(source: str, script: str) -> Tuple[Dict[str, int], Dict[str, int]]:
+    """(top level, lazy: only inside a function or class body): top-level name -> first line, of every absolute
+    import that is not allowed to fail; nothing for a file Python cannot parse (Python itself says why when it runs,
+    and the host's Python may be older than the image's)."""
     try:
         tree = ast.parse(source, filename=script)
     except (SyntaxError, ValueError):
-        return {}
-    found: Dict[str, int] = {}
-    for node in required_imports(tree):
+        return {}, {}
+    top: Dict[str, int] = {}
+    lazy: Dict[str, int] = {}
+    for node, in_body in sorted(required_imports(tree), key=lambda found: found[0].lineno):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         else:
             names = [node.module] if node.module and not node.level else []
         for name in names:
-            found.setdefault(name.split(".")[0], node.lineno)
-    return found
+            (lazy if in_body else top).setdefault(name.split(".")[0], node.lineno)
+    return top, {name: line for name, line in lazy.items() if name not in top}
 
 
-def required_imports(tree: ast.AST) -> List[ast.stmt]:
-    """Import statements anywhere in the tree, less those under an ImportError handler or `if TYPE_CHECKING:`."""
-    found, todo = [], [tree]
+BODIES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def required_imports(tree: ast.AST) -> List[Tuple[ast.stmt, bool]]:
+    """Import statements anywhere in the tree, each with whether it is inside a function or class body, less those
+    under an ImportError handler or `if TYPE_CHECKING:`."""
+    found, todo = [], [(tree, False)]
     while todo:
-        node = todo.pop()
+        node, in_body = todo.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.append(node)
+            found.append((node, in_body))
+            continue
+        if isinstance(node, BODIES):
+            todo += [(child, True) for child in ast.iter_child_nodes(node)]
             continue
         if isinstance(node, ast.Try) and may_fail(node):
-            todo += node.handlers + node.orelse + node.finalbody  # the try body's imports are optional
+            todo += [(n, in_body) for n in node.handlers + node.orelse + node.finalbody]  # the try body's: optional
             continue
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
-            todo += node.orelse
+            todo += [(n, in_body) for n in node.orelse]
             continue
-        todo += list(ast.iter_child_nodes(node))
+        todo += [(child, in_body) for child in ast.iter_child_nodes(node)]
     return found
 
 
