@@ -85,7 +85,9 @@ def test_logs_follow_streams_a_running_job_and_returns_when_it_ends(sweep_file_r
     print(f"logs --follow returned {returned_at - ended_at:.1f} s after the job recorded its end")
     assert returned_at - ended_at < 15
     assert STARTED in log and log in printed, (log[-2000:], printed[-2000:])  # every line of the log
-    assert "[cluster-train] job " in printed_by_end and STARTED in printed_by_end, printed_by_end  # while it ran
+    # while it ran: the batch shell's first line (the training's own may come and end between two polls: a 4-batch
+    # epoch takes a second, a poll under load several)
+    assert "[cluster-train] job " in printed_by_end, printed_by_end
 
 
 @pytest.mark.image

@@ -66,10 +66,10 @@ def excluded_line(found: List[Segment]) -> Optional[str]:
     return causes.ended_by("excluded", hosts=hosts)
 
 
-def cause(found: List[Segment]) -> str:
+def cause(found: List[Segment], own_exit: bool = True) -> str:
     """What ended a run whose last segment ended on a failure the record names: the budget spent, with every
-    failure of the run; a hang that was not requeued; a time limit with nothing saved; a rank's exception; else
-    ""."""
+    failure of the run; a hang that was not requeued; a time limit with nothing saved; a rank's exception (unless
+    `own_exit` is False: status asks the logs first, which may say which exception); else ""."""
     last = found[-1] if found else None
     if last is None or not last.how:
         return ""
@@ -79,7 +79,13 @@ def cause(found: List[Segment]) -> str:
                                history=history)
     if last.stuck and not last.requeued:
         return hang(last)
-    return unsaved(last) or (died(last) if raised(last) else "")
+    return unsaved(last) or (own_exit_cause(found) if own_exit else "")
+
+
+def own_exit_cause(found: List[Segment]) -> str:
+    """'rank 0 on host n1 exited 1 (its own exit, ...)' where the last segment ended by a rank's own exit, else ""."""
+    last = found[-1] if found else None
+    return died(last) if last is not None and raised(last) else ""
 
 
 FAILURES = ("HANG", "NODE_FAIL", "FAILED")  # the ends a segment's failure has, requeued or not
@@ -100,17 +106,18 @@ def failure_text(segment: Segment) -> str:
     return f"segment {segment.number} {segment.how}" + (f" ({', '.join(said)})" if said else "")
 
 
-def told(run_dir: Path, found: List[Segment]) -> str:
+def told(run_dir: Path, found: List[Segment], own_exit: bool = True) -> str:
     """cause(found), led where the budget ran out by what the logs name of the failure (a rank that died and its
     host): the record counts the failures, the logs say what each was."""
-    record = cause(found)
+    record = cause(found, own_exit)
     said = causes.diagnose(run_dir) if record and found[-1].budget_spent else None
     return f"{said}; {record}" if said and said not in record else record
 
 
 def of_failed(run_dir: Path, state: str) -> str:
-    """What `runs` shows of a FAILED run: the failure its record names, else the cause its logs name, else
-    nothing."""
+    """What `runs` shows of a FAILED run: the failure its record names, else the cause its logs name, else a rank's
+    own exit, else nothing (status's order)."""
     if state != "FAILED":
         return ""
-    return told(run_dir, segments.read(run_dir)) or causes.diagnose(run_dir) or ""
+    found = segments.read(run_dir)
+    return told(run_dir, found, own_exit=False) or causes.diagnose(run_dir) or own_exit_cause(found)

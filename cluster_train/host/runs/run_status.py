@@ -85,10 +85,11 @@ def status_of(manifest: Dict[str, Any], scheduler, run_dir: Path) -> RunStatus:
     slow_network = fabric.verdict(run_dir, job.get("fabric", "")) if job.get("check_fabric") else None
     results = completed_results(state, run_dir)
     # the run's record of a hang or a spent restart budget says more than the scheduler's word (FAILED, NODE_FAIL, a
-    # cancel of the steps the watchdog ended) and than a log that holds every segment's lines
+    # cancel of the steps the watchdog ended) and than a log that holds every segment's lines; a rank's own exit
+    # (an exception) comes last: a function's recorded exception or the log's cause (disk full) says which
     cause = "" if results or not ending.has_ended(state) else (
-        causes.pruned(run_dir) or failures.told(run_dir, found) or state.get("ended_by") or causes.raised(run_dir)
-        or causes.diagnose(run_dir) or "")
+        causes.pruned(run_dir) or failures.told(run_dir, found, own_exit=False) or state.get("ended_by")
+        or causes.raised(run_dir) or causes.diagnose(run_dir) or failures.own_exit_cause(found) or "")
     return RunStatus(state["state"], cause, job_id, manifest["run_id"], scheduler.name, ending.has_ended(state),
                      state.get("cancelling") or "", {k: v for k, v in state.items() if k not in NOT_SHOWN and v},
                      tuple(found), runs.data_version(manifest, 64) if manifest.get("data") else "",
