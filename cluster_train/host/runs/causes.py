@@ -104,11 +104,17 @@ def ended_by(kind: str, **words: str) -> str:
     return ENDED_BY[kind][0].format(**words)
 
 
-def diagnose(run_dir: Path) -> Optional[str]:
-    """The first known cause found in the run's logs (the scheduler's .out and .err files), or None."""
+RANK_ONLY = "its log lines above say why"  # the causes that name only the rank that died (the record's say more)
+
+
+def diagnose(run_dir: Path, rank_only: bool = True) -> Optional[str]:
+    """The first known cause found in the run's logs (the scheduler's .out and .err files), or None; with
+    rank_only False, none of those that only name the rank that died."""
     text = "\n".join(p.read_text(errors="replace") for p in sorted((Path(run_dir) / "logs").glob("*"))
                      if p.is_file() and p.suffix in (".out", ".err"))
     for pattern, message in CAUSES:
+        if not rank_only and RANK_ONLY in message:
+            continue
         found = re.search(pattern, text, re.MULTILINE)
         if found:
             return message.format(found.group(0), *found.groups()) if "{" in message else message

@@ -120,4 +120,5 @@ def of_failed(run_dir: Path, state: str) -> str:
     if state != "FAILED":
         return ""
     found = segments.read(run_dir)
-    return told(run_dir, found, own_exit=False) or causes.diagnose(run_dir) or own_exit_cause(found)
+    return (told(run_dir, found, own_exit=False) or causes.diagnose(run_dir, rank_only=False)
+            or own_exit_cause(found) or causes.diagnose(run_dir) or "")

@@ -89,7 +89,8 @@ def status_of(manifest: Dict[str, Any], scheduler, run_dir: Path) -> RunStatus:
     # (an exception) comes last: a function's recorded exception or the log's cause (disk full) says which
     cause = "" if results or not ending.has_ended(state) else (
         causes.pruned(run_dir) or failures.told(run_dir, found, own_exit=False) or state.get("ended_by")
-        or causes.raised(run_dir) or causes.diagnose(run_dir) or failures.own_exit_cause(found) or "")
+        or causes.raised(run_dir) or causes.diagnose(run_dir, rank_only=False) or failures.own_exit_cause(found)
+        or causes.diagnose(run_dir) or "")
     return RunStatus(state["state"], cause, job_id, manifest["run_id"], scheduler.name, ending.has_ended(state),
                      state.get("cancelling") or "", {k: v for k, v in state.items() if k not in NOT_SHOWN and v},
                      tuple(found), runs.data_version(manifest, 64) if manifest.get("data") else "",
