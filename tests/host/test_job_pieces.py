@@ -1,16 +1,16 @@
-"""The Job in typed pieces (what runs, where it runs, the image...) and each scheduler spelling the adapters decide
+"""The ResolvedJob in typed pieces (what runs, where it runs, the image...) and each scheduler spelling the adapters decide
 from them, in Python: no template, no scheduler, no image."""
 import os
 import subprocess
 
 import pytest
 
-from cluster_train.host.jobs.job import DataImage, Fabric, ImageRef, Job, Notify, Placement, Task, Work
+from cluster_train.host.jobs.job import DataImage, Fabric, ImageRef, ResolvedJob, Notify, Placement, Task, Work
 from cluster_train.host.jobs.preflight import directives_repeated
 from cluster_train.host.schedulers.lsf import Lsf, gpu_option, per_slot_gb
 from cluster_train.host.schedulers.slurm import Slurm, gpu_options, memory_options
 
-# Job.as_dict's keys as manifests on disk hold them (before the Job was split): rerun, resume, status and report read
+# ResolvedJob.as_dict's keys as manifests on disk hold them (before the ResolvedJob was split): rerun, resume, status and report read
 # them back, so they must not change
 MANIFEST_KEYS = {
     "run_id", "cluster", "cluster_file", "profile", "scheduler", "partition", "queue", "nodes", "gpus_per_node",
@@ -30,8 +30,8 @@ def place(**given) -> Placement:
                         "cpus_per_task": 4, "mem_gb": None, "time": "01:00:00", **given})
 
 
-def job(placement: Placement, scheduler: str = "slurm", **work) -> Job:
-    return Job(run_id="r1", cluster="c", cluster_file="c.yaml", profile="p", scheduler=scheduler, job_name="demo",
+def job(placement: Placement, scheduler: str = "slurm", **work) -> ResolvedJob:
+    return ResolvedJob(run_id="r1", cluster="c", cluster_file="c.yaml", profile="p", scheduler=scheduler, job_name="demo",
                work=Work(**{"entry": "fit", "launch": "srun", "ranks_per_node": 1, "run_dir": "/runs/r1",
                             "config_path": "/runs/r1/config.yaml", "log_path": "/runs/r1/logs/demo_%J.out",
                             "data_dir": "/data", **work}),

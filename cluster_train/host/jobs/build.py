@@ -1,5 +1,5 @@
 """The one job builder: a `Site` (the cluster file and the user's settings, loaded once per command) and a typed
-`Request` (a new run, a rerun, a resume, a sweep element, a scaling job) become one checked `Submission` (the Job,
+`Request` (a new run, a rerun, a resume, a sweep element, a scaling job) become one checked `Submission` (the ResolvedJob,
 its script, the summary, the warnings). Nothing is written here:
 cluster_train/host/runs/queue.py writes and submits it."""
 import copy
@@ -18,7 +18,7 @@ from cluster_train.host.images import locations, store
 from cluster_train.host.images.content_key import stale_inputs
 from cluster_train.host.jobs import code_snapshot, config_check, imports_check, left_out, measured, preflight, \
     run_refs, user_code
-from cluster_train.host.jobs.job import Job, new_run_id
+from cluster_train.host.jobs.job import ResolvedJob, new_run_id
 from cluster_train.host.jobs.render import render
 from cluster_train.host.jobs.run_refs import Waited
 from cluster_train.host.jobs.resolve import independent_tasks, launch_of, resolve, run_config, task_configs
@@ -133,7 +133,7 @@ class Request:
 
 @dataclass
 class Submission:
-    job: Job
+    job: ResolvedJob
     run: cfg.RunConfig
     script: str
     summary: str
@@ -196,8 +196,8 @@ def config_of(site: Site, profile: Profile, request: Request) -> Tuple[cfg.RunCo
 
 
 def job_of(site: Site, profile: Profile, run: cfg.RunConfig, image: Optional[store.ImageRecord],
-           flavor: str, pinned_data: str = "") -> Tuple[Job, List[cfg.RunConfig], str]:
-    """The packed tasks' configs, the Job and its script, from a run config resolved once: the sequence a
+           flavor: str, pinned_data: str = "") -> Tuple[ResolvedJob, List[cfg.RunConfig], str]:
+    """The packed tasks' configs, the ResolvedJob and its script, from a run config resolved once: the sequence a
     submission and check-cluster share. `pinned_data`: the data image digest a rerun or resume must read."""
     run_dir = Path(run.output_dir)
     packed = launch_of(profile, adapter(site.cluster.scheduler)).packed
@@ -235,7 +235,7 @@ def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str
                       request.rerun_of, code)
 
 
-def data_lines(job: Job, run: cfg.RunConfig, code: Optional[user_code.Code], request: Request) -> List[str]:
+def data_lines(job: ResolvedJob, run: cfg.RunConfig, code: Optional[user_code.Code], request: Request) -> List[str]:
     """A command's data directory as the manifest will record it, and what its new snapshot left out because git
     ignores it (a rerun's snapshot is the recorded one: nothing of the project is read)."""
     if not run.command:

@@ -7,7 +7,7 @@ from cluster_train.shared import config as cfg
 from cluster_train.shared.catalog import CONFIG_KEYS, PARAMS_KEYS, REGISTRIES
 from cluster_train.shared.errors import UserError
 from cluster_train.host.clusters import Profile
-from cluster_train.host.jobs.job import Job
+from cluster_train.host.jobs.job import ResolvedJob
 from cluster_train.host.jobs import run_refs
 from cluster_train.host.jobs.resolve import profile_values
 from cluster_train.shared.registry import NOT_LITERAL, REQUIRED, Registry, unknown_name
@@ -27,7 +27,7 @@ def problems(run: cfg.RunConfig, awaited: Sequence[Path] = ()) -> List[UserError
     return found
 
 
-def user_choices(job: Job, user_set: Dict[str, Any], profile: Profile) -> List[UserError]:
+def user_choices(job: ResolvedJob, user_set: Dict[str, Any], profile: Profile) -> List[UserError]:
     """A value the user set over the profile's wins where it can run; where it cannot, say why."""
     found = []
     accelerator = user_set.get("trainer.accelerator")

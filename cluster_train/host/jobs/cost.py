@@ -1,26 +1,26 @@
 """The most a job can cost before it is queued: its time limit x the GPUs it holds (a job with none: its CPUs), per
 allocation, the figure an allocation counted in GPU-hours is charged at most. A requeue takes another allocation."""
-from cluster_train.host.jobs.job import Job
+from cluster_train.host.jobs.job import ResolvedJob
 from cluster_train.host.schedulers import adapter
 
 
-def most_hours(job: Job) -> float:
+def most_hours(job: ResolvedJob) -> float:
     """Hours of the resource `unit(job)` names that one allocation of the job holds at most; 0 with no time limit."""
     place = job.placement
     seconds = adapter(job.scheduler).time_seconds(place.time) or 0
     return seconds / 3600 * units(job)
 
 
-def units(job: Job) -> int:
+def units(job: ResolvedJob) -> int:
     place = job.placement
     return place.nodes * (place.gpus_per_node or place.tasks_per_node * place.cpus_per_task)
 
 
-def unit(job: Job) -> str:
+def unit(job: ResolvedJob) -> str:
     return "GPU" if job.placement.gpus_per_node else "CPU"
 
 
-def most_cost_line(job: Job, runs: int = 1) -> str:
+def most_cost_line(job: ResolvedJob, runs: int = 1) -> str:
     """'cost: at most 0.33 GPU-hours (time 00:20:00 x 1 GPU(s)), each requeue as much again'; a sweep's: all its
     runs."""
     place, count = job.placement, units(job)

@@ -1,4 +1,4 @@
-"""A Job: every number and path one scheduler script needs, as jobs/resolve.py derives it from a cluster, a profile
+"""A ResolvedJob: every number and path one scheduler script needs, as jobs/resolve.py derives it from a cluster, a profile
 and a resolved run config, in small typed pieces (what runs, where it runs, the image...); the adapters and templates
 read it, the manifest records it flat (`as_dict`)."""
 import dataclasses
@@ -179,7 +179,7 @@ class DataImage:
 
 
 @dataclass
-class Job:
+class ResolvedJob:
     """One request to a scheduler: what runs (`work`) kept apart from where it runs (`placement`), the image, the
     fabric check, mail and the data image, as jobs/resolve.py derives them; the adapter and its template render it,
     the manifest records it flat (`as_dict`, the keys runs already on disk hold)."""

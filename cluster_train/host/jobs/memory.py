@@ -1,5 +1,5 @@
 """A job's memory: how the profile asks for it (per node, per GPU, per CPU, all of each node's with `whole_node`, or
-not at all, which leaves it to the site's default), what the job then gets per node (`Job.mem_gb`: a number where
+not at all, which leaves it to the site's default), what the job then gets per node (`ResolvedJob.mem_gb`: a number where
 one is known, None where not; nothing here makes one up), and preflight's checks of it against the node and
 against what the ranks and their dataloader workers need (by the figures cluster_train/host/jobs/measured.py chooses:
 measured where a run or a probe measured them, else as stated); the summary's line about it."""
@@ -9,7 +9,7 @@ from typing import Optional
 from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host.clusters import Cluster, Partition, Profile
-from cluster_train.host.jobs.job import Job
+from cluster_train.host.jobs.job import ResolvedJob
 from cluster_train.host.jobs.measured import HostRam, gb
 
 
@@ -25,7 +25,7 @@ def node_memory_gb(profile: Profile, part: Partition, tasks_per_node: int) -> Op
     return profile.mem_gb
 
 
-def memory_key(job: Job) -> str:
+def memory_key(job: ResolvedJob) -> str:
     """The profile key the job's memory came from, for the fix a message names."""
     place = job.placement
     if place.whole_node:
@@ -33,7 +33,7 @@ def memory_key(job: Job) -> str:
     return "mem_per_gpu_gb" if place.mem_per_gpu_gb else "mem_per_cpu_gb" if place.mem_per_cpu_gb else "mem_gb"
 
 
-def memory_fits_node(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def memory_fits_node(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     place = job.placement
     if place.whole_node or place.mem_gb is None or place.node_mem_gb is None or place.mem_gb <= place.node_mem_gb:
         return
@@ -41,7 +41,7 @@ def memory_fits_node(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
                     f"has {place.node_mem_gb} GB; lower {memory_key(job)}")
 
 
-def packed_tasks_share_memory(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def packed_tasks_share_memory(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     """Packed tasks each ask srun for their share of the job's memory (else each step takes all of it and they run
     one after another): the share needs the job's memory as a number the site grants exactly."""
     place = job.placement
@@ -52,16 +52,16 @@ def packed_tasks_share_memory(job: Job, cluster: Cluster, run: cfg.RunConfig) ->
                     f"memory, but asks for {given}; set mem_gb (per node) or mem_per_gpu_gb")
 
 
-def processes_per_node(job: Job) -> int:
+def processes_per_node(job: ResolvedJob) -> int:
     return job.placement.tasks_per_node if job.work.tasks else job.work.ranks_per_node
 
 
-def host_ram_gb(job: Job, run: cfg.RunConfig, ram: HostRam) -> float:
+def host_ram_gb(job: ResolvedJob, run: cfg.RunConfig, ram: HostRam) -> float:
     """What the ranks and their dataloader workers take of one node's memory, by the figures preflight uses."""
     return processes_per_node(job) * (ram.rank.gb + run.data.num_workers * ram.worker.gb)
 
 
-def host_ram_fits(job: Job, run: cfg.RunConfig, ram: HostRam) -> None:
+def host_ram_fits(job: ResolvedJob, run: cfg.RunConfig, ram: HostRam) -> None:
     """Each rank on a node runs its main process plus num_workers dataloader workers, all in host RAM: checked
     against the job's memory, or, with no request, the node's (the site's default gives no more)."""
     place = job.placement
@@ -88,7 +88,7 @@ def figures(run: cfg.RunConfig, ram: HostRam) -> str:
     return ram.rank.said + (f", {ram.worker.said}" if run.data.num_workers else "")
 
 
-def summary_line(job: Job, run: cfg.RunConfig, ram: HostRam) -> str:
+def summary_line(job: ResolvedJob, run: cfg.RunConfig, ram: HostRam) -> str:
     """The summary's line: the estimate against what the job gets, or what it leaves to the site; its figures."""
     place = job.placement
     estimate = f"host RAM: about {gb(host_ram_gb(job, run, ram))} GB per node"

@@ -13,13 +13,13 @@ from cluster_train.host.clusters.flavors import driver_version, flavor_table, gp
 from cluster_train.host.images import signing
 from cluster_train.host.images.store import base_flavor
 from cluster_train.host.jobs import config_check, data_files, memory, reads, requests, standalone
-from cluster_train.host.jobs.job import Job
+from cluster_train.host.jobs.job import ResolvedJob
 from cluster_train.host.jobs.measured import HostRam
 from cluster_train.host.schedulers import SAFE_NAME, adapter
 from cluster_train.host.schedulers.launches import LAUNCHES
 
 
-def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.RunConfig],
+def check(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.RunConfig],
           user_set: Dict[str, Any], host_ram: HostRam, dry_run: bool = False,
           user_config: Optional[reads.UserConfig] = None, awaited: Sequence[Path] = ()) -> List[str]:
     """Run every check and raise all failures at once (one line each). An image not built yet on this machine, and
@@ -51,7 +51,7 @@ def check(job: Job, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.Ru
     return [f"warning: {problem}" for problem in ([missing] if missing else []) + no_data]
 
 
-def failures(rules: List[Callable], job: Job, cluster: Cluster, run: cfg.RunConfig) -> List[UserError]:
+def failures(rules: List[Callable], job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> List[UserError]:
     errors = []
     for rule in rules:
         try:
@@ -61,7 +61,7 @@ def failures(rules: List[Callable], job: Job, cluster: Cluster, run: cfg.RunConf
     return errors
 
 
-def fits_partition(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def fits_partition(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     place = job.placement
     part = cluster.partition(place.partition)
     where = f"profile {job.profile!r} on {place.partition!r}"
@@ -80,14 +80,14 @@ def fits_partition(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
         )
 
 
-def _node_cpus(job: Job, part) -> Tuple[int, str]:
+def _node_cpus(job: ResolvedJob, part) -> Tuple[int, str]:
     """What a node offers cpus_per_task: its hardware threads (Slurm's CPUs), or its cores under nomultithread."""
     if part.threads_per_core > 1 and job.placement.hint != "nomultithread":
         return part.cpus_per_node * part.threads_per_core, f"hardware threads ({part.cpus_per_node} cores)"
     return part.cpus_per_node, "cores" if part.threads_per_core > 1 else "CPUs"
 
 
-def gpus_as_asked(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def gpus_as_asked(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     """What the profile asks of each GPU is something the partition's GPUs and the scheduler can give."""
     place = job.placement
     part = cluster.partition(place.partition)
@@ -98,7 +98,7 @@ def gpus_as_asked(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
                         f"partition whose GPUs have it, or lower gpu_mem_gb")
 
 
-def scheduler_can_express(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def scheduler_can_express(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     for (key, value), fix in adapter(job.scheduler).unsupported.items():
         have = getattr(job.placement, key)
         if have and (not value or have == value):
@@ -106,7 +106,7 @@ def scheduler_can_express(job: Job, cluster: Cluster, run: cfg.RunConfig) -> Non
             raise UserError(f"profile {job.profile!r}: {key}: {shown} cannot be asked of {job.scheduler}; {fix}")
 
 
-def one_rank_per_gpu(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def one_rank_per_gpu(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     gpus, tasks, ranks = job.placement.gpus_per_node, job.work.tasks, job.work.ranks_per_node
     if tasks:
         if len(tasks) != gpus:
@@ -122,7 +122,7 @@ def one_rank_per_gpu(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
         )
 
 
-def launcher_starts_every_rank(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def launcher_starts_every_rank(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     place = job.placement
     scheduler, shape = adapter(job.scheduler), job.work.shape
     where = f"profile {job.profile!r}"
@@ -147,7 +147,7 @@ def launcher_starts_every_rank(job: Job, cluster: Cluster, run: cfg.RunConfig) -
         raise UserError(f"{where} has launch: {shape.name} but no tasks; list them under tasks:")
 
 
-def names_are_safe(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def names_are_safe(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     # Directive lines are read by the scheduler, not a shell, so they cannot be quoted: refuse what needs quoting.
     # The cluster file's names (partition, qos, reservation, GPU name) were refused as it was read, naming it.
     for what, value in (("job name", job.job_name), ("account", job.placement.account)):
@@ -161,7 +161,7 @@ def names_are_safe(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
                         f"{cluster.path}, or CT_RUNS_DIR)")
 
 
-def image_can_drive_the_gpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def image_can_drive_the_gpus(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     place = job.placement
     part = cluster.partition(place.partition)
     table = flavor_table()
@@ -180,7 +180,7 @@ def image_can_drive_the_gpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> 
         )
 
 
-def driver_runs_the_image(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def driver_runs_the_image(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     """A partition's stated driver runs the image's CUDA (the job checks the node's own driver again at start)."""
     partition, needed = job.placement.partition, job.image.min_driver
     driver = cluster.partition(partition).driver
@@ -194,7 +194,7 @@ def driver_runs_the_image(job: Job, cluster: Cluster, run: cfg.RunConfig) -> Non
 BF16_CAPABILITY = 8.0  # Ampere and newer (cluster_train/image/speed.py decides `auto` by the same line in the job)
 
 
-def gpu_has_bf16(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def gpu_has_bf16(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     """An explicit bf16-mixed on a partition whose GPUs lack bf16 (V100) would fail at the job's start."""
     place = job.placement
     part = cluster.partition(place.partition)
@@ -204,7 +204,7 @@ def gpu_has_bf16(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
                         f"capability {capability}), which have no bf16; set trainer.precision=16-mixed, 32 or auto")
 
 
-def graphs_have_a_gpu(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def graphs_have_a_gpu(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     """trainer.cuda_graphs=always would end the job at its start where no CUDA GPU runs the step."""
     place, flavor = job.placement, base_flavor(job.image.flavor)
     if run.trainer.cuda_graphs == "always" and (place.gpus_per_node == 0 or flavor == "cpu"):
@@ -213,7 +213,7 @@ def graphs_have_a_gpu(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
                         f"or choose a GPU partition and a CUDA image")
 
 
-def workers_have_cpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def workers_have_cpus(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     place, ranks = job.placement, job.work.ranks_per_node
     cpus = place.cpus_per_task if place.tasks_per_node >= ranks else place.cpus_per_task // ranks
     if run.data.num_workers > cpus:
@@ -226,7 +226,7 @@ def workers_have_cpus(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
 TRACKER_CLIENTS = {"mlflow": "mlflow-skinny", "wandb": "wandb"}  # the package each tracker imports, as a lock names it
 
 
-def image_has_the_trackers(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def image_has_the_trackers(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     """A tracker whose client the image does not install would fail in the job, after the wait in the queue."""
     lock = project.ROOT / "containers" / f"{base_flavor(job.image.flavor)}.lock"
     if job.image.parent_sha256 or not lock.is_file():  # a derived image may add it
@@ -240,7 +240,7 @@ def image_has_the_trackers(job: Job, cluster: Cluster, run: cfg.RunConfig) -> No
                         f"--requirements FILE.lock) or leave it out of tracker.use")
 
 
-def directives_repeated(job: Job) -> List[UserError]:
+def directives_repeated(job: ResolvedJob) -> List[UserError]:
     """A raw directive that sets what the script already sets from a key: the scheduler would take one of the two
     (which one depends on the scheduler), so the key would silently not hold. Read off the adapter's list of the
     script's options, never the rendered text."""
@@ -259,7 +259,7 @@ def directives_repeated(job: Job) -> List[UserError]:
     return errors
 
 
-def image_missing(job: Job) -> Optional[UserError]:
+def image_missing(job: ResolvedJob) -> Optional[UserError]:
     if not job.image.path or not Path(job.image.path).is_file():
         base, _, name = known_flavor(job.image.flavor).partition("+")
         build = (f"bin/run-cluster images derive {name} --from {base} --requirements requirements.lock" if name

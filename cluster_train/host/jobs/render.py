@@ -1,4 +1,4 @@
-"""Render a Job into its scheduler's script: the template the adapter names (cluster_train/host/schedulers/templates/
+"""Render a ResolvedJob into its scheduler's script: the template the adapter names (cluster_train/host/schedulers/templates/
 for the built-in ones), which includes the shared partials of that folder."""
 import functools
 import re
@@ -9,7 +9,7 @@ from typing import Optional
 from cluster_train.shared import exit_codes
 from cluster_train.shared.errors import UserError
 from cluster_train.host import fabric
-from cluster_train.host.jobs.job import Job
+from cluster_train.host.jobs.job import ResolvedJob
 from cluster_train.host.schedulers import SHARED_TEMPLATES, adapter
 from cluster_train.shared.ports import master_port_shell
 
@@ -21,7 +21,7 @@ FORWARDED = ["SLURM_*", "LSB_*", "LSF_*", "MASTER_ADDR", "MASTER_PORT", "CUDA_VI
              "PYTHONUNBUFFERED"]
 
 
-def render(job: Job, template: str = "") -> str:
+def render(job: ResolvedJob, template: str = "") -> str:
     """The job's script: its scheduler's template, or `template` of the same folders (an interactive session's)."""
     for name in job.work.env:
         if not ENV_NAME.match(name):

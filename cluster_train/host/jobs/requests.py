@@ -7,13 +7,13 @@ from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host.clusters import Cluster
 from cluster_train.host.clusters.flavors import gpu_model
-from cluster_train.host.jobs.job import Job
+from cluster_train.host.jobs.job import ResolvedJob
 from cluster_train.host.schedulers import Scheduler, adapter
 
 REPORT_ONLY = ("q", "quiet", "v", "verbose")  # --cpu-bind words that bind nothing: they go with --hint
 
 
-def time_limit_is_valid(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def time_limit_is_valid(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     place = job.placement
     scheduler = adapter(job.scheduler)
     where = f"profile {job.profile!r}"
@@ -39,7 +39,7 @@ def time_limit_is_valid(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
     warning_comes_before_the_limit(job, scheduler, seconds)
 
 
-def warning_comes_before_the_limit(job: Job, scheduler: Scheduler, seconds: int) -> None:
+def warning_comes_before_the_limit(job: ResolvedJob, scheduler: Scheduler, seconds: int) -> None:
     """A warning at or before the job's start would have it save and requeue itself until max_requeues is spent."""
     place = job.placement
     where = f"profile {job.profile!r}"
@@ -54,7 +54,7 @@ def warning_comes_before_the_limit(job: Job, scheduler: Scheduler, seconds: int)
                         f"itself until max_requeues is spent; lower grace_s below {seconds} or raise time")
 
 
-def cpu_bind_is_valid(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def cpu_bind_is_valid(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     """A binding the scheduler's launcher understands (one that cannot bind at all refuses the key through its
     `unsupported`), and not beside --hint, which srun takes instead of a binding."""
     place = job.placement
@@ -69,7 +69,7 @@ def cpu_bind_is_valid(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
                         f"--hint or a --cpu-bind binding, not both: keep one of them")
 
 
-def typed_request_names_the_schedulers_gpu(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def typed_request_names_the_schedulers_gpu(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     """A typed request (a100:4, gmodel=) names the GPU in the scheduler's word: scheduler_gpu_name, or gpu_type where
     it is a model's own name. A marketing name (A100-SXM4-40GB) is how the flavors file knows the model, and a
     scheduler would reject it as a GPU type it has never heard of."""

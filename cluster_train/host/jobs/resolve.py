@@ -1,4 +1,4 @@
-"""Resolve "this cluster, this profile, this experiment" into one Job: every number the script needs, from configs
+"""Resolve "this cluster, this profile, this experiment" into one ResolvedJob: every number the script needs, from configs
 resolved once and settings read once (cluster_train/host/jobs/build.py calls these in order).
 
 The trainer's `devices` and `num_nodes` are derived here from the profile, never typed twice.
@@ -16,7 +16,7 @@ from cluster_train.host.clusters.flavors import min_driver
 from cluster_train.host.clusters.signing_policy import policy
 from cluster_train.host.images import store
 from cluster_train.host.jobs import memory
-from cluster_train.host.jobs.job import DataImage, Fabric, ImageRef, Job, Notify, Placement, Task, Work, job_name
+from cluster_train.host.jobs.job import DataImage, Fabric, ImageRef, ResolvedJob, Notify, Placement, Task, Work, job_name
 from cluster_train.host.schedulers import Scheduler, adapter
 from cluster_train.host.schedulers.launches import LAUNCHES, Launch
 
@@ -32,7 +32,7 @@ def launch_of(profile: Profile, scheduler: Scheduler) -> Launch:
 
 def resolve(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: List[cfg.RunConfig], run_dir: Path,
             image: Optional[store.ImageRecord], image_flavor: str, user: Dict[str, Any],
-            data_fields: Optional[Dict[str, Any]] = None) -> Job:
+            data_fields: Optional[Dict[str, Any]] = None) -> ResolvedJob:
     """Every number and path the script needs, from configs already resolved (once) and settings already read;
     `data_fields`: the data image's (cluster_train/host/data/binding.py)."""
     scheduler = adapter(cluster.scheduler)
@@ -44,7 +44,7 @@ def resolve(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: L
     shape = launch_of(profile, scheduler)
     tasks = independent_tasks(profile, run_dir) if shape.packed else []
     tasks_per_node = len(tasks) or (profile.ranks if shape.task_per_rank else 1)
-    return Job(
+    return ResolvedJob(
         run_id=run_dir.name, cluster=cluster.name, cluster_file=cluster.path, profile=profile.name,
         scheduler=cluster.scheduler, job_name=name,
         work=work_of(cluster, profile, run, task_runs, run_dir, user, shape, tasks, scheduler.log_name(name), net),

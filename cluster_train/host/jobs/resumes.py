@@ -7,7 +7,7 @@ import tarfile
 from typing import Optional
 
 from cluster_train.host.jobs.code_snapshot import Snapshot
-from cluster_train.host.jobs.job import Job
+from cluster_train.host.jobs.job import ResolvedJob
 
 # the requeue contract's words: the exit code's variable, or an import of the image's resume helpers
 CONTRACT = re.compile(r"CT_REQUEUE_EXIT|\bcluster_train\.image\.resume(_lightning)?\b"
@@ -17,7 +17,7 @@ MAX_FILE_BYTES = 2 * 2**20  # a larger "source" file is generated or data: not r
 DOCS = "docs/how-to/own-code.md#long-runs"
 
 
-def summary_line(job: Job, requeues: bool, snapshot: Optional[Snapshot]) -> str:
+def summary_line(job: ResolvedJob, requeues: bool, snapshot: Optional[Snapshot]) -> str:
     """'resume: ...': whether the run goes on after its time limit. `requeues`: the scheduler requeues a job
     itself (else there is nothing to say: the run ends at its limit whatever it saves)."""
     if not requeues:

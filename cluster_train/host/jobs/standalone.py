@@ -3,10 +3,10 @@ without RANK, WORLD_SIZE, LOCAL_RANK, ... (cluster_train/image/command.py). Refu
 from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host.clusters import Cluster
-from cluster_train.host.jobs.job import Job
+from cluster_train.host.jobs.job import ResolvedJob
 
 
-def one_rank(job: Job, cluster: Cluster, run: cfg.RunConfig) -> None:
+def one_rank(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     """A preflight rule (cluster_train/host/jobs/preflight.py RULES)."""
     if not run.standalone:
         return

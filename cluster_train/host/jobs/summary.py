@@ -8,12 +8,12 @@ from cluster_train.host.jobs import memory
 from cluster_train.host.jobs import resumes
 from cluster_train.host.jobs.code_snapshot import Snapshot
 from cluster_train.host.jobs.cost import most_cost_line
-from cluster_train.host.jobs.job import Job
+from cluster_train.host.jobs.job import ResolvedJob
 from cluster_train.host.jobs.measured import HostRam
 from cluster_train.host.schedulers import adapter
 
 
-def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any], host_ram: HostRam,
+def summary(job: ResolvedJob, run: cfg.RunConfig, overridden: Dict[str, Any], host_ram: HostRam,
             batch_known: bool = True, snapshot: Optional[Snapshot] = None) -> str:
     """What a user needs to know before queuing; `host_ram`: the figures preflight budgeted, and where from;
     `snapshot`: the code a command runs (read for the requeue contract)."""
@@ -40,7 +40,7 @@ def summary(job: Job, run: cfg.RunConfig, overridden: Dict[str, Any], host_ram: 
     )
 
 
-def _named(job: Job) -> str:
+def _named(job: ResolvedJob) -> str:
     """How the script names the partition, where that is not the entry's own name."""
     place = job.placement
     if place.queue == place.partition:

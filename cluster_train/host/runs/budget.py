@@ -12,11 +12,11 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host import settings
 from cluster_train.host.clusters.budget_setting import Budget, parse
 from cluster_train.host.jobs.cost import most_hours, unit
-from cluster_train.host.jobs.job import Job
+from cluster_train.host.jobs.job import ResolvedJob
 from cluster_train.host.runs import cost
 from cluster_train.host.schedulers import adapter, serves_another
 
-def used_gpu_hours(job: Job, budget: Budget) -> Tuple[float, str]:
+def used_gpu_hours(job: ResolvedJob, budget: Budget) -> Tuple[float, str]:
     """GPU-hours used on the job's cluster since the budget's period began, and from whose record: the scheduler's
     accounting only where this machine's scheduler serves that cluster (another's counts other jobs)."""
     cluster, scheduler, elsewhere = job.cluster, adapter(job.scheduler), serving_another(job)
@@ -37,7 +37,7 @@ def used_gpu_hours(job: Job, budget: Budget) -> Tuple[float, str]:
     return hours, f"cluster-train's runs only: {why}"
 
 
-def check(jobs: List[Job], strict: bool) -> List[str]:
+def check(jobs: List[ResolvedJob], strict: bool) -> List[str]:
     """What the submission of `jobs` says of each budget it draws on: a line per cluster with one, `warning: ...`
     where it may pass what is left; over it with `strict`, a UserError and nothing queued."""
     lines, now = [], datetime.datetime.now()
@@ -61,15 +61,15 @@ def check(jobs: List[Job], strict: bool) -> List[str]:
     return lines
 
 
-def by_cluster(jobs: List[Job]) -> Dict[str, List[Job]]:
-    found: Dict[str, List[Job]] = {}
+def by_cluster(jobs: List[ResolvedJob]) -> Dict[str, List[ResolvedJob]]:
+    found: Dict[str, List[ResolvedJob]] = {}
     for job in jobs:
         if unit(job) == "GPU":
             found.setdefault(job.cluster, []).append(job)
     return found
 
 
-def site_limit(job: Job, budget: Budget) -> str:
+def site_limit(job: ResolvedJob, budget: Budget) -> str:
     """', the site's limit for account A: 100 GPU-hours' where the scheduler states one (Slurm: GrpTRESMins)."""
     account = budget.account or job.placement.account or ""
     for name, hours in ({} if serving_another(job) else adapter(job.scheduler).gpu_hour_limits()).items():
@@ -78,6 +78,6 @@ def site_limit(job: Job, budget: Budget) -> str:
     return ""
 
 
-def serving_another(job: Job) -> str:
+def serving_another(job: ResolvedJob) -> str:
     """Why this machine's scheduler is not the job's cluster's ("": it is, or cannot say)."""
     return serves_another(job.scheduler, job.scheduler_cluster or job.cluster, job.cluster_file)

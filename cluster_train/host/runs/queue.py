@@ -11,7 +11,7 @@ from cluster_train.shared import config as cfg
 from cluster_train.host import runs
 from cluster_train.host.jobs import code_snapshot, user_code
 from cluster_train.host.jobs.build import Submission
-from cluster_train.host.jobs.job import Job
+from cluster_train.host.jobs.job import ResolvedJob
 from cluster_train.host.schedulers import adapter, serves_another
 
 
@@ -54,7 +54,7 @@ def one_run(sub: Submission, submit: Optional[Callable[[Submission], str]] = Non
                 start_estimate=lambda: start_estimate(sub.job, sub.script), jobs=[sub.job])
 
 
-def start_estimate(job: Job, script: str) -> str:
+def start_estimate(job: ResolvedJob, script: str) -> str:
     """The scheduler's estimate of when the job's script would start, asked of it without queuing anything; only of
     this machine's scheduler where it serves the job's cluster (another site's file is reviewed here too)."""
     elsewhere = serves_another(job.scheduler, job.scheduler_cluster or job.cluster, job.cluster_file)

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 from cluster_train.shared.errors import UserError
 from cluster_train.host.schedulers.inventory import Inventory, LivePartition  # noqa: F401 (the adapters' words)
 
-if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
-    from cluster_train.host.jobs.job import Job
+if TYPE_CHECKING:  # the ResolvedJob imports this package (its launch shapes): only the type checker reads it here
+    from cluster_train.host.jobs.job import ResolvedJob
 
 
 class State(str, enum.Enum):
@@ -147,14 +147,14 @@ class Scheduler:
     repeatable: Tuple[str, ...] = ()  # options a script may give more than once
     option_keys: Dict[str, str] = {}  # a rendered option -> the cluster-file key that sets it
 
-    def directives(self, job: "Job") -> List[str]:
+    def directives(self, job: "ResolvedJob") -> List[str]:
         """The header's options (`directive_prefix OPTION` lines), the profile's raw ones last; default: only those."""
         return list(job.placement.directives)
 
-    def requeue_leaving_out(self, job: "Job") -> str:
+    def requeue_leaving_out(self, job: "ResolvedJob") -> str:
         return ""  # shell: requeue this job, the hosts of $ct_left_out (space-separated) left out ("": it cannot)
 
-    def leave_out_requeued(self, job: "Job") -> str:
+    def leave_out_requeued(self, job: "ResolvedJob") -> str:
         return self.leave_out_pending  # shell: leave $ct_left_out out of the job the scheduler requeued itself
 
     def template_dir(self) -> Path:

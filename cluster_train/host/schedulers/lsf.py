@@ -13,8 +13,8 @@ from cluster_train.host.schedulers.lsf_inventory import inventory as live_invent
 from cluster_train.host.schedulers.lsf_history import EXITED, exit_status, runs as bhist_runs
 from cluster_train.host.schedulers.lsf_failures import FAILED_NODES, REQUEUED_UNDER_US
 
-if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
-    from cluster_train.host.jobs.job import Job, Placement
+if TYPE_CHECKING:  # the ResolvedJob imports this package (its launch shapes): only the type checker reads it here
+    from cluster_train.host.jobs.job import ResolvedJob, Placement
 
 RUN_LIMIT = re.compile(r"^(?:(\d+):)?(\d+)(?:/[A-Za-z0-9_.-]+)?$")  # bsub -W [hour:]minute[/host]
 
@@ -64,7 +64,7 @@ class Lsf(Scheduler):
     array_index = "LSB_JOBINDEX - 1"  # LSF's indices start at 1
     array_log = '{name}_"$LSB_JOBID"_"$LSB_JOBINDEX".out'
 
-    def directives(self, job: "Job") -> List[str]:
+    def directives(self, job: "ResolvedJob") -> List[str]:
         place, log = job.placement, job.work.log_path
         slots = place.slots_per_node
         options = [*([f"-q {place.queue}"] if place.queue else []), f"-J {job.job_name}",
@@ -80,10 +80,10 @@ class Lsf(Scheduler):
         return options + [f"-o {log}", f"-e {log[:-len('.out')]}.err", "-wa USR1",  # log_name() ends in .out
                           f"-wt {self.warning_seconds(place.grace_s) // 60}", "-r", *place.directives]
 
-    def requeue_leaving_out(self, job: "Job") -> str:
+    def requeue_leaving_out(self, job: "ResolvedJob") -> str:
         return f"{self.leave_out_requeued(job)}; {self.requeue_command}"
 
-    def leave_out_requeued(self, job: "Job") -> str:
+    def leave_out_requeued(self, job: "ResolvedJob") -> str:
         """bmod -R replaces all of a job's resource requirements: its own -R strings again, the hosts of $ct_left_out
         left out in its select[] (with the profile's constraint where it has one); a running job's apply at its
         next dispatch, after brequeue or LSF's own rerun."""

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, List
 
-if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
-    from cluster_train.host.jobs.job import Job
+if TYPE_CHECKING:  # the ResolvedJob imports this package (its launch shapes): only the type checker reads it here
+    from cluster_train.host.jobs.job import ResolvedJob
     from cluster_train.host.schedulers.base import Scheduler
 
 # the holder's body: the time-limit warning is a batch job's cue to save; a session simply ends at the limit
@@ -23,28 +23,28 @@ exec sleep infinity
 class Session:
     holds = True  # hold() queues the allocation and enter() steps into it; False: enter() asks for it itself
 
-    def hold(self, scheduler: "Scheduler", job: "Job", run_dir: Path) -> str:
+    def hold(self, scheduler: "Scheduler", job: "ResolvedJob", run_dir: Path) -> str:
         """Queue an allocation of the job's shape, without waiting for it; its job id."""
         raise NotImplementedError
 
-    def enter(self, scheduler: "Scheduler", job: "Job", job_id: str, command: List[str], tty: bool) -> List[str]:
+    def enter(self, scheduler: "Scheduler", job: "ResolvedJob", job_id: str, command: List[str], tty: bool) -> List[str]:
         """The login node's command line that runs `command` on the allocation's first node (with a pseudo-terminal
         where `tty`), and returns its exit status."""
         raise NotImplementedError
 
-    def job_id(self, job: "Job") -> str:
+    def job_id(self, job: "ResolvedJob") -> str:
         """The job id of a session enter() asked for itself (holds False), once it has ended; "" where not found."""
         return ""
 
 
 class SlurmSession(Session):
-    def hold(self, scheduler: "Scheduler", job: "Job", run_dir: Path) -> str:
+    def hold(self, scheduler: "Scheduler", job: "ResolvedJob", run_dir: Path) -> str:
         script = run_dir / "allocation.sh"
         header = "".join(f"{scheduler.directive_prefix} {option}\n" for option in scheduler.directives(job))
         script.write_text(f"#!/bin/bash\n{header}{HOLDER}")
         return scheduler.submit(script, run_dir)
 
-    def enter(self, scheduler: "Scheduler", job: "Job", job_id: str, command: List[str], tty: bool) -> List[str]:
+    def enter(self, scheduler: "Scheduler", job: "ResolvedJob", job_id: str, command: List[str], tty: bool) -> List[str]:
         # --overlap: the step shares the CPUs and memory the holder's batch step has; it gets the job's GPUs (GRES)
         return ["srun", f"--jobid={job_id}", "--overlap", *(["--pty"] if tty else []), "--nodes=1", "--ntasks=1",
                 *command]
@@ -56,13 +56,13 @@ class LsfSession(Session):
     # output, and -r has no place there (LSF: "Interactive jobs (bsub -I) are not rerunnable")
     BATCH_ONLY = ("o", "e", "oo", "eo", "wa", "wt", "B", "N", "u", "r")
 
-    def enter(self, scheduler: "Scheduler", job: "Job", job_id: str, command: List[str], tty: bool) -> List[str]:
+    def enter(self, scheduler: "Scheduler", job: "ResolvedJob", job_id: str, command: List[str], tty: bool) -> List[str]:
         # named by its run id, unique, so that its job id is found afterwards (bsub -I prints it to the terminal)
         options = [word for directive in scheduler.directives(job)
                    if scheduler.option(directive) not in self.BATCH_ONLY + ("J",) for word in shlex.split(directive)]
         return ["bsub", "-Is" if tty else "-I", "-J", job.run_id, *options, *command]
 
-    def job_id(self, job: "Job") -> str:
+    def job_id(self, job: "ResolvedJob") -> str:
         done = subprocess.run(["bjobs", "-a", "-noheader", "-J", job.run_id, "-o", "jobid"], capture_output=True,
                               text=True)
         found = done.stdout.split()

@@ -18,8 +18,8 @@ from cluster_train.host.schedulers.slurm_estimates import pending_start, test_on
 import cluster_train.host.schedulers.slurm_inventory as live
 from cluster_train.host.schedulers.slurm_usage import usage as sacct_usage
 
-if TYPE_CHECKING:  # the Job imports this package (its launch shapes): only the type checker reads it here
-    from cluster_train.host.jobs.job import Job, Placement
+if TYPE_CHECKING:  # the ResolvedJob imports this package (its launch shapes): only the type checker reads it here
+    from cluster_train.host.jobs.job import ResolvedJob, Placement
 
 # sbatch's words when it is installed but no controller answers (this machine is no cluster's login node)
 SLURM_UNREACHABLE = ("Could not establish a configuration source", "Unable to contact slurm controller")
@@ -78,7 +78,7 @@ class Slurm(Scheduler):
     array_index = "SLURM_ARRAY_TASK_ID"
     array_log = 'job-"$SLURM_ARRAY_JOB_ID"_"$SLURM_ARRAY_TASK_ID".out'
 
-    def directives(self, job: "Job") -> List[str]:
+    def directives(self, job: "ResolvedJob") -> List[str]:
         place = job.placement
         options = [f"--job-name={job.job_name}",
                    *present(partition=place.queue, account=place.account, qos=place.qos,
@@ -92,7 +92,7 @@ class Slurm(Scheduler):
             options += ["--mail-type=BEGIN,END,FAIL", *present(**{"mail-user": job.notify.email})]
         return options + list(place.directives)
 
-    def requeue_leaving_out(self, job: "Job") -> str:
+    def requeue_leaving_out(self, job: "ResolvedJob") -> str:
         # scontrol refuses ExcNodeList while the job runs ("no longer pending"); once `scontrol requeue` returns the
         # job is pending again (long before its BeginTime lets it start), and the requeue's SIGTERM to this shell
         # follows within milliseconds, or seconds on a busy controller. The exclusion is set at once, then in the
@@ -101,7 +101,7 @@ class Slurm(Scheduler):
         return (f"trap '{retried}; exit 0' TERM; {self.requeue_command}; {self.leave_out_pending} 2>/dev/null || true; "
                 "sleep 60 & wait $!")
 
-    def task_step(self, job: "Job") -> List[str]:
+    def task_step(self, job: "ResolvedJob") -> List[str]:
         """srun's options for one packed task: one GPU, its share of the job's memory (the template's comment says
         why), its CPUs."""
         mem_gb = job.placement.mem_gb
@@ -109,7 +109,7 @@ class Slurm(Scheduler):
         return ["--exact", "--ntasks=1", "--nodes=1", "--gpus-per-node=1", *memory,
                 f"--cpus-per-task={job.placement.cpus_per_task}", *self.rank_step(job)]
 
-    def rank_step(self, job: "Job") -> List[str]:
+    def rank_step(self, job: "ResolvedJob") -> List[str]:
         """srun's options of every step that runs training ranks: the job ends when one of them fails."""
         bind = job.placement.cpu_bind
         return ["--kill-on-bad-exit=1", *([f"--cpu-bind={shlex.quote(bind)}"] if bind else [])]
