@@ -59,3 +59,6 @@ bench-cli: venv
 .PHONY: bench-checkpoint-saves
 bench-checkpoint-saves: venv
 	$(PY) benchmarks/checkpoint_saves.py
+
+spine-counts: venv image  # issue 57's counts of this checkout (ROOT=DIR: another one, by this checkout's rules)
+	$(VENV)/bin/python benchmarks/spine_counts.py --root $(or $(ROOT),.) --out benchmarks/results/spine-counts-$$(git -C $(or $(ROOT),.) rev-parse --short HEAD).json

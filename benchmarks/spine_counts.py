@@ -1,5 +1,5 @@
 """Counts of how a value crosses the login-node side (issue 57), for any checkout: `make spine-counts`, or
-`python benchmarks/spine_counts.py --root OTHER_CHECKOUT` to count an earlier commit with today's rules.
+`python benchmarks/spine_counts.py --root OTHER_CHECKOUT` (`make spine-counts ROOT=DIR`` to count an earlier commit with today's rules.
 
 Static counts read every module of cluster_train/host with `ast`:
 - time_limit_parses: calls of a scheduler's `time_seconds(...)` (a time limit parsed from its text);
@@ -8,13 +8,16 @@ Static counts read every module of cluster_train/host with `ast`:
 - upward_imports: imports (module level, lazy and TYPE_CHECKING alike) into a room above the importer's, by the
   order cluster_train/host/layers.py gives (this checkout's order, applied to --root's tree).
 Runtime counts come from one API dry run of the demo on clusters/local.yaml (`make image` first), under a profile hook:
-- override_hops: functions of cluster_train that receive the override (its key or its value, in a string, a list, a
-  mapping or one level into an object) from the door to the resolved config, and the files they sit in;
+- override_hops: functions of cluster_train that receive the override itself (a "KEY=VALUE" line, a {KEY: VALUE}
+  mapping, or a list or object holding one) on its way from the door to the resolved config, and their files; the
+  same from the command line's --set (cli_override_hops);
 - override_text_parses: calls of config.parse_overrides / yaml_scalar that see it (a value rendered as text and read
   back);
 - adapter_calls_per_build and launch_of_calls_per_build."""
 import argparse
 import ast
+import contextlib
+import io
 import importlib.util
 import json
 import os
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Dict, List
 
 HERE = Path(__file__).resolve().parents[1]
-KEY, VALUE = "name", "ctprobe-value-x7"  # a key every door takes, a value found nowhere else
+KEY, VALUE = "data.root", "ctprobe-value-x7"  # a dotted key every door takes; its value: a directory named so
 
 
 def host_modules(root: Path) -> Dict[str, ast.AST]:
@@ -103,12 +106,14 @@ def runtime_counts(root: Path) -> Dict[str, object]:
 
 
 def carries(value: object, depth: int = 0) -> bool:
+    """The override itself: a "KEY=VALUE" line, a mapping {KEY: VALUE}, or a list or object holding one (not the
+    resolved config, whose data.root is the same directory under another name)."""
     if isinstance(value, str):
-        return VALUE in value
+        return value.startswith(KEY + "=") and VALUE in value
     if depth > 2:
         return False
     if isinstance(value, dict):
-        return any(carries(k, depth + 1) or carries(v, depth + 1) for k, v in value.items())
+        return any(k == KEY and VALUE in str(v) or carries(v, depth + 1) for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return any(carries(v, depth + 1) for v in value)
     if depth == 0 and hasattr(value, "__dict__") and not isinstance(value, type):
@@ -137,13 +142,25 @@ def probe() -> None:
             hops.add((os.path.relpath(code.co_filename, package), code.co_qualname))
             parses += code.co_name in ("parse_overrides", "yaml_scalar")
 
+    data = Path(os.environ["CT_RUNS_DIR"]) / VALUE
+    data.mkdir()
     sys.setprofile(watch)
-    ct.Job("local", "cpu_2proc", "demo", overrides={KEY: VALUE, "data.root": os.environ["CT_RUNS_DIR"]}).dry_run()
+    ct.Job("local", "cpu_2proc", "demo", overrides={KEY: str(data)}).dry_run()
     sys.setprofile(None)
-    print(json.dumps({"override_hops": len(hops), "override_files": len({f for f, _ in hops}),
-                      "override_text_parses": parses, "adapter_calls_per_build": calls["adapter"],
-                      "launch_of_calls_per_build": calls["launch_of"],
-                      "override_path": sorted(f"{f}:{q}" for f, q in hops)}))
+    counted = {"override_hops": len(hops), "override_files": len({f for f, _ in hops}),
+               "override_text_parses": parses, "adapter_calls_per_build": calls["adapter"],
+               "launch_of_calls_per_build": calls["launch_of"], "override_path": sorted(f"{f}:{q}" for f, q in hops)}
+    hops.clear()
+    parses = 0
+    from cluster_train.host.submit import submit_command
+
+    sys.setprofile(watch)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        submit_command(["local", "cpu_2proc", "demo", "--set", f"{KEY}={data}", "--dry-run"], None)
+    sys.setprofile(None)
+    counted.update({"cli_override_hops": len(hops), "cli_override_text_parses": parses,
+                    "cli_override_path": sorted(f"{f}:{q}" for f, q in hops)})
+    print(json.dumps(counted))
 
 
 def main() -> None:
