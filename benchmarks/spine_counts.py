@@ -1,5 +1,5 @@
 """Counts of how a value crosses the login-node side (issue 57), for any checkout: `make spine-counts`, or
-`python benchmarks/spine_counts.py --root OTHER_CHECKOUT` (`make spine-counts ROOT=DIR`` to count an earlier commit with today's rules.
+`make spine-counts ROOT=OTHER_CHECKOUT` to count an earlier commit by this checkout's rules.
 
 Static counts read every module of cluster_train/host with `ast`:
 - time_limit_parses: calls of a scheduler's `time_seconds(...)` (a time limit parsed from its text);
