@@ -7,7 +7,8 @@ from dataclasses import fields, is_dataclass
 import cluster_train as ct
 from conftest import ROOT
 
-from cluster_train.host.api.job import Job, Sweep
+from cluster_train.host.api.job import Job
+from cluster_train.host.api.sweep import Sweep
 from cluster_train.host.api.values import DryRun
 
 PAGE = ROOT / "docs" / "how-to" / "python-api.md"

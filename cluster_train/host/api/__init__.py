@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Dict, List
 
 if TYPE_CHECKING:
     from cluster_train.host.api.errors import ClusterTrainError, UserErrors
-    from cluster_train.host.api.job import Job, Rerun, Sweep, rerun
+    from cluster_train.host.api.job import Job, Rerun, rerun
+    from cluster_train.host.api.sweep import Sweep, SweepProgress
     from cluster_train.host.api.values import DryRun
     from cluster_train.host.api.function import Call, Executor, FunctionError, FunctionRun
     from cluster_train.host.api.pipeline import Pipeline
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
 
 MODULES: Dict[str, str] = {  # each public name and the module of cluster_train/host/api that defines it
     "ClusterTrainError": "errors", "UserErrors": "errors",
-    "Job": "job", "Rerun": "job", "DryRun": "values", "Sweep": "job", "rerun": "job",
+    "Job": "job", "Rerun": "job", "DryRun": "values", "Sweep": "sweep", "SweepProgress": "sweep",
+    "rerun": "job",
     "Run": "run", "RunStatus": "run", "State": "run", "runs": "run", "Pipeline": "pipeline",
     "Study": "study", "Executor": "function", "FunctionRun": "function", "FunctionError": "function",
     "Call": "function",

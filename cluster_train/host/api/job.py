@@ -9,7 +9,6 @@ to through cluster_train/host/remote, as from its login node (cluster_train/host
     run = job.submit()              # queued: a Run of its run directory
 """
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -18,7 +17,8 @@ from cluster_train.host.api import over_ssh
 from cluster_train.host.api.over_ssh import refuse_over_ssh
 from cluster_train.host.api.errors import ClusterTrainError
 from cluster_train.host.api.run import Run
-from cluster_train.host.api.values import After, DryRun, Overrides
+from cluster_train.host.api.sweep import Sweep, sweep_of
+from cluster_train.host.api.values import After, DryRun, Overrides, checked_number
 from cluster_train.host.jobs import user_code
 from cluster_train.host.jobs.build import Request, Site, Submission, build
 from cluster_train.host.runs.after import build_after
@@ -29,14 +29,6 @@ if TYPE_CHECKING:
     from cluster_train.host.api.study import Study
 
 RACE_TIMEOUT_S = 24 * 3600.0  # how long a race of two profiles waits for either to start
-
-
-@dataclass(frozen=True)
-class Sweep:
-    """A queued sweep (one job array): its directory and one Run per element, in the order of the combinations."""
-
-    path: Path
-    runs: List[Run] = field(default_factory=list)
 
 
 class Job:
@@ -124,7 +116,7 @@ class Job:
         refuse_over_ssh(site, "a sweep from the API")
         plan = self.plan(site, dry_run=False, axes=axes_given(axes), max_parallel=max_parallel, after=after)
         plan.queue()
-        return Sweep(plan.run_dirs[0].parent, [Run(run_dir) for run_dir in plan.run_dirs])
+        return sweep_of(plan.run_dirs[0].parent, plan.run_dirs)
 
     def search(self, search: Union[str, Path, Mapping[str, Any]], max_parallel: Optional[int] = None, *,
                wait: bool = True, timeout_s: float = RACE_TIMEOUT_S) -> "Study":
@@ -237,7 +229,9 @@ def with_estimate(summary: str, estimate: str) -> str:
 
 def refuse_mixed(swept: bool, max_parallel: Optional[int], *, rerun: bool, first_to_start: bool,
                  command: bool, after: bool = False) -> None:
-    """Choices that cannot go together: a sweep, a rerun, a race of two profiles, your own command, a wait."""
+    """Choices that cannot go together: a sweep, a rerun, a race of two profiles, your own command, a wait; and
+    `max_parallel` of the API's kind (a whole number), so a wrong kind is refused here, not deep inside."""
+    checked_number("max_parallel", max_parallel, whole=True, none_ok=True)
     if (swept or max_parallel is not None) and (rerun or first_to_start):
         raise ClusterTrainError("--sweep starts new runs; --rerun and --first-to-start take none")
     if max_parallel is not None and not swept:
