@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from cluster_train.host.jobs.job import DataImage, Fabric, ImageRef, ResolvedJob, Notify, Placement, Task, Work
+from cluster_train.host.scheduling.job import DataImage, Fabric, ImageRef, ResolvedJob, Notify, Placement, Task, Work
 from cluster_train.host.jobs.preflight import directives_repeated
 from cluster_train.host.schedulers.lsf import Lsf, gpu_option, per_slot_gb
 from cluster_train.host.schedulers.slurm import Slurm, gpu_options, memory_options

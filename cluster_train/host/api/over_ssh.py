@@ -33,7 +33,7 @@ def checked(job: Job, site: Site, dry_run: bool, after: After = ()) -> Remote:
     from cluster_train.host.data import store as data_store
     from cluster_train.host.images import store
     from cluster_train.host.jobs.build import stale_image
-    from cluster_train.host.jobs.job import new_run_id
+    from cluster_train.host.scheduling.job import new_run_id
 
     unsupported = [name for name, value in (("--dev", job.dev), ("a command after --", job.command),
                                             ("after=", list(after))) if value]

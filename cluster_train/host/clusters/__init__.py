@@ -98,7 +98,7 @@ class Profile:
     exclusive: bool = False  # whole nodes, shared with no other job
     time: str = ""  # in the scheduler's format; at most the partition's max_time; "": one hour (default_time)
     cpu_bind: str = ""  # how srun binds each task to CPUs (--cpu-bind=cores); "": the site's default
-    share_mount: bool = True  # a node's srun ranks in one container (jobs/job.py Work.shares_mount); false: one each
+    share_mount: bool = True  # a node's srun ranks in one container (scheduling/job.py Work.shares_mount); false: one each
     launch: Optional[str] = None  # srun | lightning | blaunch | independent; default from the scheduler
     description: str = ""
     experiment: str = ""  # the experiment this profile is made for (packed tasks, a seed's shape): the default

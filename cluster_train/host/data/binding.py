@@ -49,7 +49,7 @@ def fits_local_disk(entry: store.DataRecord, part: Partition) -> bool:
 
 def job_fields(entry: Optional[store.DataRecord], run: cfg.RunConfig, profile: Profile, part: Partition,
                cluster_file: str) -> Dict[str, Any]:
-    """The fields of the Job's data image (DataImage of jobs/job.py; none: the run reads a directory); a profile that
+    """The fields of the Job's data image (DataImage of scheduling/job.py; none: the run reads a directory); a profile that
     stages where its partition names no local disk is refused."""
     if entry is None:
         return {}

@@ -14,7 +14,7 @@ from cluster_train.host import project
 from cluster_train.host.interactive import forward
 from cluster_train.host.interactive.notebook_common import SERVER, flavor_of, opened, refuse_without_jupyterlab
 from cluster_train.host.jobs.build import Site
-from cluster_train.host.jobs.job import new_run_id
+from cluster_train.host.scheduling.job import new_run_id
 from cluster_train.host.reach import Reach
 from cluster_train.host.remote import ssh
 

@@ -18,7 +18,7 @@ from cluster_train.host.images import locations, store
 from cluster_train.host.images.content_key import stale_inputs
 from cluster_train.host.jobs import code_snapshot, config_check, imports_check, left_out, measured, preflight, \
     run_refs, user_code
-from cluster_train.host.jobs.job import ResolvedJob, new_run_id
+from cluster_train.host.scheduling.job import ResolvedJob, new_run_id
 from cluster_train.host.jobs.render import render
 from cluster_train.host.jobs.run_refs import Waited
 from cluster_train.host.jobs.resolve import independent_tasks, launch_of, resolve, run_config, task_configs

@@ -7,7 +7,7 @@ from cluster_train.shared import config as cfg
 from cluster_train.shared.catalog import CONFIG_KEYS, PARAMS_KEYS, REGISTRIES
 from cluster_train.shared.errors import UserError
 from cluster_train.host.clusters import Profile
-from cluster_train.host.jobs.job import ResolvedJob
+from cluster_train.host.scheduling.job import ResolvedJob
 from cluster_train.host.jobs import run_refs
 from cluster_train.host.jobs.resolve import profile_values
 from cluster_train.shared.registry import NOT_LITERAL, REQUIRED, Registry, unknown_name

@@ -1,6 +1,6 @@
 """The most a job can cost before it is queued: its time limit x the GPUs it holds (a job with none: its CPUs), per
 allocation, the figure an allocation counted in GPU-hours is charged at most. A requeue takes another allocation."""
-from cluster_train.host.jobs.job import ResolvedJob
+from cluster_train.host.scheduling.job import ResolvedJob
 from cluster_train.host.schedulers import adapter
 
 

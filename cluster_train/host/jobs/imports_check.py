@@ -24,7 +24,7 @@ from cluster_train.host.clusters.flavors import make_image
 from cluster_train.host.images import sif, store
 from cluster_train.host.jobs import code_snapshot, user_code
 from cluster_train.host.jobs.code_snapshot import Snapshot
-from cluster_train.host.jobs.job import ImageRef
+from cluster_train.host.scheduling.job import ImageRef
 
 MODULES_LABEL = "org.cluster-train.modules"
 MAY_FAIL = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}

@@ -9,7 +9,7 @@ from typing import Optional
 from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host.clusters import Cluster, Partition, Profile
-from cluster_train.host.jobs.job import ResolvedJob
+from cluster_train.host.scheduling.job import ResolvedJob
 from cluster_train.host.jobs.measured import HostRam, gb
 
 

@@ -13,7 +13,7 @@ from cluster_train.host.clusters.flavors import driver_version, flavor_table, gp
 from cluster_train.host.images import signing
 from cluster_train.host.images.store import base_flavor
 from cluster_train.host.jobs import config_check, data_files, memory, reads, requests, standalone
-from cluster_train.host.jobs.job import ResolvedJob
+from cluster_train.host.scheduling.job import ResolvedJob
 from cluster_train.host.jobs.measured import HostRam
 from cluster_train.host.schedulers import SAFE_NAME, adapter
 from cluster_train.host.schedulers.launches import LAUNCHES

@@ -9,7 +9,7 @@ from typing import Optional
 from cluster_train.shared import exit_codes
 from cluster_train.shared.errors import UserError
 from cluster_train.host import fabric
-from cluster_train.host.jobs.job import ResolvedJob
+from cluster_train.host.scheduling.job import ResolvedJob
 from cluster_train.host.schedulers import SHARED_TEMPLATES, adapter
 from cluster_train.shared.ports import master_port_shell
 

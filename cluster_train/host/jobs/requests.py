@@ -7,7 +7,7 @@ from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host.clusters import Cluster
 from cluster_train.host.clusters.flavors import gpu_model
-from cluster_train.host.jobs.job import ResolvedJob
+from cluster_train.host.scheduling.job import ResolvedJob
 from cluster_train.host.schedulers import Scheduler, adapter
 
 REPORT_ONLY = ("q", "quiet", "v", "verbose")  # --cpu-bind words that bind nothing: they go with --hint

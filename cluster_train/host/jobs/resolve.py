@@ -16,7 +16,7 @@ from cluster_train.host.clusters.flavors import min_driver
 from cluster_train.host.clusters.signing_policy import policy
 from cluster_train.host.images import store
 from cluster_train.host.jobs import memory
-from cluster_train.host.jobs.job import DataImage, Fabric, ImageRef, ResolvedJob, Notify, Placement, Task, Work, job_name
+from cluster_train.host.scheduling.job import DataImage, Fabric, ImageRef, ResolvedJob, Notify, Placement, Task, Work, job_name
 from cluster_train.host.schedulers import Scheduler, adapter
 from cluster_train.host.schedulers.launches import LAUNCHES, Launch
 

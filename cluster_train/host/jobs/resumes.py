@@ -7,7 +7,7 @@ import tarfile
 from typing import Optional
 
 from cluster_train.host.jobs.code_snapshot import Snapshot
-from cluster_train.host.jobs.job import ResolvedJob
+from cluster_train.host.scheduling.job import ResolvedJob
 
 # the requeue contract's words: the exit code's variable, or an import of the image's resume helpers
 CONTRACT = re.compile(r"CT_REQUEUE_EXIT|\bcluster_train\.image\.resume(_lightning)?\b"

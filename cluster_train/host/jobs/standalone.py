@@ -3,7 +3,7 @@ without RANK, WORLD_SIZE, LOCAL_RANK, ... (cluster_train/image/command.py). Refu
 from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host.clusters import Cluster
-from cluster_train.host.jobs.job import ResolvedJob
+from cluster_train.host.scheduling.job import ResolvedJob
 
 
 def one_rank(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:

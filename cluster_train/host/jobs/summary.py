@@ -8,7 +8,7 @@ from cluster_train.host.jobs import memory
 from cluster_train.host.jobs import resumes
 from cluster_train.host.jobs.code_snapshot import Snapshot
 from cluster_train.host.jobs.cost import most_cost_line
-from cluster_train.host.jobs.job import ResolvedJob
+from cluster_train.host.scheduling.job import ResolvedJob
 from cluster_train.host.jobs.measured import HostRam
 from cluster_train.host.schedulers import adapter
 

@@ -11,7 +11,7 @@ from cluster_train.shared.errors import UserError, UserErrors
 from cluster_train.host import project
 from cluster_train.host.data import store as data_store
 from cluster_train.host.images import store
-from cluster_train.host.jobs.job import new_run_id
+from cluster_train.host.scheduling.job import new_run_id
 from cluster_train.host.progress import Report, ignore
 from cluster_train.host.remote import ssh, sync
 from cluster_train.host.reach import Reach, of

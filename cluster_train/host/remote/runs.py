@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence
 
-from cluster_train.host.jobs.job import new_run_id
+from cluster_train.host.scheduling.job import new_run_id
 from cluster_train.host.remote import commands, sync
 from cluster_train.host.runs.run_status import RunStatus
 

@@ -31,7 +31,7 @@ from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.shared.registry import unknown_name
 from cluster_train.shared.yaml_file import load_yaml
 from cluster_train.host.jobs.build import Request, Site, Submission, build
-from cluster_train.host.jobs.job import new_run_id
+from cluster_train.host.scheduling.job import new_run_id
 from cluster_train.host.jobs.run_refs import Waited
 from cluster_train.host.runs.queue import Plan, queue, submitted
 from cluster_train.host.schedulers import adapter

@@ -11,7 +11,7 @@ from cluster_train.shared import config as cfg
 from cluster_train.host import runs
 from cluster_train.host.jobs import code_snapshot, user_code
 from cluster_train.host.jobs.build import Submission
-from cluster_train.host.jobs.job import ResolvedJob
+from cluster_train.host.scheduling.job import ResolvedJob
 from cluster_train.host.schedulers import adapter, serves_another
 
 

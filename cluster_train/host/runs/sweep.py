@@ -16,7 +16,7 @@ from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.host import project, runs, undecodable
 from cluster_train.host.jobs.build import Request, Site, Submission, build
 from cluster_train.host.jobs.cost import most_cost_line
-from cluster_train.host.jobs.job import new_run_id
+from cluster_train.host.scheduling.job import new_run_id
 from cluster_train.host.runs.queue import Followed, Plan, start_estimate, write_manifest, write_run
 from cluster_train.host.runs.showing import show_and_queue
 from cluster_train.host.runs.sweep_state import SWEEP, ArrayView, ended_uncompleted, read_sweep, status_table

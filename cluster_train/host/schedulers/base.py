@@ -11,7 +11,7 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host.schedulers.inventory import Inventory, LivePartition  # noqa: F401 (the adapters' words)
 
 if TYPE_CHECKING:  # the ResolvedJob imports this package (its launch shapes): only the type checker reads it here
-    from cluster_train.host.jobs.job import ResolvedJob
+    from cluster_train.host.scheduling.job import ResolvedJob
 
 
 class State(str, enum.Enum):
@@ -68,7 +68,7 @@ class Scheduler:
     Must fill in:
       name             the cluster file's `scheduler:` word.
       template         its job script's Jinja file in `template_dir()` (the `templates/` folder beside the module);
-                       it renders `job` (jobs/job.py: job.work, job.placement...) and `scheduler` (this adapter),
+                       it renders `job` (scheduling/job.py: job.work, job.placement...) and `scheduler` (this adapter),
                        may include the shared partials (_preamble.sh.j2, _segments.sh.j2...) of schedulers/templates/,
                        and decides nothing (its `{% if %}` tests one finished value).
       default_launch, launches   the launch shapes it can start (launches.py: how each starts its ranks;

@@ -14,7 +14,7 @@ from cluster_train.host.schedulers.lsf_history import EXITED, exit_status, runs 
 from cluster_train.host.schedulers.lsf_failures import FAILED_NODES, REQUEUED_UNDER_US
 
 if TYPE_CHECKING:  # the ResolvedJob imports this package (its launch shapes): only the type checker reads it here
-    from cluster_train.host.jobs.job import ResolvedJob, Placement
+    from cluster_train.host.scheduling.job import ResolvedJob, Placement
 
 RUN_LIMIT = re.compile(r"^(?:(\d+):)?(\d+)(?:/[A-Za-z0-9_.-]+)?$")  # bsub -W [hour:]minute[/host]
 

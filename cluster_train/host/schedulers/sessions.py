@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, List
 
 if TYPE_CHECKING:  # the ResolvedJob imports this package (its launch shapes): only the type checker reads it here
-    from cluster_train.host.jobs.job import ResolvedJob
+    from cluster_train.host.scheduling.job import ResolvedJob
     from cluster_train.host.schedulers.base import Scheduler
 
 # the holder's body: the time-limit warning is a batch job's cue to save; a session simply ends at the limit

@@ -11,7 +11,7 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host import project
 from cluster_train.host.jobs.build import Request, Site
 from cluster_train.host.jobs.cost import most_cost_line
-from cluster_train.host.jobs.job import new_run_id
+from cluster_train.host.scheduling.job import new_run_id
 from cluster_train.host.runs.queue import Plan, start_estimate
 from cluster_train.host.runs.sweep import dry_run_text, prepare_listed
 from cluster_train.host.search import objective, record as rec
