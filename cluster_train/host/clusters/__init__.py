@@ -19,7 +19,7 @@ from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.host import fabric
 from cluster_train.host.clusters import fields, flavors, signing_policy
 from cluster_train.host.schedulers import MODULE_NAME, adapter
-from cluster_train.host.schedulers.launches import LAUNCHES
+from cluster_train.host.scheduling.launches import LAUNCHES
 from cluster_train.shared.registry import unknown_name
 from cluster_train.shared.yaml_file import load_yaml
 

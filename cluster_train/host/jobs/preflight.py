@@ -16,7 +16,7 @@ from cluster_train.host.jobs import config_check, data_files, memory, reads, req
 from cluster_train.host.scheduling.job import ResolvedJob
 from cluster_train.host.jobs.measured import HostRam
 from cluster_train.host.schedulers import SAFE_NAME, adapter
-from cluster_train.host.schedulers.launches import LAUNCHES
+from cluster_train.host.scheduling.launches import LAUNCHES
 
 
 def check(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig, task_runs: List[cfg.RunConfig],

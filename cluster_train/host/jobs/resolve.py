@@ -18,7 +18,7 @@ from cluster_train.host.images import store
 from cluster_train.host.jobs import memory
 from cluster_train.host.scheduling.job import DataImage, Fabric, ImageRef, ResolvedJob, Notify, Placement, Task, Work, job_name
 from cluster_train.host.schedulers import Scheduler, adapter
-from cluster_train.host.schedulers.launches import LAUNCHES, Launch
+from cluster_train.host.scheduling.launches import LAUNCHES, Launch
 
 # where a command's data image is mounted when it names no data.root: a path of its own, which no site binds
 # (docs/how-to/own-code.md); $CT_DATA_ROOT says it to the command

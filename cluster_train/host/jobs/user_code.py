@@ -18,7 +18,7 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host import project
 from cluster_train.host.jobs import code_snapshot, reads
 from cluster_train.host.jobs.code_snapshot import Snapshot
-from cluster_train.host.schedulers.launches import Launch
+from cluster_train.host.scheduling.launches import Launch
 
 TASK_KEYS = ("task", "task_params", "model", "optim")  # mean nothing to a command
 # what a command run is, recorded whatever their values: its name and directory, its command and code, and the shape

@@ -3,8 +3,8 @@ supports, time-limit format, log file names, state names mapped onto one `State`
 (submit, state, accounting, cancel) and its job-script template (templates/<name>.sh.j2 beside it).
 
 The contract a new scheduler fills in is documented once, on `Scheduler` in base.py; each adapter is its own module
-(slurm.py, lsf.py, local.py); launches.py is the table of launch shapes (srun, lightning, blaunch, independent) an
-adapter names the ones it can start from. Nothing else in `cluster_train/host/` branches on a scheduler's name: it asks
+(slurm.py, lsf.py, local.py); cluster_train/host/scheduling/launches.py, below the adapters, is the table of launch
+shapes (srun, lightning, blaunch, independent) an adapter names the ones it can start from. Nothing else in `cluster_train/host/` branches on a scheduler's name: it asks
 the adapter (`adapter(job.scheduler)`). A site's own adapter, kept outside the project, is loaded by site.py when a
 cluster file or a run names it.
 """

@@ -71,7 +71,7 @@ class Scheduler:
                        it renders `job` (scheduling/job.py: job.work, job.placement...) and `scheduler` (this adapter),
                        may include the shared partials (_preamble.sh.j2, _segments.sh.j2...) of schedulers/templates/,
                        and decides nothing (its `{% if %}` tests one finished value).
-      default_launch, launches   the launch shapes it can start (launches.py: how each starts its ranks;
+      default_launch, launches   the launch shapes it can start (scheduling/launches.py: how each starts its ranks;
                        preflight refuses a profile asking for another).
       submit()         queue the rendered script (after=: held until those jobs COMPLETED); returns the job id.
       state()          what the scheduler says of a job it still knows ({'state': State, ...}; 'gone' once forgotten).

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Dict, List, Optional
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.clusters.signing_policy import Policy
-from cluster_train.host.schedulers.launches import LAUNCHES, Launch
+from cluster_train.host.scheduling.launches import LAUNCHES, Launch
 
 
 @dataclass
@@ -56,7 +56,7 @@ class Work:
 
     @property
     def shape(self) -> Launch:
-        """How its processes start (cluster_train/host/schedulers/launches.py)."""
+        """How its processes start (cluster_train/host/scheduling/launches.py)."""
         return LAUNCHES[self.launch]
 
     @property
