@@ -10,7 +10,7 @@ import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.host import project, runs, undecodable
@@ -195,14 +195,18 @@ def render_sweep(sweep: "Sweep", first: int, count: int, after: Optional[str] = 
         runs=[sub.job.work.run_dir for sub in elements], log=scheduler.array_log.format(name=name))
 
 
-def queue_sweep(sweep: Sweep, **manifest_extra) -> List[str]:
+def queue_sweep(sweep: Sweep, before_submit: Optional[Callable[[int, Path], None]] = None,
+                **manifest_extra) -> List[str]:
     """Write every element's run directory and the sweep's, submit the array (or the chained arrays of a split
-    sweep, each waiting for the one before), record every manifest; the arrays' job ids."""
+    sweep, each waiting for the one before), record every manifest; the arrays' job ids. `before_submit(index,
+    run_dir)`: writes what else an element reads into its run directory (Executor.map's calls)."""
     scheduler = adapter(sweep.elements[0].job.scheduler)
     (sweep.sweep_dir / "logs").mkdir(parents=True)
     try:
-        for sub in sweep.elements:
-            write_run(sub)
+        for i, sub in enumerate(sweep.elements):
+            run_dir = write_run(sub)
+            if before_submit:
+                before_submit(i, run_dir)
         arrays = submit_arrays(sweep, scheduler)
     except BaseException:
         runs.discard(sweep.sweep_dir)
