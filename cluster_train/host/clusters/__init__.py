@@ -7,7 +7,6 @@ The room:
   __init__.py        the schema (Cluster, Partition, Profile), find and load a cluster file
   fields.py          the typed-field readers: a raw YAML value checked as text, flag, env, mapping, choice, record
   flavors.py         containers/flavors.yaml: image flavors, the driver each needs, GPU models and their capability
-  signing_policy.py  which images a cluster runs: require_signed and signers, read into one Policy
 """
 import dataclasses
 import re
@@ -17,7 +16,8 @@ from typing import Any, Dict, List, Optional
 
 from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.host import fabric
-from cluster_train.host.clusters import fields, flavors, signing_policy
+from cluster_train.host.clusters import fields, flavors
+from cluster_train.host.scheduling import signing_policy
 from cluster_train.host.schedulers import MODULE_NAME, adapter
 from cluster_train.host.scheduling.launches import LAUNCHES
 from cluster_train.shared.registry import unknown_name

@@ -19,7 +19,7 @@ from typing import List, Optional, Tuple
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import apptainer, undecodable
-from cluster_train.host.clusters.signing_policy import Policy
+from cluster_train.host.scheduling.signing_policy import Policy
 from cluster_train.host.images import store
 
 

@@ -13,7 +13,7 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host import fabric, project, settings
 from cluster_train.host.clusters import Cluster, Partition, Profile, fields
 from cluster_train.host.clusters.flavors import min_driver
-from cluster_train.host.clusters.signing_policy import policy
+from cluster_train.host.scheduling.signing_policy import policy
 from cluster_train.host.images import store
 from cluster_train.host.jobs import memory
 from cluster_train.host.scheduling.job import DataImage, Fabric, ImageRef, ResolvedJob, Notify, Placement, Task, Work, job_name

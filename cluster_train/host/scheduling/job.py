@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional
 
 from cluster_train.shared.errors import UserError
-from cluster_train.host.clusters.signing_policy import Policy
+from cluster_train.host.scheduling.signing_policy import Policy
 from cluster_train.host.scheduling.launches import LAUNCHES, Launch
 
 
