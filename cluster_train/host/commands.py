@@ -14,7 +14,7 @@ class Command(NamedTuple):
 
 
 GROUPS = ("run", "watch", "results", "images and data", "sites")
-RUNS = "cluster_train.host.runs.commands:run_command"
+RUNS = "cluster_train.host.views.commands:run_command"
 COMMANDS = (
     Command("resume", RUNS, "run", "continue a run from its last checkpoint, on its profile or another", True),
     Command("cancel", RUNS, "run", "cancel a run's job (a sweep's: every element) and record it cancelled", True),
@@ -26,7 +26,7 @@ COMMANDS = (
             "JupyterLab from the image on a compute node, forwarded here; Ctrl-C releases the allocation"),
     Command("status", RUNS, "watch", "a run's state, asked of its scheduler (a sweep's: each element's)", True),
     Command("logs", RUNS, "watch", "a run's log (--follow: as it grows, until the job ends)", True),
-    Command("runs", "cluster_train.host.runs.table:main", "watch",
+    Command("runs", "cluster_train.host.views.table:main", "watch",
             "every run: this machine's, and each cluster's over SSH"),
     Command("fetch", "cluster_train.host.remote.commands:fetch_command", "results",
             "a run on a cluster over SSH: its results, metrics and logs copied here"),

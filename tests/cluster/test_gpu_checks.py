@@ -128,7 +128,7 @@ def test_the_job_warns_loudly_when_nccl_fell_back_to_sockets(dry_run, tmp_path, 
     ("slingshot", {"n34": OFI_LINES, "n35": OFI_LINES}, None),
 ])
 def test_status_repeats_the_fabric_warning(tmp_path, capsys, net, hosts, said):
-    from cluster_train.host.runs import commands
+    from cluster_train.host.views import commands
     from cluster_train.host.schedulers import adapter
 
     write_logs(tmp_path, **hosts)

@@ -99,7 +99,7 @@ def test_a_full_remote_disk_or_a_missing_python_queue_nothing(login_node, tmp_pa
 
 @pytest.mark.slow  # a real sshd
 def test_a_cluster_that_cannot_be_reached_is_one_row_of_a_terminal_s_width(login_node):
-    from cluster_train.host.runs import table
+    from cluster_train.host.views import table
 
     config, _, _ = login_node
     down = Reach("gilbreth", "ct-other", "/tmp/x", port=login.free_port(), config=str(config))

@@ -299,7 +299,7 @@ def run_calls(name: str, words: List[str]):
     its own parser (RUN as given: Run() looks it up as the command line does)."""
     from cluster_train.host.api.errors import ClusterTrainError
     from cluster_train.host.api.run import Run, runs
-    from cluster_train.host.runs import commands as run_commands, table
+    from cluster_train.host.views import commands as run_commands, table
 
     p = without_utf8_check(table.parser() if name == "runs" else run_commands.parser(name))
     for action in p._actions:  # RUN as given, not looked up while parsing: Run(RUN) must refuse it itself

@@ -83,7 +83,7 @@ def test_a_command_imports_only_its_own_modules():
     assert not {"cluster_train.host.jobs.build", "jinja2", "yaml"} & loaded["names"]
     assert "cluster_train.host.jobs.build" in loaded["dry run"]
     assert not {"cluster_train.host.reports.report", "cluster_train.host.images.commands",
-                "cluster_train.host.runs.table"} & loaded["dry run"]
+                "cluster_train.host.views.table"} & loaded["dry run"]
 
 
 def test_yaml_is_read_by_libyaml_and_its_errors_worded_by_pyyaml(monkeypatch):

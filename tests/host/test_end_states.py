@@ -15,7 +15,7 @@ from conftest import ROOT
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.runs import causes, closing, cost, ending, segments
-from cluster_train.host.runs.commands import print_status
+from cluster_train.host.views.commands import print_status
 from cluster_train.host.schedulers import Lsf, Slurm, State
 
 FORGOTTEN = {"state": State.UNKNOWN, "gone": True}  # scontrol: Invalid job id specified (past MinJobAge)

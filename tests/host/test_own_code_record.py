@@ -22,7 +22,7 @@ import cluster_train as ct
 from cluster_train.shared import config as cfg
 from cluster_train.host import cli
 from cluster_train.host.reports.report import write_report
-from cluster_train.host.runs import table
+from cluster_train.host.views import table
 
 TASK_VALUES = ("resnet_cifar", "cifar100", "sgd", "max_epochs", "classify")  # the default experiment's
 

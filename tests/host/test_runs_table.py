@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from cluster_train.host.runs import table
+from cluster_train.host.views import table
 
 RUN_ID = "20261202-001122-ci-slurm-n2_gpu2-ab12"
 CAUSE = "rank 1 died on host n2 (exit 137: killed, SIGKILL or the kernel's OOM killer); " + "its log said " * 30

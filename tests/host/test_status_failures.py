@@ -11,7 +11,8 @@ from host.test_report import fake_run
 
 from cluster_train.host import cli
 from cluster_train.host.api.run import Run, RunStatus, State
-from cluster_train.host.runs import causes, ending, failures, segments, table
+from cluster_train.host.runs import causes, ending, failures, segments
+from cluster_train.host.views import table
 from cluster_train.host.runs.run_status import status_lines, status_of
 
 HANG_WHY = "rank 1 made no step for 62 s"

@@ -267,7 +267,7 @@ def runs(cluster: Optional[str] = None, state: Optional[Union[State, str]] = Non
     """Every run `run-cluster runs` lists (this machine's run roots, and each cluster's your settings reach over
     SSH), of one cluster and in one state if named. A cluster that does not answer is left out (the command line
     shows it as an UNREACHABLE row)."""
-    from cluster_train.host.runs import table
+    from cluster_train.host.views import table
 
     named = state.value if isinstance(state, State) else state
     here = [Run(row["dir"]) for row in table.in_state(table.local_rows(cluster), named)]

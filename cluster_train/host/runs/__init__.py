@@ -18,8 +18,6 @@ rooms of a run's life after it is built (cluster_train/host/jobs/):
     race.py         `--first-to-start`: two shapes queued, the first to start kept
     after.py        `--after`: the runs a new job waits on, checked before it is queued
     pipeline.py     `--pipeline`: a cluster file's stages, all checked, then queued each after the ones it names
-    commands.py     `run-cluster status|logs|cancel|resume`
-    table.py        `run-cluster runs`: every run of this machine and of each cluster reached over SSH, one table
     tracker_sync.py `run-cluster sync`: what a run's trackers logged offline, uploaded; `status`'s tracker lines
 """
 import shutil
