@@ -123,3 +123,71 @@ def same_python(flavor: str) -> None:
         raise UserError(f"by_value=True sends Python {here} bytecode and the {flavor} image runs Python "
                         f"{label.group(1)}, which cannot run it; send the function by name (drop by_value), or "
                         f"submit from Python {label.group(1)}")
+
+
+# What a returned value may need to unpickle that a login node lacks: named in the refusal's fix
+HEAVY = ("torch", "numpy", "lightning", "pytorch_lightning", "pandas", "jax", "tensorflow")
+PLAIN_FIX = ("return plain Python values instead (a tensor or an array as value.tolist(), a number as float(value), "
+             "a model's weights saved to a file in the run directory and its path returned)")
+
+
+def globals_of(data: bytes) -> List[str]:
+    """The "module.name" of every class or function a pickle names, read with pickletools (nothing is imported or
+    run): GLOBAL's argument, or STACK_GLOBAL's two strings pushed before it (directly or from the memo)."""
+    import pickletools
+
+    found, pushed, memo = [], [], {}
+    for op, arg, _ in pickletools.genops(data):
+        if op.name == "GLOBAL":
+            found.append(arg.replace(" ", ".", 1))
+        elif op.name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"):
+            pushed.append(arg)
+        elif op.name == "MEMOIZE" and pushed:
+            memo[len(memo)] = pushed[-1]
+        elif op.name in ("BINPUT", "LONG_BINPUT", "PUT") and pushed:
+            memo[arg] = pushed[-1]
+        elif op.name in ("BINGET", "LONG_BINGET", "GET"):
+            pushed.append(memo.get(arg, ""))
+        elif op.name == "STACK_GLOBAL" and len(pushed) >= 2:
+            found.append(f"{pushed[-2]}.{pushed[-1]}")
+        if op.name == "MEMOIZE" and not pushed:
+            memo[len(memo)] = ""
+    return list(dict.fromkeys(found))
+
+
+def missing_here(data: bytes) -> List[str]:
+    """The globals of a pickle whose top-level package is not installed here (torch on a torch-free login node)."""
+    from _compat_pickle import IMPORT_MAPPING  # protocols 0-2 name Python 2's modules (copy_reg, __builtin__)
+
+    tops = {name: IMPORT_MAPPING.get(name.split(".")[0], name.split(".")[0]) for name in globals_of(data)}
+    return [name for name, top in tops.items() if not installed(top.split(".")[0])]
+
+
+def installed(package: str) -> bool:
+    """Whether `package` imports here, asked without importing it (torch takes seconds)."""
+    from importlib.util import find_spec
+
+    try:
+        return package in sys.modules or find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def torch_free_return(fn: Callable[..., Any]) -> None:
+    """A function whose return annotation names a type of a package not installed here (torch.Tensor where you
+    submit from has no torch) is refused before it is queued: its value could not be read back. An annotation
+    names one in its text (a string annotation: `-> "torch.Tensor"`) or by the type's module."""
+    import inspect
+
+    try:
+        annotation = inspect.signature(fn).return_annotation
+    except (TypeError, ValueError):  # a builtin or an object without a signature: nothing to read
+        return
+    if annotation is inspect.Signature.empty:
+        return
+    shown = annotation if isinstance(annotation, str) else getattr(annotation, "__qualname__", repr(annotation))
+    text = annotation if isinstance(annotation, str) else f"{getattr(annotation, '__module__', '')} {annotation!r}"
+    for alias, package in (*((p, p) for p in HEAVY), ("np", "numpy"), ("pl", "lightning")):
+        if re.search(rf"\b{alias}\.", f"{text}.") and not installed(package):
+            raise UserError(f"{name_of(fn)} returns {shown}, which needs {package} to unpickle here, where {package} "
+                            f"is not installed; {PLAIN_FIX}")
