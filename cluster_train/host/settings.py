@@ -15,7 +15,7 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host.clusters import budget_setting, search_storage_setting
 from cluster_train.host.scheduling import signing_policy
 from cluster_train.host import reach, undecodable
-from cluster_train.host.schedulers.base import BUILT_IN as BUILT_IN_SCHEDULERS, MODULE_NAME, SAFE_NAME
+from cluster_train.host.scheduling.facts import BUILT_IN as BUILT_IN_SCHEDULERS, MODULE_NAME, SAFE_NAME
 from cluster_train.shared.yaml_file import load_yaml
 
 

@@ -6,7 +6,7 @@ import pytest
 from cluster_train.shared.errors import UserError
 from cluster_train.host.interactive.waiting import wait_until_running
 from cluster_train.host.runs import segments
-from cluster_train.host.schedulers import State
+from cluster_train.host.scheduling.facts import State
 from cluster_train.host.schedulers.slurm import Slurm
 
 

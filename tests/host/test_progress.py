@@ -13,7 +13,7 @@ from conftest import ROOT
 from cluster_train.host.progress import Meter, Progress, build_stage, epoch_stage, pieces, rsync_done
 from cluster_train.host.runs.follow import Tail, drain, watch
 from cluster_train.host.runs.sweep_state import counts_stage, sweep_counts
-from cluster_train.host.schedulers import State
+from cluster_train.host.scheduling.facts import State
 from cluster_train.host.status_line import CLEAR, StatusLine, describe, duration
 
 MB = 10**6

@@ -7,7 +7,7 @@ import pytest
 
 from cluster_train.host.interactive import allocation
 from cluster_train.host.runs import ending
-from cluster_train.host.schedulers import State
+from cluster_train.host.scheduling.facts import State
 
 from host.test_end_states import FORGOTTEN, SACCT_CANCELLED, Scheduler, cancel, record
 

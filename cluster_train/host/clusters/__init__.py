@@ -18,7 +18,8 @@ from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.host import fabric
 from cluster_train.host.clusters import fields, flavors
 from cluster_train.host.scheduling import signing_policy
-from cluster_train.host.schedulers import MODULE_NAME, adapter
+from cluster_train.host.schedulers import adapter
+from cluster_train.host.scheduling.facts import MODULE_NAME
 from cluster_train.host.scheduling.launches import LAUNCHES
 from cluster_train.shared.registry import unknown_name
 from cluster_train.shared.yaml_file import load_yaml

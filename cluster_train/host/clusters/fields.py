@@ -9,7 +9,7 @@ import typing
 from typing import Any, Dict, List, Union
 
 from cluster_train.shared.errors import UserError
-from cluster_train.host.schedulers.base import SAFE_NAME
+from cluster_train.host.scheduling.facts import SAFE_NAME
 from cluster_train.shared.registry import unknown_name
 
 # A node feature expression (Slurm --constraint, LSF select[]): names and operators, nothing a directive cannot carry.

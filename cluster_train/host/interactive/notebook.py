@@ -30,7 +30,7 @@ from cluster_train.host.interactive.notebook_common import SERVER, flavor_of, op
 from cluster_train.host.jobs.build import Site, Submission
 from cluster_train.host.runs import ending
 from cluster_train.host.schedulers import adapter
-from cluster_train.host.schedulers.base import State
+from cluster_train.host.scheduling.facts import State
 from cluster_train.host.usage import Parser
 
 DIR = "notebook"  # in the run directory: token (from here), server.json and warning (from the launcher)

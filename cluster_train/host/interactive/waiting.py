@@ -6,7 +6,7 @@ from typing import Callable, Dict, Optional
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.runs import ending
-from cluster_train.host.schedulers import FINISHED, State
+from cluster_train.host.scheduling.facts import FINISHED, State
 
 NOT_YET = "no start estimate yet"
 

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 
 from cluster_train.host.runs import cost, segments
 from cluster_train.host.runs.segments import Segment
-from cluster_train.host.schedulers import FINISHED, State
+from cluster_train.host.scheduling.facts import FINISHED, State
 
 
 def closed(state: Dict, run_dir: Path, found: List[Segment], allocations: Optional[List[Dict]]) -> List[Segment]:

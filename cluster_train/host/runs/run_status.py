@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from cluster_train.host import fabric, runs
 from cluster_train.host.runs import causes, closing, cost, ending, failures, metrics, segments, tracker_sync
 from cluster_train.host.runs.segments import Segment
-from cluster_train.host.schedulers import State
+from cluster_train.host.scheduling.facts import State
 
 NOT_SHOWN = ("state", "ended_by", "gone", "cancelling")  # the state's fields that status words itself, or not at all
 

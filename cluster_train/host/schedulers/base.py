@@ -1,49 +1,20 @@
-"""What every scheduler adapter (cluster_train/host/schedulers/<name>.py) states and does: one vocabulary of job states,
-and `Scheduler`, the contract each adapter fills in with its scheduler's facts, commands and job-script template."""
-import enum
+"""What every scheduler adapter (cluster_train/host/schedulers/<name>.py) states and does: `Scheduler`, the contract
+each adapter fills in with its scheduler's facts, commands and job-script template, in the one vocabulary of job states
+cluster_train/host/scheduling/facts.py holds."""
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.schedulers.inventory import Inventory, LivePartition  # noqa: F401 (the adapters' words)
-
-if TYPE_CHECKING:  # the ResolvedJob imports this package (its launch shapes): only the type checker reads it here
-    from cluster_train.host.scheduling.job import ResolvedJob
-
-
-class State(str, enum.Enum):
-    """One state vocabulary over every scheduler (Slurm's names; LSF's and the local runner's map onto them)."""
-
-    PENDING = "PENDING"
-    CONFIGURING = "CONFIGURING"
-    RUNNING = "RUNNING"
-    SUSPENDED = "SUSPENDED"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    TIMEOUT = "TIMEOUT"
-    NODE_FAIL = "NODE_FAIL"
-    OUT_OF_MEMORY = "OUT_OF_MEMORY"
-    BOOT_FAIL = "BOOT_FAIL"
-    DEADLINE = "DEADLINE"
-    PREEMPTED = "PREEMPTED"
-    UNKNOWN = "UNKNOWN"
-
-    @classmethod
-    def of(cls, name: str, aliases: Optional[Dict[str, str]] = None) -> "State":
-        name = (aliases or {}).get(name, name)
-        return cls.__members__.get(name, cls.UNKNOWN)
+# the facts, below the adapters, re-exported: an adapter names the states it maps its scheduler's words onto
+from cluster_train.host.scheduling.facts import (  # noqa: F401
+    BUILT_IN, FINISHED, MODULE_NAME, NOT_STARTED, SAFE_NAME, State)
+from cluster_train.host.scheduling.job import ResolvedJob
 
 
-FINISHED = frozenset({State.COMPLETED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.NODE_FAIL,
-                      State.OUT_OF_MEMORY, State.BOOT_FAIL, State.DEADLINE, State.PREEMPTED})
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # what may appear unquoted in a scheduler directive
-MODULE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+/@-]*$")  # `module load NAME` (e.g. cuda/12.8)
-BUILT_IN = ("slurm", "lsf", "local")  # here, not read off SCHEDULERS: settings refuses them without an import circle
-NOT_STARTED = frozenset({State.PENDING, State.CONFIGURING, State.UNKNOWN})
 SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")  # [D-]N[:N[:N]], read by time_seconds
 
 

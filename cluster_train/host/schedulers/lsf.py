@@ -4,7 +4,7 @@ documented on cluster_train/host/schedulers/base.py's Scheduler)."""
 import re
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
@@ -12,9 +12,7 @@ from cluster_train.host.schedulers.sessions import LsfSession
 from cluster_train.host.schedulers.lsf_inventory import inventory as live_inventory
 from cluster_train.host.schedulers.lsf_history import EXITED, exit_status, runs as bhist_runs
 from cluster_train.host.schedulers.lsf_failures import FAILED_NODES, REQUEUED_UNDER_US
-
-if TYPE_CHECKING:  # the ResolvedJob imports this package (its launch shapes): only the type checker reads it here
-    from cluster_train.host.scheduling.job import ResolvedJob, Placement
+from cluster_train.host.scheduling.job import ResolvedJob, Placement
 
 RUN_LIMIT = re.compile(r"^(?:(\d+):)?(\d+)(?:/[A-Za-z0-9_.-]+)?$")  # bsub -W [hour:]minute[/host]
 

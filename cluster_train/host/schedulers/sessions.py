@@ -7,11 +7,10 @@ cancels it when the command ends. LSF: `bsub -Is` asks for the allocation and ru
 import shlex
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, List
+from typing import List
 
-if TYPE_CHECKING:  # the ResolvedJob imports this package (its launch shapes): only the type checker reads it here
-    from cluster_train.host.scheduling.job import ResolvedJob
-    from cluster_train.host.schedulers.base import Scheduler
+from cluster_train.host.scheduling.job import ResolvedJob
+from cluster_train.host.schedulers.base import Scheduler
 
 # the holder's body: the time-limit warning is a batch job's cue to save; a session simply ends at the limit
 HOLDER = """# cluster-train: an interactive session's allocation; run-cluster shell enters it (srun --overlap)

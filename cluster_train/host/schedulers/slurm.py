@@ -7,7 +7,7 @@ import shlex
 import shutil
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from cluster_train.host.schedulers.base import Inventory, Scheduler, State, run_or_refuse
 from cluster_train.host.schedulers.sessions import SlurmSession
@@ -17,9 +17,7 @@ from cluster_train.host.schedulers.slurm_failures import (DIED_RANK, FAILED_NODE
 from cluster_train.host.schedulers.slurm_estimates import pending_start, test_only_start, test_only_verdict
 import cluster_train.host.schedulers.slurm_inventory as live
 from cluster_train.host.schedulers.slurm_usage import usage as sacct_usage
-
-if TYPE_CHECKING:  # the ResolvedJob imports this package (its launch shapes): only the type checker reads it here
-    from cluster_train.host.scheduling.job import ResolvedJob, Placement
+from cluster_train.host.scheduling.job import ResolvedJob, Placement
 
 # sbatch's words when it is installed but no controller answers (this machine is no cluster's login node)
 SLURM_UNREACHABLE = ("Could not establish a configuration source", "Unable to contact slurm controller")
