@@ -17,15 +17,15 @@ if TYPE_CHECKING:
     from cluster_train.host.api.function import Call, Executor, FunctionError, FunctionRun
     from cluster_train.host.api.pipeline import Pipeline
     from cluster_train.host.api.run import Run, RunStatus, State, runs
-    from cluster_train.host.api.study import Study
+    from cluster_train.host.api.study import Study, StudyProgress
 
 MODULES: Dict[str, str] = {  # each public name and the module of cluster_train/host/api that defines it
     "ClusterTrainError": "errors", "UserErrors": "errors",
     "Job": "job", "Rerun": "job", "DryRun": "values", "Sweep": "sweep", "SweepProgress": "sweep",
     "rerun": "job",
     "Run": "run", "RunStatus": "run", "State": "run", "runs": "run", "Pipeline": "pipeline",
-    "Study": "study", "Executor": "function", "FunctionRun": "function", "FunctionError": "function",
-    "Call": "function",
+    "Study": "study", "StudyProgress": "study", "Executor": "function", "FunctionRun": "function",
+    "FunctionError": "function", "Call": "function",
 }
 
 __all__ = sorted(MODULES)

@@ -10,7 +10,7 @@ to through cluster_train/host/remote, as from its login node (cluster_train/host
 """
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from cluster_train.host import runs
 from cluster_train.host.api import over_ssh
@@ -26,7 +26,7 @@ from cluster_train.host.runs.queue import Plan, one_run, start_estimate
 from cluster_train.host.runs.rerun import rerun_submission
 
 if TYPE_CHECKING:
-    from cluster_train.host.api.study import Study
+    from cluster_train.host.api.study import Study, StudyProgress
 
 RACE_TIMEOUT_S = 24 * 3600.0  # how long a race of two profiles waits for either to start
 
@@ -40,7 +40,7 @@ class Job:
 
     def __init__(self, cluster: str, profile: str, experiment: Optional[str] = None, *, overrides: Overrides = (),
                  command: Optional[Sequence[str]] = None, flavor: Optional[str] = None, run_id: Optional[str] = None,
-                 dev: bool = False, stale_image_ok: bool = False) -> None:
+                 dev: bool = False, stale_image_ok: bool = False, strict_budget: bool = False) -> None:
         self.cluster = cluster
         self.profile = profile
         self.experiment = experiment
@@ -50,6 +50,7 @@ class Job:
         self.run_id = run_id
         self.dev = dev
         self.stale_image_ok = stale_image_ok
+        self.strict_budget = strict_budget
 
     def __repr__(self) -> str:
         return f"Job({self.cluster!r}, {self.profile!r}, {self.experiment!r}, overrides={self.overrides!r})"
@@ -63,7 +64,10 @@ class Job:
             if site.user.get("ssh"):
                 over_ssh.checked(self, site, dry_run=False)
             else:
-                build_after(site, self.request(self.profile, dry_run=False)).discard()
+                sub = build_after(site, self.request(self.profile, dry_run=False))
+                sub.discard()
+                if self.strict_budget:  # the refusal submit() would raise; without strict, submit only warns
+                    budget.check([sub.job], strict=True)
         except ClusterTrainError as err:
             return err.problems
         return []
@@ -119,13 +123,15 @@ class Job:
         return sweep_of(plan.run_dirs[0].parent, plan.run_dirs)
 
     def search(self, search: Union[str, Path, Mapping[str, Any]], max_parallel: Optional[int] = None, *,
-               wait: bool = True, timeout_s: float = RACE_TIMEOUT_S) -> "Study":
+               wait: bool = True, timeout_s: float = RACE_TIMEOUT_S,
+               progress: Optional[Callable[["StudyProgress"], None]] = None) -> "Study":
         """An Optuna study over the space of `search` (a search file's path, or its mapping: space, objective, trials,
         sampler, pruner), its trials queued as job arrays of at most `max_parallel`; checked whole before anything
-        is queued, then driven here until it ends (`wait`) or in the background. See cluster_train/host/api/study.py."""
+        is queued, then driven here until it ends (`wait`; at most `timeout_s` seconds, more than 0) or in the
+        background. `progress`: called with a StudyProgress at each event of the driver (Study.resume's)."""
         from cluster_train.host.api.study import start
 
-        return start(self, search, max_parallel, wait, timeout_s)
+        return start(self, search, max_parallel, wait, timeout_s, progress)
 
     @staticmethod
     def rerun_of(run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Optional[str] = None,

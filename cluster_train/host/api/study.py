@@ -6,16 +6,18 @@ watches, continues, cancels and reports one (the command line's `--search`, `sta
     study.best()["params"]          # {'optim.lr': '0.0312...', 'optim.weight_decay': '...'}
     study.best_run().rerun()        # the best trial again, same image and config
 """
-import logging
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
 from cluster_train.host.api.errors import ClusterTrainError
 from cluster_train.host.api.run import Run
+from cluster_train.host.api.values import checked_number
 from cluster_train.host.search import record as rec
+from cluster_train.host.search.driver import Report, StudyProgress, drive, unwatched
+from cluster_train.host.search.plan import detach, driving_time
 
-LOG = logging.getLogger("cluster_train.search")  # the driver's lines: the API never prints
 DAY_S = 24 * 3600.0
+__all__ = ["Study", "StudyProgress"]
 
 
 class Study:
@@ -24,7 +26,9 @@ class Study:
     def __init__(self, path: Union[str, Path]) -> None:
         from cluster_train.host import runs
 
-        self.path = Path(path) if Path(path).is_dir() else runs.find(str(path))
+        # made absolute at the door: the trials a resume queues bind their run directories into Apptainer, which
+        # takes only absolute paths, and a later call from another working directory names the same study
+        self.path = (Path(path) if Path(path).is_dir() else runs.find(str(path))).resolve()
         if not rec.is_study(self.path):
             raise ClusterTrainError(f"{self.path} is not a study's directory (it has no {rec.STUDY})")
 
@@ -48,16 +52,22 @@ class Study:
             raise ClusterTrainError(f"study {self.path.name} has no completed trial yet")
         return Run(best["run_dir"])
 
-    def resume(self, wait: bool = True, timeout_s: float = DAY_S) -> "Study":
-        """Continue the study (a stopped or cancelled one too): here until it ends (`wait`), or in the background."""
-        from cluster_train.host.search.driver import drive
-        from cluster_train.host.search.plan import detach
-
+    def resume(self, wait: bool = True, timeout_s: float = DAY_S,
+               progress: Optional[Callable[[StudyProgress], None]] = None) -> "Study":
+        """Continue the study (a stopped or cancelled one too): driven here until it ends (`wait`; at most
+        `timeout_s` seconds, then it stops and a later resume() goes on), or in the background (wait=False: its
+        driver's log is driver.log in the study's directory). `progress`: called with a StudyProgress at each event
+        of the driver (a trial queued, finished, pruned or failed; the study's summary last)."""
+        driving_time(timeout_s)
+        report: Report = progress or unwatched
         (self.path / rec.CANCELLED).unlink(missing_ok=True)
         if wait:
-            drive(self.path, timeout_s, say=LOG.info)
+            drive(self.path, timeout_s, report)
         else:
-            LOG.info(detach(self.path, timeout_s))
+            counts = rec.progress(self.path)
+            best = counts["best"]["value"] if counts["best"] else None
+            report(StudyProgress(detach(self.path, timeout_s), counts["trials"], counts["finished"], counts["pruned"],
+                                 counts["failed"], counts["running"], best))
         return self
 
     def cancel(self) -> str:
@@ -74,16 +84,22 @@ class Study:
 
 
 def start(job, search: Union[str, Path, Mapping[str, Any]], max_parallel: Optional[int], wait: bool,
-          timeout_s: float) -> Study:
-    """Job.search: the study checked whole, created, then driven (cluster_train/host/search)."""
+          timeout_s: float, progress: Optional[Callable[[StudyProgress], None]] = None) -> Study:
+    """Job.search: its arguments checked at the door, the study checked whole, created, then driven
+    (cluster_train/host/search)."""
     from cluster_train.host.api.over_ssh import refuse_over_ssh
     from cluster_train.host.jobs.build import Site
     from cluster_train.host.search.plan import study_plan
     from cluster_train.host.search.spec import read_spec, read_spec_file
 
+    checked_number("max_parallel", max_parallel, whole=True, none_ok=True)
+    driving_time(timeout_s)
+    if progress is not None and not callable(progress):
+        raise ClusterTrainError(f"progress={progress!r} is not callable; pass a function of one StudyProgress, e.g. "
+                                f"progress=lambda p: print(p.event)")
     site = Site.load(job.cluster)
     refuse_over_ssh(site, "a search")
     spec = read_spec(dict(search), "search") if isinstance(search, Mapping) else read_spec_file(str(search))
     plan = study_plan(site, job.request(job.profile, dry_run=False), spec, max_parallel, job.experiment)
     study = Study(plan.queue())
-    return study.resume(wait, timeout_s)
+    return study.resume(wait, timeout_s, progress)

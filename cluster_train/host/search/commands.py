@@ -13,7 +13,7 @@ from cluster_train.host.runs.showing import show_and_queue
 from cluster_train.host.schedulers import adapter
 from cluster_train.host.search import record as rec
 from cluster_train.host.search.driver import drive
-from cluster_train.host.search.plan import detach, study_plan
+from cluster_train.host.search.plan import detach, driving_time, study_plan
 from cluster_train.host.search.showing import status_text
 from cluster_train.host.search.spec import read_spec_file
 
@@ -25,6 +25,7 @@ def start(args, job) -> int:
                                        ("--after", args.after), ("--pipeline", args.pipeline)) if value]
     if extras:
         raise UserError(f"--search queues its own trials; drop {', '.join(extras)}")
+    driving_time(args.timeout)
     site = Site.load(args.cluster)
     if site.user.get("ssh"):
         raise UserError(f"--search runs its driver where the runs' directories are: start it on {site.cluster.name}'s "
@@ -45,7 +46,7 @@ def start(args, job) -> int:
 def drive_here(study_dir: Path, timeout_s: float) -> int:
     """Drive in the foreground, each event a line; Ctrl-C stops the driver only (its trials run on)."""
     try:
-        done = drive(study_dir, timeout_s, say=lambda line: print(line, flush=True))
+        done = drive(study_dir, timeout_s, lambda progress: print(progress.event, flush=True))
     except KeyboardInterrupt:
         print(f"run-cluster: the study's driver stopped; its queued trials run on. Continue it: run-cluster resume "
               f"{study_dir}", file=sys.stderr)
@@ -81,6 +82,7 @@ def resume(study_dir: Path, args) -> int:
     if args.profile or args.overrides or args.dry_run:
         raise UserError("resume of a study continues it as it was asked; it takes no --profile, --set or --dry-run")
     rec.read_record(study_dir)  # a study's directory, whole
+    driving_time(args.timeout)
     (study_dir / rec.CANCELLED).unlink(missing_ok=True)
     if args.wait is False:
         print(detach(study_dir, args.timeout))

@@ -8,6 +8,7 @@ Pruning is decided here, from metrics.csv on the shared file system, not inside 
 reach the login node's network (nor a database on it), and a SQLite file written from many nodes over NFS corrupts;
 the job needs nothing new in the image, and the driver is the one writer of the storage."""
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
@@ -26,9 +27,35 @@ from cluster_train.host.search.spec import as_override, read_spec
 POLL_S = 2.0
 
 
+@dataclass(frozen=True)
+class StudyProgress:
+    """What a study's progress callback gets at each event of its driver (Job.search(progress=...) and
+    Study.resume(progress=...); the command line prints its `event`): `event`, what just happened in the command
+    line's words ("trial 3 finished: val/acc 0.41 (runs/<study>/batch-1/e0)"); `trials` asked for; `finished`
+    (completed, pruned or failed), of them `pruned` and `failed`; `running` (queued or running); `best`: the best
+    completed trial's objective so far (None before one); `final`: the driver's last event (the study has ended)."""
+
+    event: str
+    trials: int
+    finished: int
+    pruned: int
+    failed: int
+    running: int
+    best: Optional[float]
+    final: bool = False
+
+
+Report = Callable[[StudyProgress], None]
+
+
+def unwatched(_: StudyProgress) -> None:
+    """The progress callback of whoever does not watch: the library never prints."""
+
+
 class Driver:
-    def __init__(self, study_dir: Path, say: Callable[[str], None] = print, poll_s: float = POLL_S):
-        self.dir, self.say, self.poll_s = Path(study_dir), say, poll_s
+    def __init__(self, study_dir: Path, report: Report = unwatched, poll_s: float = POLL_S):
+        # made absolute here: a study named by a relative path queues trials whose run directories Apptainer binds
+        self.dir, self.report, self.poll_s = Path(study_dir).resolve(), report, poll_s
         self.record = rec.read_record(self.dir)
         self.spec = read_spec(self.record["spec"], "study.json")
         self.optuna = optuna_module()
@@ -66,6 +93,13 @@ class Driver:
             time.sleep(self.poll_s)
         self.say(f"study {self.dir.name} was cancelled; its driver stops")
         return False
+
+    def say(self, event: str, final: bool = False) -> None:
+        """One event to the progress callback, with the study's counts as they are now."""
+        count = {state: len(self.trials(state)) for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")}
+        best = self.study.best_value if count["COMPLETE"] else None
+        self.report(StudyProgress(event, self.spec.trials, count["COMPLETE"] + count["PRUNED"] + count["FAIL"],
+                                  count["PRUNED"], count["FAIL"], count["RUNNING"], best, final))
 
     def trials(self, *states: str):
         return [t for t in self.study.get_trials(deepcopy=False) if not states or t.state.name in states]
@@ -182,14 +216,14 @@ def trial_row(t) -> Dict:
             "pruned": t.user_attrs.get("pruned"), "ended": t.user_attrs.get("ended")}
 
 
-def drive(study_dir: Path, timeout_s: float, say: Callable[[str], None] = print,
-          poll_s: Optional[float] = None) -> bool:
-    """Drive the study under its lock (one driver at a time); True once every trial has finished."""
+def drive(study_dir: Path, timeout_s: float, report: Report = unwatched, poll_s: Optional[float] = None) -> bool:
+    """Drive the study under its lock (one driver at a time), each event to `report`; True once every trial has
+    finished (its last event: the study's summary line)."""
     with rec.driver_lock(study_dir):
-        driver = Driver(study_dir, say, poll_s or POLL_S)
+        driver = Driver(study_dir, report, poll_s or POLL_S)
         done = driver.run(timeout_s)
     if done:
-        say(summary_line(study_dir))
+        driver.say(summary_line(driver.dir), final=True)
     return done
 
 

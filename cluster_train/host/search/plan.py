@@ -131,6 +131,15 @@ def create(study_dir: Path, record: Dict[str, Any]) -> Path:
     return study_dir
 
 
+def driving_time(timeout_s: float) -> float:
+    """How long a driver drives: more than 0 seconds, else the trials it queues have no driver to follow them (the
+    command line's --timeout and the API's timeout_s alike, checked before anything is queued)."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+        raise UserError(f"a study driven for {timeout_s!r} s queues trials no driver follows; give --timeout "
+                        f"(timeout_s= from Python) a number of seconds more than 0, e.g. 3600")
+    return timeout_s
+
+
 def detach(study_dir: Path, timeout_s: float) -> str:
     """The driver started in the background, its output in driver.log (a login node's `--no-wait`)."""
     import subprocess
