@@ -4,7 +4,7 @@ import datetime
 import pytest
 
 from cluster_train.shared.errors import UserError
-from cluster_train.host.clusters.budget_setting import parse
+from cluster_train.host.settings.budget_setting import parse
 
 NOW = datetime.datetime(2026, 11, 27, 15, 30)
 

@@ -8,7 +8,7 @@ from conftest import ROOT
 
 import cluster_train as ct
 from cluster_train.host import cli
-from cluster_train.host.clusters import search_storage_setting
+from cluster_train.host.settings import search_storage_setting
 from cluster_train.host.search import objective, optuna_study, spec, storage
 from cluster_train.shared.errors import UserError
 

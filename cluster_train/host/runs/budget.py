@@ -10,7 +10,7 @@ from typing import Dict, List, Tuple
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import settings
-from cluster_train.host.clusters.budget_setting import Budget, parse
+from cluster_train.host.settings.budget_setting import Budget, parse
 from cluster_train.host.jobs.cost import most_hours, unit
 from cluster_train.host.scheduling.job import ResolvedJob
 from cluster_train.host.runs import cost

@@ -2,6 +2,11 @@
 
 File: $CT_SETTINGS, else $XDG_CONFIG_HOME/cluster-train/settings.yaml (~/.config/...). Top-level keys apply to
 every cluster; a `clusters: {<name>: {...}}` section overrides them for one cluster.
+
+A room below the scheduler adapters (a site's own adapter is named in the settings: schedulers/site.py reads them):
+  __init__.py               the settings file found, read and checked
+  budget_setting.py         `budget:` (GPU-hours over a period)
+  search_storage_setting.py `search_storage:` (a study's PostgreSQL database)
 """
 import datetime
 import difflib
@@ -12,7 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Set, Tuple
 
 from cluster_train.shared.errors import UserError
-from cluster_train.host.clusters import budget_setting, search_storage_setting
+from cluster_train.host.settings import budget_setting, search_storage_setting
 from cluster_train.host.scheduling import signing_policy
 from cluster_train.host import reach, undecodable
 from cluster_train.host.scheduling.facts import BUILT_IN as BUILT_IN_SCHEDULERS, MODULE_NAME, SAFE_NAME
