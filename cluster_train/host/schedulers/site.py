@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.schedulers.base import Scheduler
+from cluster_train.host import settings
 
 GROUP = "cluster_train.schedulers"
 FIX = "fix it, or remove it"
@@ -20,8 +21,6 @@ FIX = "fix it, or remove it"
 
 def find(name: str, built_in) -> Optional[Scheduler]:
     """The site's adapter named `name` (settings first: the user's own choice), or None where neither names it."""
-    from cluster_train.host import settings  # settings imports this package's name patterns: import it only when asked
-
     target, where = settings.site_scheduler(name)
     if target:
         return _adapter(name, target, f"{where}: schedulers: {name}", built_in)
