@@ -2,7 +2,7 @@
 `images:` (a lab's shared store), else images/ of this checkout (cluster_train/host/project.py decides the order); and
 `run_image`, the verified image a recorded run used, from the store of its cluster (--rerun, resume)."""
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from cluster_train.host import clusters, project, settings
 from cluster_train.host.images import oci, store
@@ -27,15 +27,19 @@ def command_store(cluster: Optional[str]) -> Path:
     return store_of(cluster) if cluster else project.images_dir(settings.load("").get("images"))
 
 
-def run_image(manifest: dict, what: str, root: Optional[Path] = None) -> store.ImageRecord:
+def run_image(manifest: dict, what: str, root: Optional[Path] = None,
+              warnings: Optional[List[str]] = None) -> store.ImageRecord:
     """The image a recorded run used, verified, from this machine's store for its cluster (`root`, when the caller
     has it already); pulled first from the registry the run recorded where the store lacks it (--rerun and resume on
-    another machine). A derived image comes with its parent, verified too: a rerun pins both."""
+    another machine), which a line in `warnings` says (the submission's: the command line prints them, the API
+    returns them; the library never prints). A derived image comes with its parent, verified too: a rerun pins
+    both."""
     root = root if root is not None else store_of(manifest["cluster_file"])
     sha256 = manifest["image"]["sha256"]
     source = manifest["image"].get("registry")
     if store.find(sha256, root) is None and isinstance(source, dict) and source.get("reference"):
-        print(f"{what} (sha256 {sha256}) is not in {root}: pulling {source['reference']}")
+        if warnings is not None:
+            warnings.append(f"warning: {what} (sha256 {sha256}) was not in {root}: pulled {source['reference']}")
         oci.pull_into_store(source["reference"], bool(source.get("plain_http")), sha256, root)
     record = store.verified(sha256, root, what)
     parent = manifest["image"].get("parent_sha256") or record.parent_sha256

@@ -36,13 +36,15 @@ def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], 
         more_epochs(run_dir, recorded_trainer(manifest, run_dir)["max_epochs"],
                     cfg.load(run_dir / "config.yaml", overrides).trainer.max_epochs)
     site = site or Site.load(manifest["cluster_file"])
-    record = run_image(manifest, f"the image of {run_dir}", site.image_store)
+    pulled: List[str] = []  # the image pulled from its registry first: said among the submission's warnings
+    record = run_image(manifest, f"the image of {run_dir}", site.image_store, pulled)
     profile = profile or manifest["profile"]
     overrides = [*kept_choices(manifest, site.cluster.profile(profile), overrides), *overrides]
     sub = build(site, Request(profile, str(run_dir / "config.yaml"), overrides,
                               run_dir=run_dir, flavor=record.flavor, image=record, dry_run=dry_run,
                               recorded_code=manifest.get("code"), code_from=run_dir,
                               data_sha256=runs.data_digest(manifest)))
+    sub.warnings[:0] = pulled
     reshardable(recorded_ranks(manifest, run_dir), sub)
     if scheduler.after_directive("0") is None and sweep_state.holding(run_dir):
         sub.warnings.append(f"warning: {scheduler.name} cannot hold {run_dir.name}'s job until the rest of its sweep "

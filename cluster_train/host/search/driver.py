@@ -190,10 +190,12 @@ class Driver:
     def request(self) -> Request:
         """Each trial's Request: the study's experiment and overrides, on the image the first trial ran (a study
         resumed after a rebuild keeps its image)."""
-        image = None
+        image, pulled = None, []
         if self.record.get("image_of"):
             image = run_image(runs.read_manifest(Path(self.record["image_of"])), "the study's image",
-                              self.site.image_store)
+                              self.site.image_store, pulled)
+        for line in pulled:
+            self.say(line)
         r = self.record
         return Request(r["profile"], r["experiment"], overrides=list(r["overrides"]), flavor=r.get("flavor"),
                        image=image, stale_image_ok=r.get("stale_image_ok", False), dev=r.get("dev", False))
