@@ -44,9 +44,8 @@ class Manifest(Mapping[str, Any]):
         except (ValueError, UnicodeDecodeError) as err:
             raise UserError(f"{path} is not a valid manifest ({type(err).__name__}); it is damaged, restore "
                             f"it") from None
-        if not isinstance(record, dict):
-            raise UserError(f"{path} is not a run-cluster manifest (not a JSON object); restore it")
-        checked_version(record, path)
+        if isinstance(record, dict):  # anything else lacks every key below
+            checked_version(record, path)
         for key, kind in REQUIRED.items():
             if not isinstance(dotted(record, key), kind) or not dotted(record, key):
                 raise UserError(f"{path} lacks {key}; it is damaged or not a run-cluster manifest, restore it")
