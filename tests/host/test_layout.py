@@ -11,36 +11,74 @@ from typing import Dict, List, Set
 
 from conftest import ROOT
 
+from cluster_train.host.layers import LAYERS
+
 HOST = ROOT / "cluster_train" / "host"
 MAX_FUNCTION_LINES = 50
 MAX_MODULE_LINES = 300
 
 
-def modules() -> Dict[str, Path]:
+def modules(root: Path = ROOT) -> Dict[str, Path]:
     """Dotted name -> file, for every module of cluster_train/host (a package by its own name)."""
     found = {}
-    for path in sorted(HOST.rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
+    for path in sorted((root / "cluster_train" / "host").rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
         found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
-def imported(path: Path, known: Dict[str, Path]) -> Set[str]:
-    """The cluster_train.host modules a module imports when it is imported (imports inside functions run later)."""
+def imported(name: str, path: Path, known: Dict[str, Path]) -> Set[str]:
+    """The cluster_train.host modules module `name` imports: at module level, inside a function and under
+    TYPE_CHECKING alike (a lazy import is a dependency all the same: postponing it hides a circle, it does not break
+    one). `from PACKAGE import MODULE` depends on MODULE, not on the package's __init__.py."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cluster_train.host"):
-            out.add(node.module)
-            out.update(f"{node.module}.{alias.name}" for alias in node.names)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            source = ".".join(base + ([node.module] if node.module else []))
+            submodules = {f"{source}.{alias.name}" for alias in node.names} & known.keys()
+            out.update(submodules if len(submodules) == len(node.names) else submodules | {source})
         elif isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
-    return {name for name in out if name in known}
+    return {module for module in out if module in known}
 
 
 def room(module: str) -> str:
     """cluster_train.host.jobs.build -> cluster_train.host.jobs; a
     module at the top of cluster_train/host is a room of its own."""
     return ".".join(module.split(".")[:3])
+
+
+def upward(root: Path = ROOT) -> List[str]:
+    """Each import of a module into a room of a higher layer than its own (cluster_train/host/layers.py), as
+    'importer -> imported'."""
+    level = {f"cluster_train.host.{name}": i for i, rooms in enumerate(LAYERS) for name in rooms}
+    known = modules(root)
+    return [f"{name} -> {target}" for name, path in known.items() for target in sorted(imported(name, path, known))
+            if level.get(room(target), -1) < level.get(room(name), -1) and room(target) != room(name)]
+
+
+def test_every_import_goes_to_its_own_room_or_a_lower_layer():
+    """The rooms' order (issue 57): an import that runs upward, even inside a function or under TYPE_CHECKING, is a
+    circle in waiting, so every room has one layer and imports only downward or within its layer."""
+    placed = [name for rooms in LAYERS for name in rooms]
+    # host/__init__.py (the side's docstring) and layers.py (this order, read by the tests) are no rooms
+    rooms = {room(name).rpartition(".")[2] for name in modules()} - {"host", "layers"}
+    assert len(placed) == len(set(placed)) and set(placed) == rooms
+    assert upward() == []
+
+
+def test_an_upward_lazy_import_across_the_rooms_is_found(tmp_path):
+    host = tmp_path / "cluster_train" / "host"
+    for name in ("__init__.py", "jobs/__init__.py", "jobs/build.py", "schedulers/__init__.py"):
+        (host / name).parent.mkdir(parents=True, exist_ok=True)
+        (host / name).write_text("")
+    (host / "schedulers" / "lazy.py").write_text(
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from cluster_train.host.jobs.build import Job\n\n\n"
+        "def f():\n    from cluster_train.host import jobs\n")
+    assert upward(tmp_path) == ["cluster_train.host.schedulers.lazy -> cluster_train.host.jobs",
+                                "cluster_train.host.schedulers.lazy -> cluster_train.host.jobs.build"]
 
 
 def circles(graph: Dict[str, Set[str]]) -> List[List[str]]:
@@ -86,7 +124,7 @@ def test_no_function_over_50_lines_and_no_module_over_300():
 
 def test_no_import_circle_between_modules_or_rooms():
     known = modules()
-    graph = {name: imported(path, known) - {name} for name, path in known.items()}
+    graph = {name: imported(name, path, known) - {name} for name, path in known.items()}
     rooms: Dict[str, Set[str]] = {}
     for name, targets in graph.items():
         rooms.setdefault(room(name), set()).update(room(t) for t in targets if room(t) != room(name))

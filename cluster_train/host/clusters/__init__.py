@@ -17,10 +17,9 @@ from typing import Any, Dict, List, Optional
 from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.host import fabric
 from cluster_train.host.clusters import fields, flavors
-from cluster_train.host.scheduling import signing_policy
 from cluster_train.host.schedulers import adapter
+from cluster_train.host.scheduling import launches, signing_policy
 from cluster_train.host.scheduling.facts import MODULE_NAME
-from cluster_train.host.scheduling.launches import LAUNCHES
 from cluster_train.shared.registry import unknown_name
 from cluster_train.shared.yaml_file import load_yaml
 
@@ -273,7 +272,7 @@ def _profile(name: str, spec: Any, where: str) -> Profile:
                         f"digits, '_', '.' and '-' (starting with a letter or digit)")
     profile = fields.record(Profile, name, spec, where)
     if profile.launch is not None:
-        fields.choice(profile.launch, tuple(LAUNCHES), f"{where} launch")
+        fields.choice(profile.launch, tuple(launches.LAUNCHES), f"{where} launch")
     if profile.hint is not None:
         fields.choice(profile.hint, HINTS, f"{where} hint")
     if len(profile.memory_keys) > 1:
