@@ -80,11 +80,23 @@ def upward_imports(root: Path) -> List[str]:
     for path, tree in host_modules(root).items():
         mine = room_of(path.removesuffix(".py").replace("/", "."))
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cluster_train.host."):
-                theirs = room_of(node.module)
+            for module in imported_modules(node):
+                theirs = room_of(module)
                 if theirs != mine and level.get(theirs, 99) < level.get(mine, 99):
-                    found.append(f"{path} -> {node.module}")
+                    found.append(f"{path} -> {module}")
     return found
+
+
+def imported_modules(node: ast.AST) -> List[str]:
+    """The cluster_train.host modules an import names: `from cluster_train.host import settings` and
+    `import cluster_train.host.x` as well as `from cluster_train.host.x import y`."""
+    if isinstance(node, ast.ImportFrom) and node.module == "cluster_train.host":
+        return [f"{node.module}.{alias.name}" for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("cluster_train.host."):
+        return [node.module]
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names if alias.name.startswith("cluster_train.host.")]
+    return []
 
 
 def room_of(module: str) -> str:
