@@ -141,7 +141,7 @@ class Manifest(Mapping[str, Any]):
 
     @property
     def job(self) -> Dict[str, Any]:
-        """The resolved job's flat record (cluster_train/host/jobs/job.py ResolvedJob.as_dict)."""
+        """The resolved job's flat record (cluster_train/host/scheduling/job.py ResolvedJob.as_dict)."""
         return self._part("job")
 
     @property
