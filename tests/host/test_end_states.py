@@ -15,6 +15,7 @@ from conftest import ROOT
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.runs import causes, closing, cost, ending, segments
+from cluster_train.host.runs.manifest import Manifest
 from cluster_train.host.views.commands import print_status
 from cluster_train.host.schedulers import Lsf, Slurm, State
 
@@ -52,11 +53,11 @@ def record(run_dir: Path, *events) -> Path:
     return run_dir
 
 
-def write_manifest(run_dir: Path, scheduler: str, job_id: str) -> dict:
+def write_manifest(run_dir: Path, scheduler: str, job_id: str) -> Manifest:
     manifest = {"run_id": "r", "cluster_file": "ci-slurm", "profile": "n1_gpu1", "image": {"sha256": "ab"},
                 "scheduler": {"name": scheduler, "job_id": job_id}, "job": {}}
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
-    return manifest
+    return Manifest(manifest)
 
 
 def cancel(scheduler, run_dir):
@@ -180,7 +181,7 @@ def test_status_names_the_cancel_not_the_ranks_that_saved_and_stopped_as_asked(t
                              (Scheduler(), "cause: cancelled by bin/run-cluster cancel at 20")):
         if "bin/run-cluster" in cause:
             cancel(Scheduler({"state": State.RUNNING}), run_dir)
-        print_status(json.loads((run_dir / "manifest.json").read_text()), scheduler, run_dir)
+        print_status(Manifest.read(run_dir), scheduler, run_dir)
         out = capsys.readouterr().out
         assert "r: slurm job 7 CANCELLED" in out and cause in out and "died" not in out, out
 
@@ -465,7 +466,7 @@ def test_an_ended_runs_segment_says_its_state_until_the_accounting_has_its_end_a
     manifest = shell_killed(tmp_path)
     cancel(Scheduler({"state": State.RUNNING}), tmp_path)
     for live, shown in (({"state": State.RUNNING}, "-> cancelling"), ({"state": State.CANCELLED}, "-> ? CANCELLED")):
-        lines = status_lines(status_of({**manifest, "scheduler": {"name": "slurm", "job_id": "7"}},
+        lines = status_lines(status_of(Manifest({**manifest, "scheduler": {"name": "slurm", "job_id": "7"}}),
                                        Accounted(live), tmp_path))
         assert f"job 7 {shown.split()[-1]}" in lines[0], lines  # the run's line and its segment: one state
         assert shown in lines[1] and "RUNNING" not in lines[1] and "running" not in lines[1], lines
@@ -477,14 +478,15 @@ def test_queue_waits_are_the_schedulers_own_and_a_dependency_wait_is_shown_apart
     --after another waited 3 s in the queue after 9 s on its dependency."""
     manifest = shell_killed(tmp_path, "2026-12-02T00:02:58")
     fake_commands(tmp_path, monkeypatch, sacct=f'printf "{SACCT_AFTER}"')
-    after = {**manifest, "after": [{"run_id": "a"}]}
+    after = Manifest({**manifest, "after": [{"run_id": "a"}]})
     held = closing.run_allocations(Slurm(), after)
     found = segments.read(tmp_path)
     assert cost.queue_waits(after, found, held) == [(3, 9)]
     assert cost.queue_waits(manifest, found, closing.run_allocations(Slurm(), manifest)) == [(3, None)]
-    resumed = {**manifest, "submitted_at": "2026-12-01T23:00:00+0000",
-               "resumes": [{"at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(local("2026-12-02T00:02:57"))),
-                            "job_id": "21", "previous_job_id": "20"}]}
+    resumed = Manifest({**manifest, "submitted_at": "2026-12-01T23:00:00+0000",
+                        "resumes": [{"at": time.strftime("%Y-%m-%dT%H:%M:%S%z",
+                                                         time.localtime(local("2026-12-02T00:02:57"))),
+                                     "job_id": "21", "previous_job_id": "20"}]})
     assert cost.queue_waits(resumed, found, []) == [(1, None)]  # no accounting: from the resume, not the submission
     line = cost.cost_line(cost.run_cost(after, found, None, tmp_path, held))
     assert "queue wait 3 s (after 9 s waiting on its dependency)" in line, line

@@ -106,6 +106,7 @@ def test_the_beat_samples_its_gpu_s_power_into_the_run_s_energy_and_outlives_a_r
     which the host sums into the run's cost, marked as sampled; NVML failing later stops the readings, not the beat.
     The watts are given here (this machine has no GPU; on one, torch.cuda.power_draw reads NVML)."""
     from cluster_train.host.runs import cost
+    from cluster_train.host.runs.manifest import Manifest
     from cluster_train.image import gpu_power
 
     started, _, progress = beat
@@ -126,6 +127,6 @@ def test_the_beat_samples_its_gpu_s_power_into_the_run_s_energy_and_outlives_a_r
     assert int(samples) == 4 and abs(float(joules) - 250 * float(seconds)) <= 13 and float(seconds) > 0.2
     alive = fields(progress)[2]
     assert wait_for(lambda: fields(progress)[2] != alive, 3)  # the beat goes on
-    spent = cost.run_cost({}, [], None, progress.parent.parent)
+    spent = cost.run_cost(Manifest({}), [], None, progress.parent.parent)
     assert spent["energy_kwh"] == round(float(joules) / 3.6e6, 6)
     assert "(sampled from the GPUs' power draw)" in cost.cost_line(spent)

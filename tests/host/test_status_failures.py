@@ -12,6 +12,7 @@ from host.test_report import fake_run
 from cluster_train.host import cli
 from cluster_train.host.api.run import Run, RunStatus, State
 from cluster_train.host.runs import causes, ending, failures, segments
+from cluster_train.host.runs.manifest import Manifest
 from cluster_train.host.views import table
 from cluster_train.host.runs.run_status import status_lines, status_of
 
@@ -105,7 +106,7 @@ def test_a_killed_rank_requeued_is_named_under_its_segment_while_the_run_goes_on
     assert cli.main(["status", str(run_dir)]) == 0
     assert capsys.readouterr().out.splitlines()[1:4] == lines
     segments.record_cancel(run_dir, "4242")
-    status = status_of(json.loads((run_dir / "manifest.json").read_text()),
+    status = status_of(Manifest.read(run_dir),
                        Scheduler(said={"state": State.CANCELLED, "exit_code": "0:15", "nodes": "n[1,3]",
                                        "said": "sacct: CANCELLED by 0"}), run_dir)
     assert status.state == State.CANCELLED and status.cause.startswith("cancelled by bin/run-cluster cancel at ")
@@ -131,12 +132,12 @@ def test_a_hang_beyond_the_budget_is_failed_by_the_runs_record_alone_and_named_a
     forgetful = Scheduler()
     forgetful.accounting_name = ""
     assert ending.run_state(forgetful, "4242", run_dir)["state"] == State.FAILED
-    status = status_of(json.loads((run_dir / "manifest.json").read_text()), forgetful, run_dir)
+    status = status_of(Manifest.read(run_dir), forgetful, run_dir)
     assert status.cause.endswith("segment 3 HANG (rank 1 on host n2, no step for 62 s)"), status.cause
     assert "  failure 3, max_failures 2: not requeued, the run FAILED" in "\n".join(status_lines(status))
     node_failed = Scheduler(said={"state": State.NODE_FAIL, "exit_code": "0:0", "nodes": "n1",
                                   "said": "sacct: NODE_FAIL"})
-    status = status_of(json.loads((run_dir / "manifest.json").read_text()), node_failed, run_dir)
+    status = status_of(Manifest.read(run_dir), node_failed, run_dir)
     assert (status.state, status.details["source"]) == (State.FAILED, "the run's record"), status
     assert status.cause.startswith("3 failures, max_failures 2: segment 1 HANG"), status.cause
 

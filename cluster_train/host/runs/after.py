@@ -54,11 +54,11 @@ def waited_run(cluster: str, named: Path) -> Optional[Waited]:
         raise UserError(f"--after {named}: no run there (no {runs.MANIFEST}); give a run's directory or id, "
                         f"e.g. --after runs/<id>")
     manifest = runs.read_manifest(run_dir)
-    run_id, job_id = manifest["run_id"], manifest["scheduler"]["job_id"]
-    if manifest.get("cluster") != cluster:
-        raise UserError(f"--after {named}: run {run_id} ran on cluster {manifest.get('cluster')}, not {cluster}; "
+    run_id, job_id = manifest.run_id, manifest.job_id
+    if manifest.cluster != cluster:
+        raise UserError(f"--after {named}: run {run_id} ran on cluster {manifest.cluster}, not {cluster}; "
                         f"a job can wait only on runs of its own cluster")
-    state = ending.run_state(adapter(manifest["scheduler"]["name"]), job_id, run_dir)
+    state = ending.run_state(manifest.adapter, job_id, run_dir)
     if state["state"] == State.COMPLETED:
         return None
     if ending.has_ended(state):

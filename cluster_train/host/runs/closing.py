@@ -8,9 +8,10 @@ after the controller), the segment is shown with the run's state and no end time
 job, as `cancelling`."""
 import dataclasses
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from cluster_train.host.runs import cost, segments
+from cluster_train.host.runs.manifest import Manifest
 from cluster_train.host.runs.segments import Segment
 from cluster_train.host.scheduling.facts import FINISHED, State
 
@@ -33,13 +34,13 @@ def closed(state: Dict, run_dir: Path, found: List[Segment], allocations: Option
     return segments.read(run_dir)
 
 
-def run_allocations(scheduler, manifest: Dict[str, Any]) -> Optional[List[Dict]]:
+def run_allocations(scheduler, manifest: Manifest) -> Optional[List[Dict]]:
     """Every allocation of the run's jobs (its first job, then each resume's) as the scheduler's accounting keeps
     them, the first allocation of a job queued after others marked `after` (--after, a pipeline's earlier stage, the
     rest of a resumed element's sweep); None where it keeps none (or, a laptop's view of a remote run, cannot ask)."""
-    resumes = manifest.get("resumes") or []
-    jobs = [(resumes[0].get("previous_job_id") if resumes else manifest["scheduler"]["job_id"],
-             bool(manifest.get("after"))), *((r.get("job_id"), bool(r.get("after"))) for r in resumes)]
+    resumes = manifest.resumes
+    jobs = [(resumes[0].get("previous_job_id") if resumes else manifest.job_id, bool(manifest.after)),
+            *((r.get("job_id"), bool(r.get("after"))) for r in resumes)]
     ask = getattr(scheduler, "allocations", None)
     found = [(ask(job), after) for job, after in jobs if job] if ask else []
     if all(held is None for held, _ in found):

@@ -10,18 +10,19 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from cluster_train.host.runs import segments
+from cluster_train.host.runs.manifest import Manifest
 from cluster_train.host.runs.segments import Segment
 
 MATCH_S = 120  # an allocation's start and its batch shell's start record: seconds apart at most (a requeue's hold
 # keeps two allocations of one job further apart than this)
 
 
-def run_cost(manifest: Dict[str, Any], found: List[Segment], usage: Optional[List[Dict[str, float]]],
+def run_cost(manifest: Manifest, found: List[Segment], usage: Optional[List[Dict[str, float]]],
              run_dir: Optional[Path] = None, allocations: Optional[List[Dict]] = None) -> Dict:
     """The run's cost record; `usage`: the scheduler's accounting of its allocations (None where it keeps none);
     `run_dir`: where the ranks' sampled GPU energy lies (cluster_train/image/gpu_power.py); `allocations`: every
     allocation of the run's jobs as the scheduler's accounting keeps them (closing.run_allocations)."""
-    job = manifest.get("job") or {}
+    job = manifest.job
     gpus = int(job.get("nodes") or 1) * int(job.get("gpus_per_node") or 0)
     cpus = int(job.get("nodes") or 1) * int(job.get("tasks_per_node") or 1) * int(job.get("cpus_per_task") or 1)
     if usage:
@@ -84,7 +85,7 @@ def segment_seconds(seg: Segment) -> Optional[float]:
     return max(0.0, end - start) if start is not None and end is not None else None
 
 
-def queue_waits(manifest: Dict[str, Any], found: List[Segment],
+def queue_waits(manifest: Manifest, found: List[Segment],
                 allocations: List[Dict]) -> List[Tuple[Optional[int], Optional[int]]]:
     """Each segment's wait in the queue, and its wait on the runs it was queued --after (None: it waited on none).
     The scheduler's own times where its accounting has the segment's allocation: from when it let the allocation
@@ -92,8 +93,8 @@ def queue_waits(manifest: Dict[str, Any], found: List[Segment],
     marked `after` (closing.run_allocations) waited on the others from its submission to eligible. Else the run's
     record: from the latest submission or resume before the segment, or from the requeue that ended the segment
     before in the same job."""
-    queued = [t for t in map(epoch, [manifest.get("submitted_at", ""),
-                                     *(r.get("at", "") for r in manifest.get("resumes") or [])]) if t is not None]
+    queued = [t for t in map(epoch, [manifest.submitted_at, *(r.get("at", "") for r in manifest.resumes)])
+              if t is not None]
     waits, before = [], None
     for seg in found:
         held, start = allocation_of(allocations, seg), epoch(seg.start)
@@ -143,10 +144,10 @@ def cost_line(cost: Dict[str, Any]) -> str:
             f"queue wait {cost['queue_wait_s']} s{held}; {lost}; {energy}")
 
 
-def gpu_hours(manifest: Dict[str, Any], run_dir: Path) -> float:
+def gpu_hours(manifest: Manifest, run_dir: Path) -> float:
     """What the run's allocations held: as `status` last recorded it (the scheduler's accounting), else from the
     run's own segment records (no scheduler asked: a table of many runs stays quick)."""
-    recorded = (manifest.get("cost") or {}).get("gpu_hours")
+    recorded = manifest.cost.get("gpu_hours")
     if isinstance(recorded, (int, float)):
         return float(recorded)
     return run_cost(manifest, segments.read(run_dir), None)["gpu_hours"]

@@ -14,12 +14,13 @@ job): waits give the accounting GONE_WAIT_S to catch up and then stop, saying so
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
 from cluster_train.host.runs import causes, segments
-from cluster_train.host.schedulers import FINISHED, State, adapter
+from cluster_train.host.runs.manifest import Manifest
+from cluster_train.host.schedulers import FINISHED, State
 
 # what the batch shell records when it saw its steps end (TERMINATED: a signal ended the shell, from whoever)
 RECORDED_ENDS = {"COMPLETED": State.COMPLETED, "FAILED": State.FAILED, "TIMEOUT": State.TIMEOUT}
@@ -136,7 +137,7 @@ def waited_cause(run_dir: Path) -> str:
     """A cancelled run that waited on others (--after): the one that ended other than COMPLETED, which is why the
     scheduler ended it; "" where it waited on none or none of them failed."""
     try:
-        after = runs.read_manifest(run_dir).get("after") or []
+        after = runs.read_manifest(run_dir).after
     except UserError:
         return ""
     return causes.waited_on(after, waited_end)
@@ -146,7 +147,7 @@ def waited_end(entry: Dict[str, str]) -> Optional[str]:
     """How the run of a manifest's `after` entry ended (its state's word); None while it has not, or unreadable."""
     run_dir = Path(entry["run_dir"])
     try:
-        scheduler = adapter(runs.read_manifest(run_dir)["scheduler"]["name"])
+        scheduler = runs.read_manifest(run_dir).adapter
     except UserError:
         return None
     state = run_state(scheduler, entry["job_id"], run_dir)
@@ -217,13 +218,12 @@ def cancel(jobs: List[Tuple[Path, str]], ask: Callable[[], None], by: str = "") 
         raise
 
 
-def cancel_run(manifest: Dict[str, Any], run_dir: Path) -> str:
+def cancel_run(manifest: Manifest, run_dir: Path) -> str:
     """Cancel one run's job unless it has ended, recording the cancel first (`cancel` above); what was done, in a
     line."""
-    scheduler, job_id = adapter(manifest["scheduler"]["name"]), manifest["scheduler"]["job_id"]
+    scheduler, job_id = manifest.adapter, manifest.job_id
     state = run_state(scheduler, job_id, run_dir)
     if has_ended(state):
-        return (f"{scheduler.name} job {job_id} ({manifest['run_id']}) has ended: {describe(state)}; "
-                f"nothing to cancel")
+        return f"{scheduler.name} job {job_id} ({manifest.run_id}) has ended: {describe(state)}; nothing to cancel"
     cancel([(run_dir, job_id)], lambda: scheduler.cancel(job_id, run_dir))
-    return f"cancelled {scheduler.name} job {job_id} ({manifest['run_id']})"
+    return f"cancelled {scheduler.name} job {job_id} ({manifest.run_id})"

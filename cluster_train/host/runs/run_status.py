@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from cluster_train.host import fabric, runs
 from cluster_train.host.runs import causes, closing, cost, ending, failures, metrics, segments, tracker_sync
+from cluster_train.host.runs.manifest import Manifest
 from cluster_train.host.runs.segments import Segment
 from cluster_train.host.scheduling.facts import State
 
@@ -71,9 +72,9 @@ class RunStatus:
                       "segments": tuple(Segment(**s) for s in said.get("segments", ()))})
 
 
-def status_of(manifest: Dict[str, Any], scheduler, run_dir: Path) -> RunStatus:
-    """The run's status, asked of `scheduler` (an adapter, or anything with its state and accounting)."""
-    job_id = manifest["scheduler"]["job_id"]
+def status_of(manifest: Manifest, scheduler, run_dir: Path) -> RunStatus:
+    """The run's status, asked of `scheduler` (its manifest's adapter, or anything with its state and accounting)."""
+    job_id = manifest.job_id
     state = ending.run_state(scheduler, job_id, run_dir)
     found = segments.read(run_dir)
     held = closing.run_allocations(scheduler, manifest) if found else None  # asked once: the closing, the waits
@@ -81,7 +82,7 @@ def status_of(manifest: Dict[str, Any], scheduler, run_dir: Path) -> RunStatus:
     usage = getattr(scheduler, "usage", lambda _: None)(job_id)  # a laptop's view of a remote run has none
     spent = cost.run_cost(manifest, found, usage, run_dir, held) if found else {}
     runs.update_manifest(run_dir, segments=segments.as_records(run_dir, found), **({"cost": spent} if spent else {}))
-    job = manifest.get("job") or {}
+    job = manifest.job
     slow_network = fabric.verdict(run_dir, job.get("fabric", "")) if job.get("check_fabric") else None
     results = completed_results(state, run_dir)
     # the run's record of a hang or a spent restart budget says more than the scheduler's word (FAILED, NODE_FAIL, a
@@ -91,11 +92,11 @@ def status_of(manifest: Dict[str, Any], scheduler, run_dir: Path) -> RunStatus:
         causes.pruned(run_dir) or failures.told(run_dir, found, own_exit=False) or state.get("ended_by")
         or causes.raised(run_dir) or causes.diagnose(run_dir, rank_only=False) or failures.own_exit_cause(found)
         or causes.diagnose(run_dir) or "")
-    return RunStatus(state["state"], cause, job_id, manifest["run_id"], scheduler.name, ending.has_ended(state),
+    return RunStatus(state["state"], cause, job_id, manifest.run_id, scheduler.name, ending.has_ended(state),
                      state.get("cancelling") or "", {k: v for k, v in state.items() if k not in NOT_SHOWN and v},
-                     tuple(found), runs.data_version(manifest, 64) if manifest.get("data") else "",
+                     tuple(found), manifest.data_version(64) if manifest.data else "",
                      tuple(tracker_sync.status_lines(run_dir)), (slow_network,) if slow_network else (), results,
-                     spent, metrics.is_own_code(manifest))
+                     spent, manifest.is_own_code)
 
 
 def completed_results(state: Dict[str, Any], run_dir: Path) -> Dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 from cluster_train.shared.errors import UserError
 from cluster_train.host import project
 from cluster_train.host.runs import cost, ending, failures, metrics, segments
+from cluster_train.host.runs.manifest import Manifest
 from cluster_train.host.schedulers import adapter
 from cluster_train.host.usage import Parser
 
@@ -60,7 +61,7 @@ def local_rows(cluster: Optional[str]) -> List[Dict]:
 
     manifests = [m for root in run_roots() if root.is_dir() for m in sorted(root.glob("*/manifest.json"))
                  + sorted(root.glob("*/e*/manifest.json"))]  # sweeps: one row per element
-    rows = [row_of(m.parent, json.loads(m.read_text())) for m in manifests
+    rows = [row_of(m.parent, Manifest(json.loads(m.read_text()), m)) for m in manifests
             if not (m.parent / "remote.json").exists()]  # a copy fetched for a report: the cluster's row says it
     studies = [study_row(s.parent) for root in run_roots() if root.is_dir() for s in sorted(root.glob("*/study.json"))]
     rows += [{**row, "age": age(row.pop("submitted_at"))} for row in studies]  # a study: one row, its trials inside
