@@ -8,7 +8,6 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
 from cluster_train.host.reports.run_facts import (
     Run, code_version, differing, flat, load_run, lower_is_better, short_digest, show)
-from cluster_train.host.runs import data_version
 from cluster_train.host.usage import Parser
 
 CELL_WIDTH = 40  # a terminal table with long paths in it is unreadable; the report shows them whole
@@ -22,7 +21,7 @@ def comparison_rows(all_runs: Sequence[Run]) -> List[List[str]]:
     """One row per fact: run id, image, data, code, each differing config key, each metric (best value marked *)."""
     rows = [["run"] + [r.run_id for r in all_runs],
             ["image"] + [short_digest(r.manifest) for r in all_runs],
-            ["data"] + [data_version(r.manifest) for r in all_runs],
+            ["data"] + [r.manifest.data_version() for r in all_runs],
             ["code"] + [code_version(r.manifest) for r in all_runs]]
     for key in differing([r.config for r in all_runs]):
         rows.append([key] + [show(flat(r.config).get(key)) for r in all_runs])

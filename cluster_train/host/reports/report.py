@@ -19,7 +19,8 @@ from cluster_train.host.reports import curves, study
 from cluster_train.host.reports.html_blocks import Images, esc, facts_table, page, section, table
 from cluster_train.host.reports.run_facts import (
     Run, code_version, differing, flat, is_number, load_run, lower_is_better, short_digest, show, users_code)
-from cluster_train.host.runs import cost, data_version, segments
+from cluster_train.host.runs import cost, segments
+from cluster_train.host.runs.manifest import Manifest
 from cluster_train.host.jobs.user_code import shown
 from cluster_train.host.search.record import is_study
 from cluster_train.host.usage import Parser
@@ -104,32 +105,32 @@ def state(run: Run) -> str:
 
 
 def run_fact_rows(run: Run) -> List[Tuple[str, object]]:
-    m, image = run.manifest, run.manifest.get("image") or {}
-    facts = [("run id", run.run_id), ("state", state(run)), ("cluster", m.get("cluster")),
-             ("profile", m.get("profile")), ("experiment", m.get("experiment")),
-             ("overrides", " ".join(m.get("overrides") or []) or "none"), ("submitted", m.get("submitted_at")),
-             ("image", f"{image.get('flavor')} sha256:{image.get('sha256')}"), ("image path", image.get("path")),
-             ("data", data_version(m, 64)), *code_rows(m), ("rerun of", m.get("rerun_of"))]
-    code = m.get("code")
-    if isinstance(code, dict) and code.get("sha256"):
+    m, image = run.manifest, run.manifest.image
+    facts = [("run id", run.run_id), ("state", state(run)), ("cluster", m.cluster), ("profile", m.profile),
+             ("experiment", m.experiment), ("overrides", " ".join(m.overrides) or "none"),
+             ("submitted", m.submitted_at), ("image", f"{image.get('flavor')} sha256:{image.get('sha256')}"),
+             ("image path", image.get("path")), ("data", m.data_version(64)), *code_rows(m),
+             ("rerun of", m.rerun_of)]
+    code = m.code
+    if code and code.get("sha256"):
         facts.append(("code snapshot", f"sha256:{code['sha256']} of {code.get('source') or '?'}"))
     found = segments.read(run.path)
-    spent = m.get("cost") or (cost.run_cost(m, found, None, run.path) if found else None)  # status: the accounting's
+    spent = m.cost or (cost.run_cost(m, found, None, run.path) if found else None)  # status: the accounting's
     facts.append(("cost", cost.cost_line(spent).removeprefix("cost: ") if spent else None))
     return [(k, v) for k, v in facts if v not in (None, "")]
 
 
-def code_rows(m: Dict) -> List[Tuple[str, object]]:
+def code_rows(m: Manifest) -> List[Tuple[str, object]]:
     """The code that ran: your project's commit and dirty flag, its command and cluster-train's commit beside them
     for your own code; else cluster-train's checkout (whose tasks, or --dev snapshot, ran)."""
-    git, own = m.get("git") or {}, users_code(m)
+    git, own = m.git, users_code(m)
     launcher = f"git {git.get('commit')}" + (" (uncommitted changes)" if git.get("dirty") else "")
     if not own:
         return [("code", launcher)]
     commit = f"git {own['git_commit']}" if own.get("git_commit") else "not a git work tree"
     return [("code", f"{own.get('source') or '?'}: {commit}" + (" (uncommitted changes)" if own.get("git_dirty")
                                                                  else "")),
-            ("command", shown((m.get("config") or {}).get("command") or [])), ("cluster-train", launcher)]
+            ("command", shown(m.command)), ("cluster-train", launcher)]
 
 
 # results.json's dicts of numbers that are one run's figures, not
@@ -209,7 +210,7 @@ def throughput_row(name: str, wait: Dict, measured: Dict, run: Run) -> Tuple:
 
 
 def segments_html(run: Run) -> str:
-    records = segments.as_records(run.path) or run.manifest.get("segments") or []
+    records = segments.as_records(run.path) or run.manifest.segments
     if not records:
         return '<p class="note">no segment recorded (logs/segments.jsonl)</p>'
     rows = [(r["segment"], r.get("job_id"), r.get("hosts"), r.get("start"), r.get("end"), r.get("how"),

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
 from cluster_train.host.runs import metrics
+from cluster_train.host.runs.manifest import Manifest
 
 # results.json keys that hold a metric (the rest are facts: hosts, paths, versions, speed)
 METRIC_PREFIXES = ("initial_", "final_", "best_", "test_", "val_")
@@ -18,21 +19,21 @@ METRIC_PREFIXES = ("initial_", "final_", "best_", "test_", "val_")
 @dataclass
 class Run:
     path: Path
-    manifest: Dict[str, Any]
+    manifest: Manifest
     results: Dict[str, Any] = field(default_factory=dict)  # {} while running, or when training failed
 
     @property
     def run_id(self) -> str:
-        return self.manifest["run_id"]
+        return self.manifest.run_id
 
     @property
     def config(self) -> Dict[str, Any]:
-        return self.manifest.get("config") or {}
+        return self.manifest.config
 
     def metrics(self) -> Dict[str, float]:
         """results.json's metrics, nested ones dotted (seed 000's test_acc.<Model>, seed 001's
         best_val_acc.expert_0); your own code's: every number it wrote there (the results contract)."""
-        if metrics.is_own_code(self.manifest):
+        if self.manifest.is_own_code:
             return metrics.own_results(self.results)
         found = {}
         for key, value in flat(self.results).items():
@@ -88,37 +89,35 @@ def differing(configs: Sequence[Dict[str, Any]]) -> List[str]:
             and len({json.dumps(f.get(k, missing), sort_keys=True, default=str) for f in flats}) > 1]
 
 
-def short_digest(manifest: Dict[str, Any]) -> str:
-    image = manifest.get("image") or {}
-    digest = image.get("sha256") or ""
-    return f"{image.get('flavor') or '?'} {digest[:12]}" if digest else "-"
+def short_digest(manifest: Manifest) -> str:
+    digest = manifest.image.get("sha256") or ""
+    return f"{manifest.image_flavor or '?'} {digest[:12]}" if digest else "-"
 
 
-def code_version(manifest: Dict[str, Any]) -> str:
+def code_version(manifest: Manifest) -> str:
     """The git commit it was submitted from (+dirty: uncommitted changes) and the code snapshot's digest if any; for
     your own code, your project's commit, not cluster-train's."""
     commit, dirty = git_of(manifest)
     text = (commit[:10] or "no git") + ("+dirty" if dirty else "")
-    code = manifest.get("code")
-    if isinstance(code, dict) and code.get("sha256"):
+    code = manifest.code
+    if code and code.get("sha256"):
         text += f" code {code['sha256'][:12]}"
     return text
 
 
-def users_code(manifest: Dict[str, Any]) -> Dict[str, Any]:
+def users_code(manifest: Manifest) -> Dict[str, Any]:
     """The snapshot record of your own project's code (its source, git commit and dirty flag); {} for a run of the
     image's tasks, or of this checkout's (--dev: its commit is cluster-train's own)."""
-    code = manifest.get("code")
-    return code if isinstance(code, dict) and not code.get("dev") and metrics.is_own_code(manifest) else {}
+    code = manifest.code
+    return code if code and not code.get("dev") and manifest.is_own_code else {}
 
 
-def git_of(manifest: Dict[str, Any]) -> Tuple[str, bool]:
+def git_of(manifest: Manifest) -> Tuple[str, bool]:
     """(commit, dirty) of the code that ran: your project's for your own code, else cluster-train's checkout."""
     own = users_code(manifest)
     if own:
         return own.get("git_commit") or "", bool(own.get("git_dirty"))
-    git = manifest.get("git") or {}
-    return git.get("commit") or "", bool(git.get("dirty"))
+    return manifest.git.get("commit") or "", bool(manifest.git.get("dirty"))
 
 
 def lower_is_better(metric: str) -> bool:

@@ -77,7 +77,7 @@ def holding(run_dir: Path) -> List[str]:
     resumed = []  # the other elements resumed before, still queued or running
     for element in record["elements"]:
         other = Path(element["run_dir"])
-        job_id = runs.read_manifest(other)["scheduler"]["job_id"]
+        job_id = runs.read_manifest(other).job_id
         if other != Path(run_dir) and job_id != element["job_id"] and not has_ended(view.state(job_id, other)):
             resumed.append(job_id)
     return held + (resumed if len(resumed) >= record.get("max_parallel", 1) else [])
@@ -101,10 +101,10 @@ def element_rows(sweep_dir: Path) -> List[Dict]:
     rows = []
     for element in record["elements"]:
         run_dir = Path(element["run_dir"])
-        job_id = runs.read_manifest(run_dir)["scheduler"]["job_id"]  # a resumed element's new job
-        state = run_state(view, job_id, run_dir)
+        manifest = runs.read_manifest(run_dir)
+        state = run_state(view, manifest.job_id, run_dir)  # a resumed element's new job
         swept = {key: element["values"].get(key, "-") for key in keys}  # a sweep file's run may leave a key out
-        held = cost.gpu_hours(runs.read_manifest(run_dir), run_dir)
+        held = cost.gpu_hours(manifest, run_dir)
         rows.append({"element": f"e{element['index']}", **swept, "state": ending.shown(state),
                      "segments": str(len(read_segments(run_dir))), "gpu-h": f"{held:.2f}",
                      "best": best_metric(run_dir)})
@@ -158,7 +158,7 @@ def cancel(sweep_dir: Path) -> str:
     record = read_sweep(sweep_dir)
     scheduler = adapter(record["scheduler"])
     view = ArrayView(scheduler, record)
-    current = [(Path(e["run_dir"]), runs.read_manifest(Path(e["run_dir"]))["scheduler"]["job_id"])
+    current = [(Path(e["run_dir"]), runs.read_manifest(Path(e["run_dir"])).job_id)
                for e in record["elements"]]  # a resumed element's job is its own, no longer the array's
     unended = [(run_dir, job_id) for run_dir, job_id in current if not has_ended(run_state(view, job_id, run_dir))]
     if not unended:
@@ -177,7 +177,7 @@ def cancel(sweep_dir: Path) -> str:
 
 def ended_uncompleted(scheduler, run_dir: Path) -> bool:
     """Whether the element's current job (a resumed element's own) ended without completing."""
-    state = run_state(scheduler, runs.read_manifest(run_dir)["scheduler"]["job_id"], run_dir)
+    state = run_state(scheduler, runs.read_manifest(run_dir).job_id, run_dir)
     return has_ended(state) and state["state"] != State.COMPLETED
 
 
