@@ -177,3 +177,25 @@ def test_metrics_cells_read_as_numbers(tmp_path):
     path.write_text("epoch,step,val/loss,note\n0,3,,warm\n1,7,1.5e-1,\n")
     assert read_metrics(path) == [{"epoch": 0, "step": 3, "note": "warm"}, {"epoch": 1, "step": 7, "val/loss": 0.15}]
     assert read_metrics(tmp_path / "none.csv") == []
+
+
+def test_each_kind_of_run_directory_answers_through_its_own_backend_and_run_has_no_branch_of_its_own(tmp_path):
+    """A run of this machine, a sweep and a run over SSH (its runs/<id> holds remote.json: nothing is asked of the
+    cluster until a question is) behind one interface; Run's methods only delegate (no `if` on where a run lives:
+    its remote cases are tests/cluster/test_remote.py's, on a real sshd)."""
+    import ast
+    import inspect
+
+    from cluster_train.host.api import records
+    from cluster_train.host.api.run import Run as ApiRun
+
+    remote = tmp_path / "there"
+    remote.mkdir()
+    (remote / "remote.json").write_text(json.dumps({"run_id": "there", "cluster": "ci-slurm", "ssh": "ct-nowhere"}))
+    kinds = {type(Run(path)._record) for path in (fake_run(tmp_path, "here", 0.1), sweep_of(tmp_path, ["0"]), remote)}
+    assert kinds == {records.LocalRun, records.LocalSweep, records.SshRun}
+    assert (Run(remote).id, Run(remote).cluster, Run(remote).is_sweep) == ("there", "ci-slurm", False)
+    tree = ast.parse(inspect.getsource(ApiRun))
+    branches = [ast.unparse(node.test) for node in ast.walk(tree) if isinstance(node, (ast.If, ast.IfExp))]
+    assert not [test for test in branches if "_record" in test or "remote" in test.replace("remote.json", "")], \
+        branches
