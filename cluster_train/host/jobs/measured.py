@@ -76,6 +76,7 @@ def from_run(run_dir: Path) -> Iterator[Tuple[Key, str, Measure]]:
     """A finished run's peaks; nothing from one that failed, is damaged or predates the measurement."""
     try:
         memory = json.loads((run_dir / "results.json").read_text())["host_memory"]
+        # the JSON itself, not runs/manifest.py's Manifest: jobs sits below runs; any damage here only skips the run
         manifest = json.loads((run_dir / "manifest.json").read_text())
         data = manifest["config"]["data"]
         key = (manifest["config"]["name"], data_identity(data["name"], (manifest.get("data") or {}).get("sha256") or "",
