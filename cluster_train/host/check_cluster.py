@@ -16,7 +16,7 @@ from cluster_train.host import clusters, project, settings
 from cluster_train.host.clusters import Cluster, Profile
 from cluster_train.host.jobs import preflight
 from cluster_train.host.jobs.build import Site, experiment_config, job_of
-from cluster_train.host.jobs.resolve import launch_of, run_config
+from cluster_train.host.jobs.resolve import launch_of, run_config, seconds
 from cluster_train.host.schedulers import adapter, serves_another
 from cluster_train.host.schedulers.inventory import Inventory, LivePartition
 
@@ -81,10 +81,10 @@ def drift(cluster: Cluster, live: Inventory) -> List[str]:
 
 def too_long(cluster: Cluster, entry: str, part: LivePartition) -> List[str]:
     scheduler = adapter(cluster.scheduler)
-    limit = scheduler.time_seconds(part.max_time) if part.max_time else 0
+    limit = seconds(scheduler, part.max_time) or 0  # the live scheduler's limit, in its own words
     return [f"profile {p.name!r}: time {p.time} is above partition {part.name}'s limit {part.max_time}; shorten it"
             for p in cluster.profiles.values()
-            if limit and p.partition == entry and p.time and (scheduler.time_seconds(p.time) or 0) > limit]
+            if limit and p.partition == entry and (seconds(scheduler, p.time) or 0) > limit]
 
 
 def check_profile(site: Site, profile: Profile, tmp: Path, scheduler_check: bool) -> Tuple[List[str], List[str]]:
@@ -94,7 +94,7 @@ def check_profile(site: Site, profile: Profile, tmp: Path, scheduler_check: bool
             experiment_config(profile.experiment)  # the experiment it is made for exists
         shape = launch_of(profile, adapter(cluster.scheduler))
         run = run_config(cfg.read(project.EXPERIMENTS / f"{EXPERIMENT}.yaml"), {}, profile, shape, tmp / profile.name)
-        job, _, script = job_of(site, profile, run, None, cluster.partition(profile.partition).image)
+        job, _, script = job_of(site, profile, run, None, cluster.partition(profile.partition).image, "", shape)
     except UserError as err:
         return [], err.lines
     found = [line for err in preflight.failures(preflight.CLUSTER_RULES, job, cluster, run) for line in err.lines]
@@ -102,7 +102,7 @@ def check_profile(site: Site, profile: Profile, tmp: Path, scheduler_check: bool
     if found:
         return [], found
     (tmp / f"{profile.name}.sh").write_text(script)
-    verdict = adapter(cluster.scheduler).test_script(tmp / f"{profile.name}.sh") if scheduler_check else None
+    verdict = job.adapter.test_script(tmp / f"{profile.name}.sh") if scheduler_check else None
     if verdict is None:
         return [f"ok {profile.name}: rendered and checked (no {cluster.scheduler} of this cluster here to parse the "
                 f"script)"], []

@@ -7,6 +7,7 @@ import pytest
 
 from cluster_train.host.scheduling.job import DataImage, Fabric, ImageRef, ResolvedJob, Notify, Placement, Task, Work
 from cluster_train.host.jobs.preflight import directives_repeated
+from cluster_train.host.schedulers import adapter
 from cluster_train.host.schedulers.lsf import Lsf, gpu_option, per_slot_gb
 from cluster_train.host.schedulers.slurm import Slurm, gpu_options, memory_options
 
@@ -22,6 +23,7 @@ MANIFEST_KEYS = {
     "qos", "constraint", "reservation", "exclusive", "account", "email", "notify", "grace_s", "max_requeues", "tasks",
     "hang_timeout_s", "max_failures", "spare_nodes",
     "data_image", "data_sha256", "data_name", "data_size", "data_stage", "data_stage_required", "entry", "share_mount",
+    "time_s", "partition_max_s", "qos_max_s",  # added (issue 57): the time limits in seconds, parsed once
 }
 
 
@@ -32,6 +34,7 @@ def place(**given) -> Placement:
 
 def job(placement: Placement, scheduler: str = "slurm", **work) -> ResolvedJob:
     return ResolvedJob(run_id="r1", cluster="c", cluster_file="c.yaml", profile="p", scheduler=scheduler, job_name="demo",
+               adapter=adapter(scheduler),
                work=Work(**{"entry": "fit", "launch": "srun", "ranks_per_node": 1, "run_dir": "/runs/r1",
                             "config_path": "/runs/r1/config.yaml", "log_path": "/runs/r1/logs/demo_%J.out",
                             "data_dir": "/data", **work}),

@@ -3,6 +3,7 @@ checks (cluster_train/host/jobs), the image's bytes checked against its digest h
 node checks them again), the run directory written, and the session's script rendered (templates/interactive.sh.j2:
 the batch job's checks and environment, then a command in the container). Then the allocation is held, waited for,
 entered on its first node, and released however the session ends. Prints nothing: `say` is the caller's."""
+import dataclasses
 import subprocess
 import time
 from dataclasses import dataclass
@@ -11,9 +12,11 @@ from typing import Callable, List, Optional
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
+from cluster_train.host.clusters import Profile
 from cluster_train.host.images import store
 from cluster_train.host.jobs.build import Site, Submission
 from cluster_train.host.jobs.render import render
+from cluster_train.host.jobs.resolve import seconds
 from cluster_train.host.interactive.waiting import pending_line, wait_until_running
 from cluster_train.host.runs import ending, queue
 from cluster_train.host.schedulers import FINISHED, Scheduler, State, adapter
@@ -33,33 +36,37 @@ class Prepared:
         return self.run_dir / SCRIPT
 
 
-def prepare(sub: Submission, site: Site, time_limit: Optional[str]) -> Prepared:
-    """The session's run directory, written once every check has passed; nothing is queued yet."""
+def prepare(sub: Submission, site: Site) -> Prepared:
+    """The session's run directory, written once every check has passed; nothing is queued yet. A --time was
+    decided before the job was built (`shortened`): the checks, the script and the record all see the one limit."""
     job = sub.job
-    scheduler = adapter(job.scheduler)
+    scheduler = job.adapter
     if scheduler.session is None:
         raise UserError(f"the {scheduler.name} scheduler has no interactive allocations here; use a batch job "
                         f"(run-cluster {job.cluster} {job.profile} -- COMMAND)")
-    if time_limit:
-        job.placement.time = shorter_time(scheduler, job.placement.time, time_limit)
-        sub.script = render(job)  # the run directory's job.sh records the allocation's real limit
     store.verified(job.image.sha256, site.image_store, f"the {job.image.flavor} image")
     run_dir = queue.write_run(sub)
     (run_dir / SCRIPT).write_text(render(job, "interactive.sh.j2"))
     return Prepared(sub, scheduler, run_dir)
 
 
-def shorter_time(scheduler: Scheduler, profile_time: str, asked: str) -> str:
-    """--time, a limit in the scheduler's own format no longer than the profile's."""
-    asked_s = scheduler.time_seconds(asked)
-    if not asked_s:
-        raise UserError(f"--time {asked!r} is not a {scheduler.title or scheduler.name} time limit; give one such as "
-                        f"{scheduler.time_example}")
-    limit_s = scheduler.time_seconds(profile_time)
-    if limit_s and asked_s > limit_s:
-        raise UserError(f"--time {asked} is longer than the profile's time limit {profile_time}; --time only "
-                        f"shortens the allocation: give {profile_time} or less")
-    return asked
+def shortened(site: Site, profile: Profile, time_limit: Optional[str]) -> Site:
+    """The site with `profile` as the session runs it: --time, a limit in the scheduler's own format no longer than
+    the profile's, with its time-limit warning moved to halfway where it would come at the start; decided once,
+    before the job is built and checked."""
+    if time_limit:
+        scheduler = adapter(site.cluster.scheduler)
+        asked_s, limit_s = seconds(scheduler, time_limit), seconds(scheduler, profile.time or scheduler.default_time)
+        if not asked_s:
+            raise UserError(f"--time {time_limit!r} is not a {scheduler.title or scheduler.name} time limit; give one "
+                            f"such as {scheduler.time_example}")
+        if limit_s and asked_s > limit_s:
+            shown = profile.time or scheduler.default_time
+            raise UserError(f"--time {time_limit} is longer than the profile's time limit {shown}; --time only "
+                            f"shortens the allocation: give {shown} or less")
+        profile = dataclasses.replace(profile, time=time_limit, grace_s=min(profile.grace_s, asked_s // 2))
+    cluster = dataclasses.replace(site.cluster, profiles={**site.cluster.profiles, profile.name: profile})
+    return dataclasses.replace(site, cluster=cluster)
 
 
 def run_session(prepared: Prepared, command: List[str], tty: bool, say: Callable[[str], None]) -> int:

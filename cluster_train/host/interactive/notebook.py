@@ -25,11 +25,10 @@ from typing import Callable, Dict, List, Optional
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.interactive import forward, waiting
-from cluster_train.host.interactive.allocation import shorter_time
+from cluster_train.host.interactive.allocation import shortened
 from cluster_train.host.interactive.notebook_common import SERVER, flavor_of, opened, refuse_without_jupyterlab, say
 from cluster_train.host.jobs.build import Site, Submission
 from cluster_train.host.runs import ending
-from cluster_train.host.schedulers import adapter
 from cluster_train.host.scheduling.facts import State
 from cluster_train.host.usage import Parser
 
@@ -160,20 +159,10 @@ def submission(site: Site, args) -> Submission:
         command = ["bash", "-c", 'cd -- "$1" && exec "${@:2}"', "notebook", here, *LAUNCHER]
         site = with_cluster(site, binds=[*site.cluster.binds, here])
     # never requeued: nobody would be attached to the next one
-    profile = dataclasses.replace(site.cluster.profile(args.profile), max_requeues=0)
-    if args.time:
-        shorten(profile, args.time, adapter(site.cluster.scheduler))
-    site = with_cluster(site, profiles={**site.cluster.profiles, args.profile: profile})
+    site = shortened(site, dataclasses.replace(site.cluster.profile(args.profile), max_requeues=0), args.time)
     job = Job(args.cluster, args.profile, args.experiment, overrides=["name=notebook"], command=command,
               flavor=args.flavor, run_id=args.run_id, stale_image_ok=args.stale_image_ok or args.dev)
     return job.submission(site, dry_run=False)
-
-
-def shorten(profile, time_limit: str, scheduler) -> None:
-    """--time: the profile's limit made shorter (allocation.shorter_time), and its time-limit warning moved to
-    halfway where it would come at the start."""
-    profile.time = shorter_time(scheduler, profile.time or scheduler.default_time, time_limit)
-    profile.grace_s = min(profile.grace_s, scheduler.time_seconds(time_limit) // 2)
 
 
 def with_cluster(site: Site, **changed) -> Site:
@@ -199,7 +188,7 @@ class Session:
         token = secrets.token_hex(24)
         job_id = queue(sub, before_submit=lambda run_dir: write_token(run_dir, token), interactive="notebook")
         said(f"[cluster-train] notebook: {sub.job.scheduler} job {job_id} queued; run directory {sub.job.work.run_dir}")
-        return cls(adapter(sub.job.scheduler), job_id, Path(sub.job.work.run_dir), token, said)
+        return cls(sub.job.adapter, job_id, Path(sub.job.work.run_dir), token, said)
 
     def server(self) -> Dict:
         """server.json once the job runs and JupyterLab answers; the job's own words when it ends first."""

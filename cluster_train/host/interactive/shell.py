@@ -43,7 +43,8 @@ def main(argv: List[str]) -> int:
     from cluster_train.host.interactive import allocation
 
     signal.signal(signal.SIGHUP, hung_up)
-    prepared = allocation.prepare(job.submission(site, dry_run=False), site, args.time)
+    site = allocation.shortened(site, site.cluster.profile(args.profile), args.time)  # --time, decided once
+    prepared = allocation.prepare(job.submission(site, dry_run=False), site)
     for line in prepared.sub.warnings:
         print(f"run-cluster: {line}", file=sys.stderr)
     command = ["bash", "-c", args.command] if args.command else ["bash"]

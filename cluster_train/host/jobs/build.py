@@ -24,6 +24,7 @@ from cluster_train.host.jobs.run_refs import Waited
 from cluster_train.host.jobs.resolve import independent_tasks, launch_of, resolve, run_config, task_configs
 from cluster_train.host.jobs.summary import summary as job_summary
 from cluster_train.host.schedulers import adapter
+from cluster_train.host.scheduling.launches import Launch
 from cluster_train.shared.registry import unknown_name
 
 DEFAULT_EXPERIMENT = "cifar100_resnet"  # where neither the command line nor the profile names one
@@ -168,23 +169,24 @@ def build(site: Site, request: Request) -> Submission:
 def build_on(site: Site, profile: Profile, request: Request) -> Submission:
     if request.after:  # the runs room checks them (they are runs); a job built here without that would not wait
         raise ValueError("Request.after is checked by cluster_train.host.runs.after.build_after, which builds the job")
-    run, user_set, config_file = config_of(site, profile, request)
-    shape = launch_of(profile, adapter(site.cluster.scheduler))
+    shape = launch_of(profile, adapter(site.cluster.scheduler))  # once per build: config, code and job take it
+    run, user_set, config_file = config_of(site, profile, request, shape)
     code = user_code.prepare_code(run, shape, request.recorded_code, request.code_from)
     try:
-        return checked(site, profile, run, user_set, code, request, config_file)
+        return checked(site, profile, run, user_set, code, request, config_file, shape)
     except BaseException:
         code_snapshot.discard(code.snapshot if code else None)
         raise
 
 
-def config_of(site: Site, profile: Profile, request: Request) -> Tuple[cfg.RunConfig, Dict[str, Any], Optional[Path]]:
+def config_of(site: Site, profile: Profile, request: Request,
+              shape: Optional[Launch] = None) -> Tuple[cfg.RunConfig, Dict[str, Any], Optional[Path]]:
     """The run's config resolved from the experiment, the profile and every --set: the checks that need only the
     config (a cluster reached over SSH has them made on the laptop before anything is sent)."""
     cluster = site.cluster
     user_set = user_overrides(run_refs.expand_overrides(request.overrides, request.awaited, site.runs_root),
                               cluster.path)
-    shape = launch_of(profile, adapter(cluster.scheduler))
+    shape = shape or launch_of(profile, adapter(cluster.scheduler))
     run_id = request.run_id if request.run_id is not None else new_run_id(cluster.name, profile.name)
     run_dir = request.run_dir or project.run_dir_for(run_id, site.runs_root)
     named = request.experiment or (None if request.command else profile.experiment or DEFAULT_EXPERIMENT)
@@ -196,21 +198,20 @@ def config_of(site: Site, profile: Profile, request: Request) -> Tuple[cfg.RunCo
 
 
 def job_of(site: Site, profile: Profile, run: cfg.RunConfig, image: Optional[store.ImageRecord],
-           flavor: str, pinned_data: str = "") -> Tuple[ResolvedJob, List[cfg.RunConfig], str]:
+           flavor: str, pinned_data: str, shape: Launch) -> Tuple[ResolvedJob, List[cfg.RunConfig], str]:
     """The packed tasks' configs, the ResolvedJob and its script, from a run config resolved once: the sequence a
     submission and check-cluster share. `pinned_data`: the data image digest a rerun or resume must read."""
     run_dir = Path(run.output_dir)
-    packed = launch_of(profile, adapter(site.cluster.scheduler)).packed
-    tasks = independent_tasks(profile, run_dir) if packed else []
+    tasks = independent_tasks(profile, run_dir) if shape.packed else []
     task_runs = task_configs(run, profile, tasks, site.user, site.cluster.name)
     data = binding.data_image(task_runs or [run], site.image_store, pinned_data)
     data_fields = binding.job_fields(data, run, profile, site.cluster.partition(profile.partition), site.cluster.path)
-    job = resolve(site.cluster, profile, run, task_runs, run_dir, image, flavor, site.user, data_fields)
+    job = resolve(site.cluster, profile, run, task_runs, run_dir, image, flavor, site.user, data_fields, shape)
     return job, task_runs, render(job)
 
 
 def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str, Any],
-            code: Optional[user_code.Code], request: Request, config_file: Optional[Path]) -> Submission:
+            code: Optional[user_code.Code], request: Request, config_file: Optional[Path], shape: Launch) -> Submission:
     flavor = known_flavor(request.flavor or site.cluster.partition(profile.partition).image)  # before any advice
     image, warnings = request.image, []
     if image is None:  # a new run takes the current image; a rerun or resume, the one it recorded
@@ -218,7 +219,7 @@ def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str
         warnings = site.stale_warnings(image, request.stale_image_ok or request.dev or request.dry_run)
     warnings += site.runs_root_warnings() if request.run_dir is None else []
     pinned = request.data_sha256 if "data.image" not in user_set else ""  # a --set data.image is the user's choice
-    job, task_runs, script = job_of(site, profile, run, image, flavor, pinned)
+    job, task_runs, script = job_of(site, profile, run, image, flavor, pinned, shape)
     warnings += binding.staging_warnings(job, profile, site.cluster.partition(profile.partition))
     read = code.read if code else None
     ram = measured.host_ram(site, profile, run, user_set, config_file)

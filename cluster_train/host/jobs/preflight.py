@@ -15,7 +15,7 @@ from cluster_train.host.images.store import base_flavor
 from cluster_train.host.jobs import config_check, data_files, memory, reads, requests, standalone
 from cluster_train.host.scheduling.job import ResolvedJob
 from cluster_train.host.jobs.measured import HostRam
-from cluster_train.host.schedulers import SAFE_NAME, adapter
+from cluster_train.host.scheduling.facts import SAFE_NAME
 from cluster_train.host.scheduling.launches import LAUNCHES
 
 
@@ -99,7 +99,7 @@ def gpus_as_asked(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> Non
 
 
 def scheduler_can_express(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
-    for (key, value), fix in adapter(job.scheduler).unsupported.items():
+    for (key, value), fix in job.adapter.unsupported.items():
         have = getattr(job.placement, key)
         if have and (not value or have == value):
             shown = str(have).lower() if isinstance(have, bool) else have  # as the cluster file writes it
@@ -124,7 +124,7 @@ def one_rank_per_gpu(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> 
 
 def launcher_starts_every_rank(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
     place = job.placement
-    scheduler, shape = adapter(job.scheduler), job.work.shape
+    scheduler, shape = job.adapter, job.work.shape
     where = f"profile {job.profile!r}"
     if shape.name not in scheduler.launches:
         if shape.packed:
@@ -155,7 +155,7 @@ def names_are_safe(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> No
             raise UserError(f"{what} {value!r} has characters a scheduler directive cannot carry; "
                             "use letters, digits, '_.-+'")
     run_dir = job.work.run_dir
-    if adapter(job.scheduler).directive_prefix and fields.UNCARRIED.search(run_dir):
+    if job.adapter.directive_prefix and fields.UNCARRIED.search(run_dir):
         raise UserError(f"run dir {run_dir!r} has characters a scheduler directive (its log path) cannot carry; "
                         f"choose a runs root of letters, digits and '_./+@,=~-' (runs: in your settings or "
                         f"{cluster.path}, or CT_RUNS_DIR)")
@@ -245,7 +245,7 @@ def directives_repeated(job: ResolvedJob) -> List[UserError]:
     (which one depends on the scheduler), so the key would silently not hold. Read off the adapter's list of the
     script's options, never the rendered text."""
     place = job.placement
-    scheduler = adapter(job.scheduler)
+    scheduler = job.adapter
     if not place.directives or not scheduler.directive_prefix:
         return []
     given = Counter(scheduler.option(option) for option in scheduler.directives(job))

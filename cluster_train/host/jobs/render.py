@@ -10,7 +10,7 @@ from cluster_train.shared import exit_codes
 from cluster_train.shared.errors import UserError
 from cluster_train.host import fabric
 from cluster_train.host.scheduling.job import ResolvedJob
-from cluster_train.host.schedulers import SHARED_TEMPLATES, adapter
+from cluster_train.host.schedulers import SHARED_TEMPLATES
 from cluster_train.shared.ports import master_port_shell
 
 TEMPLATES = SHARED_TEMPLATES
@@ -26,7 +26,7 @@ def render(job: ResolvedJob, template: str = "") -> str:
     for name in job.work.env:
         if not ENV_NAME.match(name):
             raise UserError(f"environment variable name {name!r} is not valid; use letters, digits and '_'")
-    scheduler = adapter(job.scheduler)
+    scheduler = job.adapter
     template = environment(scheduler.template_dir()).get_template(template or scheduler.template)
     return template.render(job=job, scheduler=scheduler, requeue_exit=exit_codes.REQUEUE,
                            forward_patterns="|".join(FORWARDED + sorted(job.work.env) + job.work.credentials),

@@ -1,41 +1,38 @@
 """What a profile asks of the scheduler in the site's own words, checked before anything is rendered or queued: the
-time limit (read by the scheduler's own parser, `Scheduler.time_seconds`, within the partition's and the QOS's
-`max_time` and after the time-limit warning `grace_s`), the CPU binding (`cpu_bind`), and the GPU name a typed
-request puts in the script (the partition's `scheduler_gpu_name`, not a name containers/flavors.yaml knows the model
-by)."""
+time limit (in seconds, as jobs/resolve.py parsed it once with the scheduler's own parser, within the partition's
+and the QOS's `max_time` and after the time-limit warning `grace_s`), the CPU binding (`cpu_bind`), and the GPU
+name a typed request puts in the script (the partition's `scheduler_gpu_name`, not a name containers/flavors.yaml
+knows the model by)."""
 from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host.clusters import Cluster
 from cluster_train.host.clusters.flavors import gpu_model
 from cluster_train.host.scheduling.job import ResolvedJob
-from cluster_train.host.schedulers import Scheduler, adapter
+from cluster_train.host.schedulers import Scheduler
 
 REPORT_ONLY = ("q", "quiet", "v", "verbose")  # --cpu-bind words that bind nothing: they go with --hint
 
 
 def time_limit_is_valid(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) -> None:
+    """The limit as resolve parsed it once (`time_s`), within the partition's and the QOS's (`*_max_s`)."""
     place = job.placement
-    scheduler = adapter(job.scheduler)
+    scheduler, seconds = job.adapter, place.time_s
     where = f"profile {job.profile!r}"
-    seconds = scheduler.time_seconds(place.time)
     if seconds is None:
         raise UserError(f"{where}: time limit {place.time!r} is malformed; write it like {scheduler.time_example}")
     if seconds == 0:
         raise UserError(f"{where}: time {place.time!r} sets no time limit, yet the time-limit warning (grace_s: "
                         f"{place.grace_s}) needs one to come before; give a limit like {scheduler.time_example}")
-    part = cluster.partition(place.partition)
-    cap = scheduler.time_seconds(part.max_time) if part.max_time else 0
-    if cap and seconds > cap:
-        word = scheduler.partition_word
-        raise UserError(f"{where}: time {place.time!r} is longer than the max_time {part.max_time!r} of {word} "
-                        f"{place.partition!r}; lower time to {part.max_time} or less, or choose a {word} that "
+    if place.partition_max_s and seconds > place.partition_max_s:
+        word, most = scheduler.partition_word, cluster.partition(place.partition).max_time
+        raise UserError(f"{where}: time {place.time!r} is longer than the max_time {most!r} of {word} "
+                        f"{place.partition!r}; lower time to {most} or less, or choose a {word} that "
                         f"allows it")
-    qos = cluster.qos.get(place.qos)
-    cap = scheduler.time_seconds(qos.max_time) if qos and qos.max_time else 0
-    if cap and seconds > cap:
-        raise UserError(f"{where}: time {place.time!r} is longer than the max_time {qos.max_time!r} of qos "
+    if place.qos_max_s and seconds > place.qos_max_s:
+        most = cluster.qos[place.qos].max_time
+        raise UserError(f"{where}: time {place.time!r} is longer than the max_time {most!r} of qos "
                         f"{place.qos!r} "
-                        f"({cluster.path}); lower time to {qos.max_time} or less, or choose a qos that allows it")
+                        f"({cluster.path}); lower time to {most} or less, or choose a qos that allows it")
     warning_comes_before_the_limit(job, scheduler, seconds)
 
 
@@ -58,7 +55,7 @@ def cpu_bind_is_valid(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfig) ->
     """A binding the scheduler's launcher understands (one that cannot bind at all refuses the key through its
     `unsupported`), and not beside --hint, which srun takes instead of a binding."""
     place = job.placement
-    scheduler = adapter(job.scheduler)
+    scheduler = job.adapter
     if not place.cpu_bind or ("cpu_bind", "") in scheduler.unsupported:
         return
     problem = scheduler.cpu_bind_problem(place.cpu_bind)

@@ -32,21 +32,22 @@ def launch_of(profile: Profile, scheduler: Scheduler) -> Launch:
 
 def resolve(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: List[cfg.RunConfig], run_dir: Path,
             image: Optional[store.ImageRecord], image_flavor: str, user: Dict[str, Any],
-            data_fields: Optional[Dict[str, Any]] = None) -> ResolvedJob:
+            data_fields: Optional[Dict[str, Any]] = None, shape: Optional[Launch] = None) -> ResolvedJob:
     """Every number and path the script needs, from configs already resolved (once) and settings already read;
-    `data_fields`: the data image's (cluster_train/host/data/binding.py)."""
+    `data_fields`: the data image's (cluster_train/host/data/binding.py); `shape`: the launch shape, where the build
+    has it already."""
     scheduler = adapter(cluster.scheduler)
     for key in cluster.needs:
         settings.require(user, key, cluster.name, "the scheduler rejects jobs without it")
     part = cluster.partition(profile.partition)
     name = job_name(run.name)
     net = slingshot_of(cluster, profile, part, user)
-    shape = launch_of(profile, scheduler)
+    shape = shape or launch_of(profile, scheduler)
     tasks = independent_tasks(profile, run_dir) if shape.packed else []
     tasks_per_node = len(tasks) or (profile.ranks if shape.task_per_rank else 1)
     return ResolvedJob(
         run_id=run_dir.name, cluster=cluster.name, cluster_file=cluster.path, profile=profile.name,
-        scheduler=cluster.scheduler, job_name=name,
+        scheduler=cluster.scheduler, job_name=name, adapter=scheduler,
         work=work_of(cluster, profile, run, task_runs, run_dir, user, shape, tasks, scheduler.log_name(name), net),
         placement=placement_of(cluster, profile, part, scheduler, user, tasks_per_node),
         image=image_of(image, image_flavor, profile.gpus_per_node, cluster, user),
@@ -83,11 +84,16 @@ def work_of(cluster: Cluster, profile: Profile, run: cfg.RunConfig, task_runs: L
 
 def placement_of(cluster: Cluster, profile: Profile, part: Partition, scheduler: Scheduler, user: Dict[str, Any],
                  tasks_per_node: int) -> Placement:
-    """Where it runs: what the job asks of the scheduler (queue, shape, memory, time, GPU type, QOS, account...)."""
+    """Where it runs: what the job asks of the scheduler (queue, shape, memory, time, GPU type, QOS, account...);
+    its time limits in seconds, parsed here once (None: malformed, which preflight refuses beside every other
+    problem)."""
+    time_limit, qos = profile.time or scheduler.default_time, cluster.qos.get(profile.qos)
     return Placement(
         partition=part.name, queue=part.scheduler_name, nodes=profile.nodes, gpus_per_node=profile.gpus_per_node,
         tasks_per_node=tasks_per_node, cpus_per_task=profile.cpus_per_task,
-        mem_gb=memory.node_memory_gb(profile, part, tasks_per_node), time=profile.time or scheduler.default_time,
+        mem_gb=memory.node_memory_gb(profile, part, tasks_per_node), time=time_limit,
+        time_s=seconds(scheduler, time_limit), partition_max_s=seconds(scheduler, part.max_time) or 0,
+        qos_max_s=seconds(scheduler, qos.max_time if qos else "") or 0,
         gpu_type=part.scheduler_gpu_name or part.gpu_type,  # the scheduler's word, in typed requests
         gpu_request=part.gpu_request, gpu_mem_gb=profile.gpu_mem_gb, mem_per_gpu_gb=profile.mem_per_gpu_gb,
         mem_per_cpu_gb=profile.mem_per_cpu_gb, whole_node=profile.whole_node, node_mem_gb=part.mem_per_node_gb,
@@ -98,6 +104,13 @@ def placement_of(cluster: Cluster, profile: Profile, part: Partition, scheduler:
         hang_timeout_s=fields.duration_s(profile.hang_timeout, f"profile {profile.name!r}: hang_timeout"),
         max_failures=profile.max_failures, spare_nodes=max(part.nodes - profile.nodes, 0),
     )
+
+
+def seconds(scheduler: Scheduler, text: str) -> Optional[int]:
+    """The one place a time limit's text becomes seconds (the scheduler's own format): 0 for none or "", None where
+    it is malformed. A profile's and its caps' are parsed as the job is resolved; a record without `time_s` (a run
+    made before it was recorded) is parsed by this too."""
+    return scheduler.time_seconds(text) if text else 0
 
 
 def image_of(image: Optional[store.ImageRecord], image_flavor: str, gpus_per_node: int, cluster: Cluster,

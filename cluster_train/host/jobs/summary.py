@@ -10,7 +10,6 @@ from cluster_train.host.jobs.code_snapshot import Snapshot
 from cluster_train.host.jobs.cost import most_cost_line
 from cluster_train.host.scheduling.job import ResolvedJob
 from cluster_train.host.jobs.measured import HostRam
-from cluster_train.host.schedulers import adapter
 
 
 def summary(job: ResolvedJob, run: cfg.RunConfig, overridden: Dict[str, Any], host_ram: HostRam,
@@ -30,7 +29,7 @@ def summary(job: ResolvedJob, run: cfg.RunConfig, overridden: Dict[str, Any], ho
             f"shape: {place.nodes} node(s) x {job.work.ranks_per_node} rank(s) = {job.total_ranks} rank(s), "
             f"{gpus} GPU(s), launch {job.work.launch}, time {place.time}",
             most_cost_line(job),
-            *filter(None, [resumes.summary_line(job, bool(adapter(job.scheduler).requeue_command), snapshot)]),
+            *filter(None, [resumes.summary_line(job, bool(job.adapter.requeue_command), snapshot)]),
             batch,
             memory.summary_line(job, run, host_ram),
             f"image: {job.image.path} ({job.image.flavor}) sha256 {job.image.sha256}",

@@ -12,7 +12,7 @@ from cluster_train.host import runs
 from cluster_train.host.jobs import code_snapshot, user_code
 from cluster_train.host.jobs.build import Submission
 from cluster_train.host.scheduling.job import ResolvedJob
-from cluster_train.host.schedulers import adapter, serves_another
+from cluster_train.host.schedulers import serves_another
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Plan:
 
 def one_run(sub: Submission, submit: Optional[Callable[[Submission], str]] = None) -> Plan:
     """A new run (or a rerun): queued by `queue`; a resume passes its own `submit`."""
-    scheduler = adapter(sub.job.scheduler)
+    scheduler = sub.job.adapter
     return Plan(sub.summary, sub.warnings, f"--- {sub.job.scheduler} script (dry run: nothing submitted) ---\n"
                                            f"{sub.script}",
                 queue=lambda: (submit or queue)(sub), discard=sub.discard,
@@ -63,7 +63,7 @@ def start_estimate(job: ResolvedJob, script: str) -> str:
     with tempfile.NamedTemporaryFile("w", suffix=".sh", prefix="cluster-train-estimate-") as file:
         file.write(script)
         file.flush()
-        return adapter(job.scheduler).start_estimate(Path(file.name))
+        return job.adapter.start_estimate(Path(file.name))
 
 
 def queue(sub: Submission, before_submit: Optional[Callable[[Path], None]] = None, **recorded: Any) -> str:
@@ -76,7 +76,7 @@ def queue(sub: Submission, before_submit: Optional[Callable[[Path], None]] = Non
         if before_submit:
             before_submit(run_dir)
         waits = [waited.job_id for waited in sub.after]
-        job_id = adapter(job.scheduler).submit(run_dir / "job.sh", run_dir, *([waits] if waits else []))
+        job_id = job.adapter.submit(run_dir / "job.sh", run_dir, *([waits] if waits else []))
     except BaseException:
         runs.discard(run_dir)
         raise

@@ -10,7 +10,7 @@ from cluster_train.host import runs
 from cluster_train.host.jobs.build import Submission
 from cluster_train.host.runs import ending
 from cluster_train.host.runs.queue import Plan, queue, submitted
-from cluster_train.host.schedulers import NOT_STARTED, Scheduler, adapter
+from cluster_train.host.schedulers import NOT_STARTED, Scheduler
 
 
 def race_plan(subs: List[Submission], profiles: List[str], timeout_s: float) -> Plan:
@@ -25,7 +25,7 @@ def queue_both(subs: List[Submission], timeout_s: float) -> Tuple[int, List[str]
     """Queue both, keep the first to start, record the outcome in both manifests: the winner's index, the job ids."""
     ids = [queue(sub) for sub in subs]
     run_dirs = [Path(sub.job.work.run_dir) for sub in subs]
-    winner = race(adapter(subs[0].job.scheduler), ids, run_dirs, timeout_s)
+    winner = race(subs[0].job.adapter, ids, run_dirs, timeout_s)
     loser = 1 - winner
     for i, run_dir in enumerate(run_dirs):
         runs.update_manifest(run_dir, first_to_start={

@@ -89,7 +89,13 @@ class Placement:
     # memory per node, however the profile gives it; whole_node: the partition's mem_per_node_gb; None where it is
     # not known: no memory request (the site's default), or a whole node of unstated memory
     mem_gb: Optional[int]
-    time: str
+    time: str  # as the profile writes it, in the scheduler's format: what the script says (--time=, -W)
+    # the same limit in seconds, parsed once (jobs/resolve.py): what every check and cost reads; 0: no limit; None:
+    # malformed (preflight refuses it)
+    time_s: Optional[int] = 0
+    # the partition's and the QOS's max_time in seconds (0: none), parsed with it
+    partition_max_s: int = 0
+    qos_max_s: int = 0
     gpu_type: str = ""  # the scheduler's name of the GPU, for typed requests (scheduler_gpu_name, else gpu_type)
     gpu_request: str = "count"
     gpu_mem_gb: int = 0  # the least memory each GPU must have (LSF gmem)
@@ -197,6 +203,9 @@ class ResolvedJob:
     notify: Notify = field(default_factory=Notify)
     data: DataImage = field(default_factory=DataImage)
     scheduler_cluster: str = ""  # the cluster's name to its scheduler (Cluster.scheduler_cluster); "": `cluster`
+    # `scheduler`'s adapter (a schedulers.Scheduler), looked up once, as jobs/resolve.py resolves the job: every check,
+    # cost and command on the job asks it. Typed Any: the adapters sit above this room and render this record.
+    adapter: Any = field(default=None, repr=False, compare=False)
 
     @property
     def total_ranks(self) -> int:
