@@ -265,8 +265,8 @@ def api_calls(argv: List[str]):
         race.sort_words(args)
     except (ClusterTrainError, SystemExit):
         return CLI_SYNTAX
-    if race.across(args):  # several clusters' runs: the API has no call for it
-        return CLI_SYNTAX
+    if race.across(args):  # several clusters' runs: ct.first_to_start([Job, Job, ...])
+        return race_calls(args, command)
     if args.rerun:
         return rerun_calls(args, command)
     if args.pipeline:
@@ -276,7 +276,7 @@ def api_calls(argv: List[str]):
     job = Job(args.cluster, args.first_to_start[0] if args.first_to_start else args.profile,
               (args.profile if args.first_to_start else None) or args.experiment, overrides=args.overrides,
               command=command, flavor=args.flavor, run_id=args.run_id, dev=args.dev,
-              stale_image_ok=args.stale_image_ok)
+              stale_image_ok=args.stale_image_ok, strict_budget=args.strict_budget)
     if args.sweeps or args.sweep_file or args.max_parallel is not None or args.first_to_start:
         def planned():
             plan = job.plan(dry_run=args.dry_run, sweeps=args.sweeps, sweep_file=args.sweep_file,
@@ -324,11 +324,30 @@ def rerun_calls(args, command):
     if command or args.cluster or args.flavor or args.first_to_start or args.dev or (
             args.sweeps or args.sweep_file or args.max_parallel is not None):
         return CLI_SYNTAX
-    made = Job.rerun_of(args.rerun, args.overrides, run_id=args.run_id, stale_image_ok=args.stale_image_ok)
+    made = Job.rerun_of(args.rerun, args.overrides, run_id=args.run_id, stale_image_ok=args.stale_image_ok,
+                        strict_budget=args.strict_budget)
     if args.dry_run:
         return [("dry_run", lambda: made.dry_run(after=args.after))]
     return [("check", made.check), ("rerun", lambda: rerun(args.rerun, args.overrides, run_id=args.run_id,
-                                                            stale_image_ok=args.stale_image_ok, after=args.after))]
+                                                            stale_image_ok=args.stale_image_ok,
+                                                            strict_budget=args.strict_budget, after=args.after))]
+
+
+def race_calls(args, command):
+    """--first-to-start CLUSTER:PROFILE ... through ct.first_to_start([Job(CLUSTER, PROFILE, ...), ...]); a dry run,
+    a command or a --run-id beside it has no place in its signature."""
+    from cluster_train.host.api import race
+    from cluster_train.host.api.job import Job
+
+    if args.dry_run or command or args.run_id:
+        return CLI_SYNTAX
+
+    def raced():
+        experiment = race.experiment_of([args.cluster, args.profile, args.experiment])
+        jobs = [Job(entry.cluster, entry.profile, experiment, overrides=args.overrides, flavor=args.flavor,
+                    dev=args.dev, stale_image_ok=args.stale_image_ok) for entry in race.entries_of(args.first_to_start)]
+        return race.first_to_start(jobs, timeout_s=args.timeout)
+    return [("first_to_start", raced)]
 
 
 def pipeline_calls(args, command):

@@ -10,7 +10,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any, Dict, List
 
 if TYPE_CHECKING:
-    from cluster_train.host.api.errors import ClusterTrainError, UserErrors
+    from cluster_train.host.api.errors import BudgetWarning, ClusterTrainError, UserErrors
+    from cluster_train.host.api.race import first_to_start
     from cluster_train.host.api.job import Job, Rerun, rerun
     from cluster_train.host.api.sweep import Sweep, SweepProgress
     from cluster_train.host.api.values import DryRun
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from cluster_train.host.api.study import Study, StudyProgress
 
 MODULES: Dict[str, str] = {  # each public name and the module of cluster_train/host/api that defines it
-    "ClusterTrainError": "errors", "UserErrors": "errors",
+    "ClusterTrainError": "errors", "UserErrors": "errors", "BudgetWarning": "errors", "first_to_start": "race",
     "Job": "job", "Rerun": "job", "DryRun": "values", "Sweep": "sweep", "SweepProgress": "sweep",
     "rerun": "job",
     "Run": "run", "RunStatus": "run", "State": "run", "runs": "run", "Pipeline": "pipeline",

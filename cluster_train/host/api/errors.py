@@ -5,4 +5,10 @@ from cluster_train.shared.errors import UserError, UserErrors
 
 ClusterTrainError = UserError
 
-__all__ = ["ClusterTrainError", "UserErrors"]
+
+class BudgetWarning(UserWarning):
+    """A submission that may pass your GPU-hour budget (runs/budget.py), issued through `warnings` by submit() and
+    sweep(): Job(..., strict_budget=True) refuses it instead, as the command line's --strict-budget does."""
+
+
+__all__ = ["BudgetWarning", "ClusterTrainError", "UserErrors"]

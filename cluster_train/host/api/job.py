@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequen
 from cluster_train.host import runs
 from cluster_train.host.api import over_ssh
 from cluster_train.host.api.over_ssh import refuse_over_ssh
+from cluster_train.host.api.budgets import budget_lines, within_budget
 from cluster_train.host.api.errors import ClusterTrainError
 from cluster_train.host.api.run import Run
 from cluster_train.host.api.sweep import Sweep, sweep_of
 from cluster_train.host.api.values import After, DryRun, Overrides, checked_number
 from cluster_train.host.jobs import user_code
 from cluster_train.host.jobs.build import Request, Site, Submission, build
+from cluster_train.host.runs import budget
 from cluster_train.host.runs.after import build_after
 from cluster_train.host.runs.queue import Plan, one_run, start_estimate
 from cluster_train.host.runs.rerun import rerun_submission
@@ -86,7 +88,7 @@ class Job:
             return self.sweep_dry_run(site, sweep, max_parallel)
         if site.user.get("ssh"):
             return over_ssh.dry_run(self, site, after)
-        return dry_run_of(build_after(site, self.request(self.profile, True, after)))
+        return dry_run_of(build_after(site, self.request(self.profile, True, after)), self.strict_budget)
 
     def sweep_dry_run(self, site: Site, axes: Mapping[str, Sequence[Any]], max_parallel: Optional[int]) -> DryRun:
         """Job.dry_run(sweep=...): every element built and checked, the array's script, nothing written."""
@@ -96,9 +98,11 @@ class Job:
         swept = prepare_sweep(site, self.request(self.profile, True), [], None, max_parallel, axes_given(axes))
         plan = plan_of(swept)
         plan.discard()
+        said, warned = budget_lines(plan.jobs, self.strict_budget)
         script = swept.scripts()[0] if len(swept.chunks) == 1 else dry_run_text(swept)
-        return DryRun(script, user_code.recorded_config(swept.elements[0].run), with_estimate(plan.summary, plan.start_estimate()),
-                      list(dict.fromkeys(plan.warnings)))
+        summary = "\n".join([with_estimate(plan.summary, plan.start_estimate()), *said])
+        return DryRun(script, user_code.recorded_config(swept.elements[0].run), summary,
+                      list(dict.fromkeys([*plan.warnings, *warned])))
 
     def submit(self, *, after: After = ()) -> Run:
         """Check, write the run directory and queue the job; its Run. `after`: runs (Run, run id or directory)
@@ -107,6 +111,7 @@ class Job:
         if site.user.get("ssh"):
             return over_ssh.submit(self, site, after)
         plan = one_run(self.submission(site, dry_run=False, after=after))
+        within_budget(plan, self.strict_budget)
         plan.queue()
         return Run(plan.run_dirs[0])
 
@@ -119,6 +124,7 @@ class Job:
         site = Site.load(self.cluster)
         refuse_over_ssh(site, "a sweep from the API")
         plan = self.plan(site, dry_run=False, axes=axes_given(axes), max_parallel=max_parallel, after=after)
+        within_budget(plan, self.strict_budget)
         plan.queue()
         return sweep_of(plan.run_dirs[0].parent, plan.run_dirs)
 
@@ -135,9 +141,9 @@ class Job:
 
     @staticmethod
     def rerun_of(run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Optional[str] = None,
-                 stale_image_ok: bool = False) -> "Rerun":
+                 stale_image_ok: bool = False, strict_budget: bool = False) -> "Rerun":
         """A rerun of `run` (a Run, run id or directory), to check, dry-run or submit as a Job: see Rerun."""
-        return Rerun(run, overrides, run_id=run_id, stale_image_ok=stale_image_ok)
+        return Rerun(run, overrides, run_id=run_id, stale_image_ok=stale_image_ok, strict_budget=strict_budget)
 
     def request(self, profile: str, dry_run: bool, after: After = (), **recorded: Any) -> Request:
         """The job builder's Request for this job on `profile` (a rerun's recorded values over it)."""
@@ -181,11 +187,12 @@ class Rerun:
     it takes none. Nothing is read until a method is called."""
 
     def __init__(self, run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Optional[str] = None,
-                 stale_image_ok: bool = False) -> None:
+                 stale_image_ok: bool = False, strict_budget: bool = False) -> None:
         self.run = run_path(run)
         self.overrides = override_lines(overrides)
         self.run_id = run_id
         self.stale_image_ok = stale_image_ok
+        self.strict_budget = strict_budget  # as Job's: the rerun refused where it may pass your GPU-hour budget
 
     def __repr__(self) -> str:
         return f"Job.rerun_of({str(self.run)!r}, overrides={self.overrides!r})"
@@ -193,18 +200,22 @@ class Rerun:
     def check(self) -> List[str]:
         """Every problem that would refuse the rerun, in the command line's words; [] when it would submit."""
         try:
-            self.submission(dry_run=False).discard()
+            sub = self.submission(dry_run=False)
+            sub.discard()
+            if self.strict_budget:
+                budget.check([sub.job], strict=True)
         except ClusterTrainError as err:
             return err.problems
         return []
 
     def dry_run(self, *, after: After = ()) -> DryRun:
         """The rerun's script, config, summary and warnings, nothing written or queued."""
-        return dry_run_of(self.submission(dry_run=True, after=after))
+        return dry_run_of(self.submission(dry_run=True, after=after), self.strict_budget)
 
     def submit(self, *, after: After = ()) -> Run:
         """Check, write the new run directory and queue it (after the runs of `after`); its Run."""
         plan = one_run(self.submission(dry_run=False, after=after))
+        within_budget(plan, self.strict_budget)
         plan.queue()
         return Run(plan.run_dirs[0])
 
@@ -215,17 +226,22 @@ class Rerun:
 
 
 def rerun(run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Optional[str] = None,
-          stale_image_ok: bool = False, after: After = ()) -> Run:
+          stale_image_ok: bool = False, strict_budget: bool = False, after: After = ()) -> Run:
     """Submit a run again on its own cluster and profile, with its config and image digest; `overrides` apply on
     top and are recorded. Its new Run (Job.rerun_of(run, ...).submit())."""
-    return Rerun(run, overrides, run_id=run_id, stale_image_ok=stale_image_ok).submit(after=after)
+    return Rerun(run, overrides, run_id=run_id, stale_image_ok=stale_image_ok,
+                 strict_budget=strict_budget).submit(after=after)
 
 
-def dry_run_of(sub: Submission) -> DryRun:
-    """A submission built for a dry run as the API returns it; what it took to check the code is dropped again."""
+def dry_run_of(sub: Submission, strict_budget: bool = False) -> DryRun:
+    """A submission built for a dry run as the API returns it; what it took to check the code is dropped again. The
+    budget's lines as the command line's dry run shows them: after the summary, its warnings among the warnings;
+    with `strict_budget`, refused."""
     sub.discard()
-    summary = with_estimate(sub.summary, start_estimate(sub.job, sub.script))
-    return DryRun(sub.script, user_code.recorded_config(sub.run), summary, list(dict.fromkeys(sub.warnings)))
+    said, warned = budget_lines([sub.job], strict_budget)
+    summary = "\n".join([with_estimate(sub.summary, start_estimate(sub.job, sub.script)), *said])
+    return DryRun(sub.script, user_code.recorded_config(sub.run), summary,
+                  list(dict.fromkeys([*sub.warnings, *warned])))
 
 
 def with_estimate(summary: str, estimate: str) -> str:

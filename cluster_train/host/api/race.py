@@ -4,14 +4,16 @@ one cluster (cluster_train/host/runs/race.py); `run-cluster --first-to-start CLU
 settings reach over SSH. Here the entries are read and every run is checked in full (over SSH: sent there with its
 image, then its login node's dry run), its scheduler's commands on PATH included, before anything is queued;
 cluster_train/host/remote/race.py races them."""
+import dataclasses
 import shutil
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.host.api import over_ssh
-from cluster_train.host.api.job import Job
-from cluster_train.host.api.values import Overrides
+from cluster_train.host.api.job import RACE_TIMEOUT_S, Job
+from cluster_train.host.api.run import Run
+from cluster_train.host.api.values import Overrides, checked_number
 from cluster_train.host.jobs.build import Site, build
 from cluster_train.host.remote import commands as remote, race as racing
 from cluster_train.host.remote import ssh
@@ -94,11 +96,22 @@ def race_plan_across(words: Sequence[str], experiment: Optional[str], *, overrid
                      timeout_s: float) -> Plan:
     """Every entry checked (each refusal one line naming its entry, all of them before anything is queued); the Plan
     that queues them all and keeps the first to start."""
+    jobs = [Job(entry.cluster, entry.profile, experiment, overrides=overrides, flavor=flavor, dev=dev,
+                stale_image_ok=stale_image_ok) for entry in entries_of(words)]
+    prepared = contenders(jobs, dry_run)
+    return Plan("\n".join(c.summary for c in prepared), [w for c in prepared for w in c.warnings],
+                "--- dry run: nothing submitted ---\n", queue=lambda: racing.race_across(prepared, timeout_s),
+                discard=lambda: [c.discard() for c in prepared], said=lambda lines: lines,
+                run_dirs=[c.run_dir for c in prepared])
+
+
+def contenders(jobs: Sequence[Job], dry_run: bool) -> List[racing.Contender]:
+    """Each job checked in full as an entry of the race (CLUSTER:PROFILE), every refusal one line naming its entry,
+    all of them before anything is queued."""
     prepared, errors = [], []
-    for entry in entries_of(words):
+    for job in jobs:
+        entry = Entry(job.cluster, job.profile)
         try:
-            job = Job(entry.cluster, entry.profile, experiment, overrides=overrides, flavor=flavor, dev=dev,
-                      stale_image_ok=stale_image_ok)
             prepared.append(contender(entry, job, dry_run))
         except UserError as err:
             errors += [UserError(f"--first-to-start {entry.name}: {line}") for line in err.lines]
@@ -106,10 +119,38 @@ def race_plan_across(words: Sequence[str], experiment: Optional[str], *, overrid
         for made in prepared:
             made.discard()
         raise_all(errors)
-    return Plan("\n".join(c.summary for c in prepared), [w for c in prepared for w in c.warnings],
-                "--- dry run: nothing submitted ---\n", queue=lambda: racing.race_across(prepared, timeout_s),
-                discard=lambda: [c.discard() for c in prepared], said=lambda lines: lines,
-                run_dirs=[c.run_dir for c in prepared])
+    return prepared
+
+
+def first_to_start(jobs: Sequence[Job], *, timeout_s: float = RACE_TIMEOUT_S) -> Run:
+    """Queue every job (each on its own cluster and profile; a cluster your settings reach over SSH through its
+    login node), keep the first the scheduler starts and cancel the rest: `run-cluster --first-to-start
+    CLUSTER:PROFILE CLUSTER:PROFILE ...`, with the same checks and words. Every job is checked in full before any
+    is queued; waits at most `timeout_s` seconds for one to start (then all stay queued, and it raises). The
+    winner's Run; its `cancelled` attribute lists the Runs of the others, and every run's manifest records the race
+    (first_to_start: the winner, each one's wait). Raises ClusterTrainError, with nothing queued, on bad input."""
+    checked_number("timeout_s", timeout_s, above=0)
+    listed = list(jobs) if isinstance(jobs, (list, tuple)) else None
+    odd = next((job for job in listed or [] if not isinstance(job, Job)), None)
+    if not listed or odd is not None:
+        raise UserError(f"first_to_start takes a list of ct.Job, not {odd if odd is not None else jobs!r}; e.g. "
+                        f"ct.first_to_start([ct.Job(CLUSTER, PROFILE_A, ...), ct.Job(CLUSTER, PROFILE_B, ...)])")
+    entries_of([Entry(job.cluster, job.profile).name for job in listed])  # two or more, each named once
+    prepared, outcome = contenders(listed, dry_run=False), {}
+    for i, made in enumerate(prepared):  # the race's outcome, as each run records it, kept here too
+        prepared[i] = dataclasses.replace(made, record=kept(made.record, outcome))
+    racing.race_across(prepared, timeout_s)
+    won = next(c for c in prepared if c.run_id == outcome["winner_run"])
+    winner = Run(won.run_dir)
+    winner.cancelled = [Run(c.run_dir) for c in prepared if c is not won]
+    return winner
+
+
+def kept(record: Callable[[Dict], None], outcome: Dict) -> Callable[[Dict], None]:
+    def recorded(told: Dict) -> None:
+        record(told)
+        outcome.update(told)
+    return recorded
 
 
 def contender(entry: Entry, job: Job, dry_run: bool) -> racing.Contender:
