@@ -100,6 +100,30 @@ assert 'torch' not in sys.modules
 """
 
 
+def test_a_build_parses_its_time_limit_once_and_looks_up_its_adapter_and_launch_shape_once(store, monkeypatch,
+                                                                                             tmp_path):
+    """Issue 57 item 1: the resolved job carries what it resolved, its time limit in seconds (time_s), its adapter
+    and its launch shape, and the checks, the cost and the budget read those: one parse and one look-up per build."""
+    from cluster_train.host.jobs import build as building, cost, resolve
+    from cluster_train.host.jobs.build import Request, Site, build
+    from cluster_train.host.schedulers.slurm import Slurm
+
+    parsed, looked_up, shaped = [], [], []
+    real_parse, real_adapter, real_launch = Slurm.time_seconds, building.adapter, resolve.launch_of
+    monkeypatch.setattr(Slurm, "time_seconds", lambda self, text: parsed.append(text) or real_parse(self, text))
+    for module in (building, resolve):
+        monkeypatch.setattr(module, "adapter", lambda name: looked_up.append(name) or real_adapter(name))
+        monkeypatch.setattr(module, "launch_of", lambda *given: shaped.append(given) or real_launch(*given))
+    site = Site.load("ci-slurm")  # the cluster file's own validation (its partitions' max_time) is not the build's
+    parsed.clear()
+    sub = build(site, Request("n1_gpu1", "demo", [f"data.root={tmp_path}"], run_id="once", dry_run=True))
+    assert sub.job.placement.time == "00:20:00" and sub.job.placement.time_s == 1200
+    assert parsed == ["00:20:00"] and len(looked_up) == 2 and len(shaped) == 1  # the shape's adapter, the job's
+    assert sub.job.adapter is real_adapter("slurm")
+    sub.job.placement.time_s = 7200  # the cost reads the seconds the job carries, not its text again
+    assert cost.most_hours(sub.job) == 2.0 and parsed == ["00:20:00"]
+
+
 def test_the_host_side_never_imports_torch(store, tmp_path):
     """Every golden profile's dry run (and `names`) with torch, Lightning, DeepSpeed and numpy made unimportable."""
     import host.test_golden_scripts as golden
