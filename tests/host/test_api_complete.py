@@ -20,7 +20,7 @@ from cluster_train.host.jobs import function_call
 from cluster_train.host.search import record as rec
 from cluster_train.shared import calls
 
-SEARCH = {"space": {"optim.lr": {"float": [0.001, 0.1], "log": True}}, "trials": 2,
+SEARCH = {"space": {"optim.lr": {"log_uniform": [1.0e-3, 1.0e-1]}}, "trials": 2,
           "objective": {"metric": "val/acc", "direction": "maximize"}}
 
 
