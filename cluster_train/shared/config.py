@@ -4,6 +4,7 @@ Torch-free, so the host side can resolve and check a config before anything is q
 config is saved as `config.yaml` beside the run's outputs, as timm saves its `args.yaml`.
 """
 import dataclasses
+import functools
 import math
 import re
 import typing
@@ -110,7 +111,8 @@ class RunConfig:
 
 
 def load(path: Union[str, Path], overrides: Union[Mapping[str, Any], List[str], None] = None) -> RunConfig:
-    """Read a YAML config file and apply overrides ({"trainer.max_epochs": 2} or ["trainer.max_epochs=2"])."""
+    """Read a YAML config file and apply overrides: a mapping of typed values ({"trainer.max_epochs": 2}, taken as
+    they are) or `KEY=TEXT` lines (["trainer.max_epochs=2"], typed by the schema: parse_settings)."""
     return resolve(read(path), overrides)
 
 
@@ -126,8 +128,9 @@ def read(path: Union[str, Path]) -> Dict[str, Any]:
 
 
 def resolve(raw: Mapping[str, Any], overrides: Union[Mapping[str, Any], List[str], None] = None) -> RunConfig:
+    """The typed config of a raw mapping with overrides on top (a mapping of typed values, or `KEY=TEXT` lines)."""
     merged = _deep_copy(raw)
-    for key, value in parse_overrides(overrides).items():
+    for key, value in parse_settings(overrides).items():
         _set_dotted(merged, key, value)
     if "tracker" in merged:
         merged["tracker"] = normalize_tracker(merged["tracker"])
@@ -170,19 +173,63 @@ def set_value(run: RunConfig, dotted: str, value: Any) -> None:
         setattr(node, leaf, value)
 
 
-def parse_overrides(overrides: Union[Mapping[str, Any], List[str], None]) -> Dict[str, Any]:
-    """`["a.b=1", "c=x"]` -> {"a.b": 1, "c": "x"}; values are read as YAML scalars (2 -> int, true -> bool)."""
-    if overrides is None:
+def parse_settings(lines: Union[Mapping[str, Any], List[str], None]) -> Dict[str, Any]:
+    """`["a.b=1", "name=007"]` -> {"a.b": 1, "name": "007"}: each `KEY=TEXT` line typed once by typed_setting. A
+    mapping holds typed values already (the Python API's): taken as it is, nothing rendered to text and read back."""
+    if lines is None:
         return {}
-    if isinstance(overrides, Mapping):
-        return dict(overrides)
+    if isinstance(lines, Mapping):
+        return dict(lines)
     parsed = {}
-    for item in overrides:
+    for item in lines:
         key, sep, text = str(item).partition("=")
         if not sep or not key:
             raise UserError(f"override {item!r} is not key=value; write it like trainer.max_epochs=5")
-        parsed[key.strip()] = yaml_scalar(text)
+        parsed[key.strip()] = typed_setting(key.strip(), text)
     return parsed
+
+
+def typed_setting(key: str, text: str) -> Any:
+    """A `--set KEY=TEXT` value typed by the schema's type for the dotted key. A str key keeps the text as it is
+    (name=007 stays "007"), or the text inside YAML's quotes ('...' or "...", as a JSON string is), so that every
+    str value has a line that reads back as itself. An int, float or bool key (or an Optional/Union of them) reads
+    the text as a YAML scalar and takes the first type it fits (null: None where None is allowed); a text that fits
+    none is left for resolve() to refuse in one line, beside every other bad value. A free-form key (inside
+    task_params, model.params, data.params or reads, a key typed Any, Dict or List, a section, an unknown key) has
+    no schema type that says more: it is read as YAML, as before (2 -> int, true -> bool, [a, b] -> a list)."""
+    hint = schema_type(key)
+    if hint is str and not _quoted(text):
+        return text
+    value = yaml_scalar(text)
+    if hint is str:
+        return value if isinstance(value, str) else text
+    if hint is None:
+        return value
+    try:
+        return _coerce(value, hint, key)
+    except UserError:
+        return value
+
+
+def _quoted(text: str) -> bool:
+    return len(text) >= 2 and text[0] == text[-1] and text[0] in "'\""
+
+
+@functools.lru_cache(maxsize=None)  # a sweep's thousand elements type the same keys
+def schema_type(key: str) -> Any:
+    """The type RunConfig declares for a dotted key, or None for a free-form one (no field, a mapping, a list, Any,
+    a section)."""
+    node: Any = RunConfig
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(node):
+            return None
+        hint = typing.get_type_hints(node).get(part)
+        if hint is None:
+            return None
+        node = hint
+    if dataclasses.is_dataclass(node) or node is Any or typing.get_origin(node) in (dict, Dict, list, List):
+        return None
+    return node
 
 
 def yaml_scalar(text: str) -> Any:

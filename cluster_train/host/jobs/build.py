@@ -274,7 +274,7 @@ def experiment_config(name: str) -> Path:
 
 def user_overrides(overrides: List[str], cluster_file: str) -> Dict[str, Any]:
     """--set values, refusing the keys a profile decides: a job setting belongs to the cluster file."""
-    parsed = cfg.parse_overrides(overrides)
+    parsed = cfg.parse_settings(overrides)
     for key in parsed:
         if key in DERIVED:
             raise UserError(f"{key} is derived from the cluster profile; choose another profile instead of --set {key}")

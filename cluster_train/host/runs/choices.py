@@ -13,7 +13,7 @@ def kept_choices(manifest: dict, profile: Profile, overrides: List[str]) -> List
     not as the profile's ddp)."""
     earlier = [*manifest.get("overrides", []), *(o for r in manifest.get("resumes", []) for o in r["overrides"])]
     latest = {key_of(typed): typed for typed in earlier}
-    decided, now_set = profile_values(profile), cfg.parse_overrides(overrides)
+    decided, now_set = profile_values(profile), cfg.parse_settings(overrides)
     return [typed for key, typed in latest.items() if key in decided and key not in now_set]
 
 

@@ -24,7 +24,7 @@ def rerun_submission(run_dir: Path, overrides: List[str], run_id: Optional[str] 
                         f"(or submit anew without --rerun)")
     found = runs.find(str(run_dir))
     manifest = runs.read_manifest(found)
-    directory.check_rerun(found, manifest, cfg.parse_overrides(overrides))  # before the image or code is read
+    directory.check_rerun(found, manifest, cfg.parse_settings(overrides))  # before the image or code is read
     site = Site.load(manifest["cluster_file"])
     record = run_image(manifest, f"the image of {found}", site.image_store)
     # config.yaml holds every value the run had, but the profile's go over it again: its own --set values of those
