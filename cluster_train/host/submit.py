@@ -113,11 +113,11 @@ def submit_command(argv: List[str], command: Optional[List[str]]) -> int:
     if site.user.get("ssh"):
         return over_ssh(job, site, args, argv)
     if args.first_to_start or args.sweeps or args.sweep_file:
-        plan = job.plan(site, dry_run=args.dry_run, sweeps=args.sweeps, sweep_file=args.sweep_file,
+        plan = job._plan(site, dry_run=args.dry_run, sweeps=args.sweeps, sweep_file=args.sweep_file,
                         max_parallel=args.max_parallel, first_to_start=args.first_to_start, timeout_s=args.timeout,
                         after=args.after)
         return show_and_queue(plan, args.dry_run, args.wait, args.timeout, args.strict_budget)
-    return show_and_queue(one_run(job.submission(site, args.dry_run, args.after)), args.dry_run, args.wait,
+    return show_and_queue(one_run(job._submission(site, args.dry_run, args.after)), args.dry_run, args.wait,
                           args.timeout, args.strict_budget)
 
 
@@ -181,7 +181,7 @@ def pipeline(args, command: Optional[List[str]]) -> int:
     each after the stages it names (cluster_train/host/api/pipeline.py)."""
     refuse_options(args.cluster, pipeline_extras(args, command))
     planned = Pipeline(args.cluster, args.pipeline, overrides=args.overrides, run_id=args.run_id, dev=args.dev,
-                       stale_image_ok=args.stale_image_ok).plan(args.dry_run)
+                       stale_image_ok=args.stale_image_ok)._plan(args.dry_run)
     return show_and_queue(pipeline_plan(planned), args.dry_run, False, args.timeout)
 
 

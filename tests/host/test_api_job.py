@@ -58,4 +58,4 @@ def test_check_gives_every_problem_at_once_and_submit_raises_them_writing_nothin
     with pytest.raises(ct.ClusterTrainError, match="must map each key to a list of values"):
         ct.Job("local", "cpu_1proc", "demo").sweep({"optim.lr": 0.1})
     with pytest.raises(ct.ClusterTrainError, match="--max-parallel caps a sweep"):
-        ct.Job("local", "cpu_1proc", "demo").plan(dry_run=True, max_parallel=2)
+        ct.Job("local", "cpu_1proc", "demo")._plan(dry_run=True, max_parallel=2)

@@ -279,7 +279,7 @@ def api_calls(argv: List[str]):
               stale_image_ok=args.stale_image_ok, strict_budget=args.strict_budget)
     if args.sweeps or args.sweep_file or args.max_parallel is not None or args.first_to_start:
         def planned():
-            plan = job.plan(dry_run=args.dry_run, sweeps=args.sweeps, sweep_file=args.sweep_file,
+            plan = job._plan(dry_run=args.dry_run, sweeps=args.sweeps, sweep_file=args.sweep_file,
                             max_parallel=args.max_parallel, first_to_start=args.first_to_start, after=args.after)
             plan.discard() if args.dry_run else plan.queue()
         return [("plan", planned)]

@@ -62,8 +62,8 @@ class FunctionRun(Run):
         return self.status().ended
 
     def exception(self, timeout: Optional[float] = None) -> Optional[FunctionError]:
-        """Wait as result() does, then the FunctionError it would raise (the remote exception its __cause__), or
-        None where the function returned."""
+        """Wait as result() does (at most `timeout` seconds: TimeoutError), then the FunctionError it would raise
+        (the remote exception its __cause__), or None where the function returned."""
         try:
             self.result(timeout)
         except FunctionError as err:

@@ -66,7 +66,7 @@ class Job:
             if site.user.get("ssh"):
                 over_ssh.checked(self, site, dry_run=False)
             else:
-                sub = build_after(site, self.request(self.profile, dry_run=False))
+                sub = build_after(site, self._request(self.profile, dry_run=False))
                 sub.discard()
                 if self.strict_budget:  # the refusal submit() would raise; without strict, submit only warns
                     budget.check([sub.job], strict=True)
@@ -85,17 +85,17 @@ class Job:
         refuse_mixed(sweep is not None, max_parallel, rerun=False, first_to_start=False, command=bool(self.command),
                      after=bool(after))
         if sweep is not None:
-            return self.sweep_dry_run(site, sweep, max_parallel)
+            return self._sweep_dry_run(site, sweep, max_parallel)
         if site.user.get("ssh"):
             return over_ssh.dry_run(self, site, after)
-        return dry_run_of(build_after(site, self.request(self.profile, True, after)), self.strict_budget)
+        return dry_run_of(build_after(site, self._request(self.profile, True, after)), self.strict_budget)
 
-    def sweep_dry_run(self, site: Site, axes: Mapping[str, Sequence[Any]], max_parallel: Optional[int]) -> DryRun:
+    def _sweep_dry_run(self, site: Site, axes: Mapping[str, Sequence[Any]], max_parallel: Optional[int]) -> DryRun:
         """Job.dry_run(sweep=...): every element built and checked, the array's script, nothing written."""
         from cluster_train.host.runs.sweep import axes_given, dry_run_text, plan_of, prepare_sweep
 
         refuse_over_ssh(site, "a sweep from the API")
-        swept = prepare_sweep(site, self.request(self.profile, True), [], None, max_parallel, axes_given(axes))
+        swept = prepare_sweep(site, self._request(self.profile, True), [], None, max_parallel, axes_given(axes))
         plan = plan_of(swept)
         plan.discard()
         said, warned = budget_lines(plan.jobs, self.strict_budget)
@@ -110,7 +110,7 @@ class Job:
         site = Site.load(self.cluster)
         if site.user.get("ssh"):
             return over_ssh.submit(self, site, after)
-        plan = one_run(self.submission(site, dry_run=False, after=after))
+        plan = one_run(self._submission(site, dry_run=False, after=after))
         within_budget(plan, self.strict_budget)
         plan.queue()
         return Run(plan.run_dirs[0])
@@ -123,7 +123,7 @@ class Job:
 
         site = Site.load(self.cluster)
         refuse_over_ssh(site, "a sweep from the API")
-        plan = self.plan(site, dry_run=False, axes=axes_given(axes), max_parallel=max_parallel, after=after)
+        plan = self._plan(site, dry_run=False, axes=axes_given(axes), max_parallel=max_parallel, after=after)
         within_budget(plan, self.strict_budget)
         plan.queue()
         return sweep_of(plan.run_dirs[0].parent, plan.run_dirs)
@@ -145,18 +145,18 @@ class Job:
         """A rerun of `run` (a Run, run id or directory), to check, dry-run or submit as a Job: see Rerun."""
         return Rerun(run, overrides, run_id=run_id, stale_image_ok=stale_image_ok, strict_budget=strict_budget)
 
-    def request(self, profile: str, dry_run: bool, after: After = (), **recorded: Any) -> Request:
+    def _request(self, profile: str, dry_run: bool, after: After = (), **recorded: Any) -> Request:
         """The job builder's Request for this job on `profile` (a rerun's recorded values over it)."""
         asked = dict(overrides=list(self.overrides), run_id=self.run_id, flavor=self.flavor, dry_run=dry_run,
                      stale_image_ok=self.stale_image_ok, command=self.command, dev=self.dev,
                      after=after_dirs(after))
         return Request(profile, self.experiment, **{**asked, **recorded})
 
-    def submission(self, site: Site, dry_run: bool, after: After = ()) -> Submission:
+    def _submission(self, site: Site, dry_run: bool, after: After = ()) -> Submission:
         """This job built and checked on `site`, nothing written (the command line shows it, then queues it)."""
-        return build_after(site, self.request(self.profile, dry_run, after))
+        return build_after(site, self._request(self.profile, dry_run, after))
 
-    def plan(self, site: Optional[Site] = None, *, dry_run: bool, sweeps: Sequence[str] = (),
+    def _plan(self, site: Optional[Site] = None, *, dry_run: bool, sweeps: Sequence[str] = (),
              sweep_file: Optional[str] = None, axes: Optional[List[Tuple[str, List[str]]]] = None,
              max_parallel: Optional[int] = None, first_to_start: Optional[Sequence[str]] = None,
              timeout_s: float = RACE_TIMEOUT_S, after: After = ()) -> Plan:
@@ -170,14 +170,14 @@ class Job:
             from cluster_train.host.runs.race import race_plan
 
             refuse_over_ssh(site, "--first-to-start")
-            subs = [build(site, self.request(name, dry_run, after, run_id=None)) for name in first_to_start]
+            subs = [build(site, self._request(name, dry_run, after, run_id=None)) for name in first_to_start]
             return race_plan(subs, list(first_to_start), timeout_s)
         if swept:
             from cluster_train.host.runs.sweep import sweep_plan
 
-            return sweep_plan(site, self.request(self.profile, dry_run, after), list(sweeps), sweep_file,
+            return sweep_plan(site, self._request(self.profile, dry_run, after), list(sweeps), sweep_file,
                               max_parallel, axes)
-        return one_run(self.submission(site, dry_run, after))
+        return one_run(self._submission(site, dry_run, after))
 
 
 class Rerun:
@@ -200,7 +200,7 @@ class Rerun:
     def check(self) -> List[str]:
         """Every problem that would refuse the rerun, in the command line's words; [] when it would submit."""
         try:
-            sub = self.submission(dry_run=False)
+            sub = self._submission(dry_run=False)
             sub.discard()
             if self.strict_budget:
                 budget.check([sub.job], strict=True)
@@ -210,16 +210,16 @@ class Rerun:
 
     def dry_run(self, *, after: After = ()) -> DryRun:
         """The rerun's script, config, summary and warnings, nothing written or queued."""
-        return dry_run_of(self.submission(dry_run=True, after=after), self.strict_budget)
+        return dry_run_of(self._submission(dry_run=True, after=after), self.strict_budget)
 
     def submit(self, *, after: After = ()) -> Run:
         """Check, write the new run directory and queue it (after the runs of `after`); its Run."""
-        plan = one_run(self.submission(dry_run=False, after=after))
+        plan = one_run(self._submission(dry_run=False, after=after))
         within_budget(plan, self.strict_budget)
         plan.queue()
         return Run(plan.run_dirs[0])
 
-    def submission(self, dry_run: bool, after: After = ()) -> Submission:
+    def _submission(self, dry_run: bool, after: After = ()) -> Submission:
         """The rerun built and checked, nothing written (the command line shows it, then queues it)."""
         return rerun_submission(self.run, self.overrides, self.run_id, dry_run, self.stale_image_ok,
                                 after=after_dirs(after))

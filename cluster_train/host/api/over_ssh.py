@@ -40,7 +40,7 @@ def checked(job: Job, site: Site, dry_run: bool, after: After = ()) -> Remote:
     if unsupported:
         refuse_over_ssh(site, ", ".join(unsupported))
     profile = site.cluster.profile(job.profile)
-    run, _, _ = config_of(site, profile, job.request(job.profile, dry_run))
+    run, _, _ = config_of(site, profile, job._request(job.profile, dry_run))
     run_id = job.run_id or new_run_id(site.cluster.name, job.profile)
     flavor = job.flavor or site.cluster.partition(profile.partition).image
     image = store.current(flavor, project.images_dir())  # this machine's store; `images:` of ssh settings: theirs
@@ -83,7 +83,7 @@ def dry_run(job: Job, site: Site, after: After = ()) -> DryRun:
     """The login node's dry run: its summary and script as it shows them; the config as resolved here."""
     sending, done = launched(job, site, True, after)
     summary, _, script = done.stdout.partition(BANNER)
-    run, _, _ = config_of(site, site.cluster.profile(job.profile), job.request(job.profile, True))
+    run, _, _ = config_of(site, site.cluster.profile(job.profile), job._request(job.profile, True))
     return DryRun(script, user_code.recorded_config(run), summary.rpartition("\n---")[0], list(sending.warnings))
 
 

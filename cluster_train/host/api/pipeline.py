@@ -21,7 +21,8 @@ from cluster_train.host.runs import pipeline as pipelines
 
 class Pipeline:
     """The pipeline `name` of cluster `cluster` (a name in clusters/ or a cluster file's path); `overrides` go to
-    every stage, after the stage's own values; `run_id`: its runs are <run_id>-<stage>."""
+    every stage, after the stage's own values; `run_id`: its runs are <run_id>-<stage>; `dev` and `stale_image_ok`:
+    as Job takes them, for every stage."""
 
     def __init__(self, cluster: str, name: str, *, overrides: Overrides = (), run_id: Optional[str] = None,
                  dev: bool = False, stale_image_ok: bool = False) -> None:
@@ -40,24 +41,24 @@ class Pipeline:
     def check(self) -> List[str]:
         """Every problem of every stage at once, each line as the command line says it ([] when it would submit)."""
         try:
-            self.plan(dry_run=True, discard=True)
+            self._plan(dry_run=True, discard=True)
         except UserError as err:
             return err.lines
         return []
 
     def dry_run(self) -> Dict[str, DryRun]:
         """Each stage's script, config, summary and warnings, by stage name; nothing is written or queued."""
-        planned = self.plan(dry_run=True, discard=True)
+        planned = self._plan(dry_run=True, discard=True)
         return {step.stage.name: DryRun(step.sub.script, user_code.recorded_config(step.sub.run), step.sub.summary,
                                         list(step.sub.warnings)) for step in planned}
 
     def submit(self) -> List[Run]:
         """Check every stage, then queue them in order, each after the stages it names; one Run per stage.
         Raises ClusterTrainError, with nothing queued, on any problem of any stage."""
-        queued = pipelines.queue_all(self.plan(dry_run=False))
+        queued = pipelines.queue_all(self._plan(dry_run=False))
         return [Run(waited.run_dir) for waited in queued]
 
-    def plan(self, dry_run: bool, discard: bool = False) -> List[pipelines.Planned]:
+    def _plan(self, dry_run: bool, discard: bool = False) -> List[pipelines.Planned]:
         """Every stage built and checked, nothing queued (`discard`: their code snapshots dropped again)."""
         site = Site.load(self.cluster)
         refuse_over_ssh(site, "--pipeline")

@@ -159,7 +159,7 @@ def contender(entry: Entry, job: Job, dry_run: bool) -> racing.Contender:
     if not site.user.get("ssh"):
         if not dry_run:
             scheduler_here(site)
-        return racing.here(entry.name, build(site, job.request(entry.profile, dry_run, run_id=None)))
+        return racing.here(entry.name, build(site, job._request(entry.profile, dry_run, run_id=None)))
     sending = over_ssh.checked(job, site, dry_run)
     reach, sent = remote.send(site, dry_run, sending.image, sending.data)
     argv = over_ssh.argv(job, False)

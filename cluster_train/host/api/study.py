@@ -100,6 +100,6 @@ def start(job, search: Union[str, Path, Mapping[str, Any]], max_parallel: Option
     site = Site.load(job.cluster)
     refuse_over_ssh(site, "a search")
     spec = read_spec(dict(search), "search") if isinstance(search, Mapping) else read_spec_file(str(search))
-    plan = study_plan(site, job.request(job.profile, dry_run=False), spec, max_parallel, job.experiment)
+    plan = study_plan(site, job._request(job.profile, dry_run=False), spec, max_parallel, job.experiment)
     study = Study(plan.queue())
     return study.resume(wait, timeout_s, progress)

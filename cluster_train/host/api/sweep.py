@@ -36,8 +36,9 @@ class SweepProgress:
 
 @dataclass(frozen=True)
 class Sweep:
-    """A queued sweep (one job array): its directory and one Run per element, in the order of the combinations.
-    `Sweep(path)` reads a sweep queued before (its directory, a relative path too, or its id)."""
+    """A queued sweep (one job array): its directory `path` and one Run per element, `runs`, in the order of the
+    combinations. `Sweep(path)` reads a sweep queued before (its directory, a relative path too, or its id; `runs`
+    read from its sweep.json)."""
 
     path: Path
     runs: List[Run] = field(default_factory=list)

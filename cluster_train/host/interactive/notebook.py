@@ -162,7 +162,7 @@ def submission(site: Site, args) -> Submission:
     site = shortened(site, dataclasses.replace(site.cluster.profile(args.profile), max_requeues=0), args.time)
     job = Job(args.cluster, args.profile, args.experiment, overrides=["name=notebook"], command=command,
               flavor=args.flavor, run_id=args.run_id, stale_image_ok=args.stale_image_ok or args.dev)
-    return job.submission(site, dry_run=False)
+    return job._submission(site, dry_run=False)
 
 
 def with_cluster(site: Site, **changed) -> Site:

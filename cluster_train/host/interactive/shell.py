@@ -44,7 +44,7 @@ def main(argv: List[str]) -> int:
 
     signal.signal(signal.SIGHUP, hung_up)
     site = allocation.shortened(site, site.cluster.profile(args.profile), args.time)  # --time, decided once
-    prepared = allocation.prepare(job.submission(site, dry_run=False), site)
+    prepared = allocation.prepare(job._submission(site, dry_run=False), site)
     for line in prepared.sub.warnings:
         print(f"run-cluster: {line}", file=sys.stderr)
     command = ["bash", "-c", args.command] if args.command else ["bash"]

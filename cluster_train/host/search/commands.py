@@ -31,7 +31,7 @@ def start(args, job) -> int:
         raise UserError(f"--search runs its driver where the runs' directories are: start it on {site.cluster.name}'s "
                         f"login node (ssh {site.user['ssh']}); `run-cluster resume` continues it from there")
     spec = read_spec_file(args.search)
-    plan = study_plan(site, job.request(job.profile, args.dry_run), spec, args.max_parallel, args.experiment)
+    plan = study_plan(site, job._request(job.profile, args.dry_run), spec, args.max_parallel, args.experiment)
     status = show_and_queue(plan, args.dry_run, False, args.timeout, args.strict_budget)
     if args.dry_run or status:
         return status
