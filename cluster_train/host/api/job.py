@@ -38,7 +38,11 @@ class Job:
     name in experiments/ or a YAML path; None: the profile's own, else the default) and overrides (a mapping of
     dotted keys to values, or "KEY=VALUE" strings as --set takes them). `command`: your own code to run in the image
     instead of a registered task (as after `run-cluster ... --`). The rest are the command line's options of the
-    same names. Nothing is read or checked until a method is called."""
+    same names: `flavor` (--flavor: the image flavor instead of the profile's), `run_id` (--run-id: the run's
+    directory name instead of a new id), `dev` (--dev: your working directory bound into the container instead of a
+    snapshot of it), `stale_image_ok` (--stale-image-ok: train with an image built from other code than this
+    checkout) and `strict_budget` (--strict-budget: refuse a job that may pass your GPU-hour budget, rather than a
+    BudgetWarning). Nothing is read or checked until a method is called."""
 
     def __init__(self, cluster: str, profile: str, experiment: Optional[str] = None, *, overrides: Overrides = (),
                  command: Optional[Sequence[str]] = None, flavor: Optional[str] = None, run_id: Optional[str] = None,
@@ -79,8 +83,8 @@ class Job:
         """The script, resolved config, summary and warnings of a submission, with nothing written or queued (the
         code snapshot taken to check your code is dropped again). With `sweep` (as Job.sweep takes it): the job
         array's script (a sweep split into several arrays: each under the line the command line heads it with) and
-        the first element's config. `after`: as submit takes it, checked alike. Raises ClusterTrainError on bad
-        input."""
+        the first element's config; `max_parallel`: as Job.sweep takes it. `after`: as submit takes it, checked
+        alike. Raises ClusterTrainError on bad input."""
         site = Site.load(self.cluster)
         refuse_mixed(sweep is not None, max_parallel, rerun=False, first_to_start=False, command=bool(self.command),
                      after=bool(after))
@@ -117,8 +121,9 @@ class Job:
 
     def sweep(self, axes: Mapping[str, Sequence[Any]], max_parallel: Optional[int] = None, *,
               after: After = ()) -> Sweep:
-        """One run per combination of the values (the last key varying fastest), queued as one job array with at
-        most `max_parallel` at once; every element is checked before any is queued."""
+        """One run per combination of the values of `axes` ({dotted key: [values]}, the last key varying fastest),
+        queued as one job array with at most `max_parallel` at once (a whole number; None: the scheduler's own cap);
+        every element is checked before any is queued. `after`: as submit takes it. Its Sweep."""
         from cluster_train.host.runs.sweep import axes_given
 
         site = Site.load(self.cluster)
@@ -142,7 +147,8 @@ class Job:
     @staticmethod
     def rerun_of(run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Optional[str] = None,
                  stale_image_ok: bool = False, strict_budget: bool = False) -> "Rerun":
-        """A rerun of `run` (a Run, run id or directory), to check, dry-run or submit as a Job: see Rerun."""
+        """A rerun of `run` (a Run, run id or directory), to check, dry-run or submit as a Job; `overrides`, `run_id`,
+        `stale_image_ok` and `strict_budget` as Rerun takes them."""
         return Rerun(run, overrides, run_id=run_id, stale_image_ok=stale_image_ok, strict_budget=strict_budget)
 
     def _request(self, profile: str, dry_run: bool, after: After = (), **recorded: Any) -> Request:
@@ -184,7 +190,8 @@ class Rerun:
     """A new run of a recorded one (a Run, run id or directory) on its own cluster and profile, with its config,
     image digest, code and data image; `overrides` apply on top and are recorded. check(), dry_run() and submit()
     as a Job's (what `run-cluster --rerun RUN [--dry-run]` does); its cluster, profile and image are the run's, so
-    it takes none. Nothing is read until a method is called."""
+    it takes none. `run_id`, `stale_image_ok` and `strict_budget`: as Job takes them. Nothing is read until a method
+    is called."""
 
     def __init__(self, run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Optional[str] = None,
                  stale_image_ok: bool = False, strict_budget: bool = False) -> None:
@@ -209,7 +216,8 @@ class Rerun:
         return []
 
     def dry_run(self, *, after: After = ()) -> DryRun:
-        """The rerun's script, config, summary and warnings, nothing written or queued."""
+        """The rerun's script, config, summary and warnings, nothing written or queued; `after`: as submit takes
+        it, checked alike."""
         return dry_run_of(self._submission(dry_run=True, after=after), self.strict_budget)
 
     def submit(self, *, after: After = ()) -> Run:
@@ -228,7 +236,8 @@ class Rerun:
 def rerun(run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Optional[str] = None,
           stale_image_ok: bool = False, strict_budget: bool = False, after: After = ()) -> Run:
     """Submit a run again on its own cluster and profile, with its config and image digest; `overrides` apply on
-    top and are recorded. Its new Run (Job.rerun_of(run, ...).submit())."""
+    top and are recorded; `run_id`, `stale_image_ok` and `strict_budget` as Job takes them; `after`: runs it starts
+    after (as Job.submit takes them). Its new Run (Job.rerun_of(run, ...).submit())."""
     return Rerun(run, overrides, run_id=run_id, stale_image_ok=stale_image_ok,
                  strict_budget=strict_budget).submit(after=after)
 
