@@ -123,7 +123,7 @@ def contenders(jobs: Sequence[Job], dry_run: bool) -> List[racing.Contender]:
 
 
 def first_to_start(jobs: Sequence[Job], *, timeout_s: float = RACE_TIMEOUT_S) -> Run:
-    """Queue every job (each on its own cluster and profile; a cluster your settings reach over SSH through its
+    """Queue every job of `jobs` (each on its own cluster and profile; a cluster your settings reach over SSH through its
     login node), keep the first the scheduler starts and cancel the rest: `run-cluster --first-to-start
     CLUSTER:PROFILE CLUSTER:PROFILE ...`, with the same checks and words. Every job is checked in full before any
     is queued; waits at most `timeout_s` seconds for one to start (then all stay queued, and it raises). The

@@ -36,7 +36,8 @@ class Run:
     """
 
     def __init__(self, path_or_id: PathOrId) -> None:
-        """Refuses (ClusterTrainError) a path that holds no run, and an id found in no run root."""
+        """`path_or_id`: the run's directory or its id. Refuses (ClusterTrainError) a path that holds no run, and an
+        id found in no run root."""
         self.path: Path = run_dirs.find(str(path_or_id))
         self._record: Record = record_for(self.path)  # where its answers come from, chosen once
 
@@ -96,7 +97,8 @@ class Run:
         """Until the run has ended (a requeued run has not; a sweep: every element), its final status. TimeoutError
         (a ClusterTrainError too) after `timeout` seconds: the job goes on. `progress`, if given, is called at each
         poll with a Progress (cluster_train.host.progress): its `stage` says the job's state and rank 0's last epoch
-        line ("RUNNING, epoch 2/5 step 40 train/loss 0.6931"; a sweep: "2 done, 1 running, 0 failed, 3 queued")."""
+        line ("RUNNING, epoch 2/5 step 40 train/loss 0.6931"; a sweep: "2 done, 1 running, 0 failed, 3 queued").
+        `poll_s`: seconds between looks."""
         return self._record.wait(timeout, poll_s, progress)
 
     @overload

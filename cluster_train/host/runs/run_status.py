@@ -25,7 +25,11 @@ class RunStatus:
     (a requeued job has not); `cause` names what ended a run that did not complete (a cancel, the scheduler, a
     failure its record or its logs name: a hang, the restart budget spent), "" otherwise; `segments` hold each
     failure's details (`stuck`, `stacks`, `failures`, `excluded`; `resumed_from()`'s `lost_steps`); `results` is a
-    completed run's results.json ({} otherwise); `cost` what its allocations held (runs/cost.py; {} before one)."""
+    completed run's results.json ({} otherwise); `cost` what its allocations held (runs/cost.py; {} before one);
+    `job_id` and `run_id` name its job and run, `scheduler` the adapter; `cancelling`: who asked the scheduler to end
+    a job still ending, and when; `details`: the scheduler's other fields; `data`: the data image it read ("" for
+    none); `trackers`: where its trackers log; `warnings`: what its logs warn of (NCCL on TCP); `own_code`: a run of
+    your own command. `RunStatus.from_dict(said)` reads it back from what `status --json` said."""
 
     state: State
     cause: str
@@ -65,6 +69,7 @@ class RunStatus:
 
     @classmethod
     def from_dict(cls, said: Dict[str, Any]) -> "RunStatus":
+        """The status `said` (as_dict's form, from `status --json`), read back."""
         fields = {f.name for f in dataclasses.fields(cls)}
         kept = {k: v for k, v in said.items() if k in fields}
         return cls(**{**kept, "state": State.of(said["state"]), "trackers": tuple(said.get("trackers", ())),
