@@ -130,13 +130,14 @@ def test_the_job_warns_loudly_when_nccl_fell_back_to_sockets(dry_run, tmp_path, 
 def test_status_repeats_the_fabric_warning(tmp_path, capsys, net, hosts, said):
     from cluster_train.host.views import commands
     from cluster_train.host.schedulers import adapter
+    from cluster_train.host.runs.manifest import Manifest
 
     write_logs(tmp_path, **hosts)
     job = {"check_fabric": True, **({"fabric": net} if net else {})}
     recorded = {"run_id": "r", "cluster_file": "c", "profile": "p", "image": {"sha256": "ab"},
                 "scheduler": {"name": "local", "job_id": "1"}, "job": job}
     (tmp_path / "manifest.json").write_text(json.dumps(recorded))
-    commands.print_status(recorded, adapter("local"), tmp_path)
+    commands.print_status(Manifest(recorded), adapter("local"), tmp_path)
     warnings = [line for line in capsys.readouterr().out.splitlines() if "WARNING" in line]
     assert len(warnings) == (1 if said else 0), warnings
     assert not said or (said in warnings[0] and "fell back to TCP sockets" in warnings[0])
