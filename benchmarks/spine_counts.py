@@ -152,7 +152,7 @@ def probe() -> None:
         names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
         if any(carries(frame.f_locals.get(n)) for n in names):
             hops.add((os.path.relpath(code.co_filename, package), code.co_qualname))
-            parses += code.co_name in ("parse_overrides", "yaml_scalar")
+            parses += code.co_name in ("parse_overrides", "parse_settings", "yaml_scalar", "typed_setting")
 
     data = Path(os.environ["CT_RUNS_DIR"]) / VALUE
     data.mkdir()
