@@ -69,11 +69,3 @@ def create(run_dir: Path) -> Path:
 def discard(run_dir: Path) -> None:
     """Remove a run directory whose submission failed: nothing half-made is left behind."""
     shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def data_digest(manifest: Manifest) -> str:  # kept until its callers read manifest.data_digest
-    return manifest.data_digest
-
-
-def data_version(manifest: Manifest, digits: int = 12) -> str:  # kept until its callers read the property
-    return manifest.data_version(digits)

@@ -34,4 +34,4 @@ def rerun_submission(run_dir: Path, overrides: List[str], run_id: Optional[str] 
                                      run_id=run_id, flavor=record.flavor, image=record, rerun_of=manifest["run_id"],
                                      dry_run=dry_run, stale_image_ok=stale_image_ok,
                                      recorded_code=manifest.get("code"), code_from=Path(found),
-                                     data_sha256=runs.data_digest(manifest), after=list(after)))
+                                     data_sha256=manifest.data_digest, after=list(after)))

@@ -43,7 +43,7 @@ def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], 
     sub = build(site, Request(profile, str(run_dir / "config.yaml"), overrides,
                               run_dir=run_dir, flavor=record.flavor, image=record, dry_run=dry_run,
                               recorded_code=manifest.get("code"), code_from=run_dir,
-                              data_sha256=runs.data_digest(manifest)))
+                              data_sha256=manifest.data_digest))
     sub.warnings[:0] = pulled
     reshardable(recorded_ranks(manifest, run_dir), sub)
     if scheduler.after_directive("0") is None and sweep_state.holding(run_dir):
