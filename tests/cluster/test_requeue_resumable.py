@@ -4,6 +4,7 @@ Python loop, no signal handling) warned at its time limit (`scancel --batch --si
 cause and is not requeued; on 2 nodes x 2 ranks, the first node's ranks' exception is recorded as that exception
 (its exit code, rank 0), although srun ends the other node's ranks with SIGTERM and exits 143, and is not requeued.
 (The batch shell's logic with stand-ins: tests/host/test_requeue_resumable.py.)"""
+import re
 import subprocess
 from pathlib import Path
 
@@ -60,12 +61,12 @@ def test_a_warned_loop_and_a_ranks_exception_each_end_once_unrequeued(cpu_image,
     assert " TIMEOUT" in status and ("cause: the time limit was reached and the script saved no checkpoint: it would "
                                      "start again from scratch (exit 138), so it was not requeued") in status, status
     (raised,) = segments.read(raise_dir)
-    first = subprocess.run(["scontrol", "show", "hostnames", raised.hosts], capture_output=True,
-                           text=True).stdout.split()[0]
     log = job_logs(raise_dir)
+    # every rank raises: the record names the one srun saw exit first, on its host ("srun: error: n1: task 1: ...")
+    host, rank = re.search(r"srun: error: (\S+): tasks? (\d+)[-\d]*: Exited with exit code 1", log).groups()
     assert (raised.how, raised.exit_code, raised.died, raised.failures) == (
-        "FAILED", 1, {"rank": 0, "host": first}, None), log[-3000:]
+        "FAILED", 1, {"rank": int(rank), "host": host}, None), log[-3000:]
     assert "ValueError: a bad batch" in log and "requeueing" not in log, log[-3000:]
     status = run_cluster("status", raise_dir).stdout
-    said = f"rank 0 on host {first} exited 1 (its own exit, an exception: not requeued)"
+    said = f"rank {rank} on host {host} exited 1 (its own exit, an exception: not requeued)"
     assert f"    {said}" in status and f"cause: {said}" in status and " FAILED" in status, status
