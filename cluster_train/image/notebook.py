@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -41,6 +42,7 @@ class _Signals:
 
     def __init__(self, notebook_dir: Path):
         self.stop = False
+        self.warned = False
         self.notebook_dir = notebook_dir
 
     def install(self) -> None:
@@ -49,6 +51,9 @@ class _Signals:
         signal.signal(signal.SIGINT, self._stop)
 
     def _warn(self, signum, frame) -> None:
+        if self.warned:  # a second USR1 (the batch shell forwards the one scancel --batch sent every process) says
+            return  # nothing new, and may come while the first handler is writing
+        self.warned = True
         say(NOTICE)
         write_atomically(self.notebook_dir / "warning", f"{int(time.time())}\n")
 
@@ -215,8 +220,10 @@ def free_port() -> int:
 def write_atomically(path: Path, text: str) -> None:
     """Readers (the host polling server.json) see the whole file or none."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # one per write, not per pid
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide it from a host reading as another uid
     os.replace(tmp, path)
 
 

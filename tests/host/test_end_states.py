@@ -294,6 +294,37 @@ def test_lsf_reads_bhist_once_bjobs_has_forgotten_the_job(tmp_path, monkeypatch)
     assert isinstance(run["exit_code"], int) and "TERM_OWNER" in run["said"], run
 
 
+def test_lsf_reads_a_requeued_job_bkill_ended_while_it_pended_as_cancelled(tmp_path, monkeypatch):
+    """A job that requeued itself by its exit value and was then killed pending: bhist ends its record with `Exited;
+    TERM_OWNER`, also where the kill was asked between its shell's exit and the requeue (the CI's order, made here
+    by moving the kill's event to where that race put it)."""
+    monkeypatch.setenv("PATH", f"{ROOT / 'tests' / 'lsf'}:{os.environ['PATH']}")
+    monkeypatch.setenv("CT_LSF_STATE", str(tmp_path / "lsf"))
+    monkeypatch.setenv("CT_LSF_REQUEUE_DELAY", "600")
+    done = subprocess.run(["bsub"], input='#!/bin/bash\n#BSUB -q ci\n#BSUB -Q "3"\nexit 3\n', capture_output=True,
+                          text=True)
+    job_id = done.stdout.split("<")[1].split(">")[0]
+    history = tmp_path / "lsf" / job_id / "history.jsonl"
+    deadline = time.time() + 30
+    while '"requeued"' not in history.read_text():
+        assert time.time() < deadline, history.read_text()
+        time.sleep(0.1)
+    subprocess.run(["bkill", job_id], check=True, capture_output=True)
+    while '"finish"' not in history.read_text():
+        assert time.time() < deadline, history.read_text()
+        time.sleep(0.1)
+    events = [json.loads(line) for line in history.read_text().splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds[-3:] == ["requeued", "kill_request", "finish"], kinds
+    by_kind = {e["event"]: e for e in events}
+    raced = events[:kinds.index("end")] + [by_kind[k] for k in ("kill_request", "end", "requeued", "finish")]
+    for order in (events, raced):
+        history.write_text("".join(json.dumps(e) + "\n" for e in order))
+        said = Lsf().accounting(job_id)
+        assert said["state"] == State.CANCELLED, (said, [e["event"] for e in order])
+        assert said["said"] == f"bhist: TERM_OWNER: job killed by owner, KILL requested by {getpass.getuser()}"
+
+
 # bhist -l of a job bkill ended and of one a memory limit ended, in IBM's words ("Termination reasons displayed by bacct,
 # bhist, and bjobs": "Exited by signal 2. The CPU time used is 0.1 seconds;"), the second with no exit line before its
 # `Completed <exit>`

@@ -113,6 +113,32 @@ def test_a_profile_with_several_tasks_serves_once_from_rank_0(run_dir):
     assert waiting.wait(10) == 0
 
 
+def test_a_second_warning_signal_while_the_first_is_being_written_ends_nothing(run_dir, monkeypatch, capsys):
+    """scancel --batch --signal=USR1 reaches the launcher twice (directly and forwarded by the batch shell): the
+    second came between the first's write and its rename, whose file it had already renamed (the CI's
+    FileNotFoundError). Here the second is sent from inside the first's rename."""
+    signals = notebook._Signals(run_dir / "notebook")
+    before = signal.signal(signal.SIGUSR1, signals._warn)
+    real_replace, sent = os.replace, []
+
+    def replace_after_a_second_signal(src, dst):
+        if not sent:
+            sent.append(src)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(0.1)  # the handler runs here, nested
+        real_replace(src, dst)
+
+    monkeypatch.setattr(notebook.os, "replace", replace_after_a_second_signal)
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.2)
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+    assert sent and int((run_dir / "notebook" / "warning").read_text()) > 0
+    assert capsys.readouterr().out.splitlines() == [notebook.NOTICE]
+    assert sorted(p.name for p in (run_dir / "notebook").iterdir()) == ["token", "warning"]  # no tmp left
+
+
 def test_the_kernels_see_the_runs_code_first_and_jupyter_writes_under_the_run(run_dir, monkeypatch):
     monkeypatch.chdir(run_dir / "code")
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")

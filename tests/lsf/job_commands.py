@@ -210,7 +210,7 @@ def print_long(job: Path, rec: dict, bjobs_style: bool = False) -> None:
         extra += f", Re-queue Exit Values <{rec['requeue_exit_values']}>"
     if rec["warning_action"]:
         extra += f", Warning signal <{rec['warning_action']}>, Warning time <{rec['warning_time']}> min"
-    lines = []
+    lines, run_event = [], None  # the last of start, end and requeued: a kill of a pending job ends no run
     for e in events:
         t, kind = stamp(e["t"]), e["event"]
         if kind == "submit":
@@ -243,8 +243,9 @@ def print_long(job: Path, rec: dict, bjobs_style: bool = False) -> None:
                 lines.append(f"{t}: Completed <exit>; {e['reason']}: {REASONS[e['reason']]};")
         elif kind == "requeued":
             lines.append(f"{t}: Pending: Job has been requeued ({e['why']});")
-        elif kind == "finish" and e["stat"] == "EXIT" and not any(x["event"] == "end" for x in events[-3:]):
-            lines.append(f"{t}: Exited; {e['reason']}: {REASONS.get(e['reason'], '')};")  # killed while pending
+        elif kind == "finish" and e["stat"] == "EXIT" and run_event != "end":  # killed while pending, requeued too
+            lines.append(f"{t}: Exited; {e['reason']}: {REASONS.get(e['reason'], '')};")
+        run_event = kind if kind in ("start", "end", "requeued") else run_event
     print("\n".join(lines))
     if not bjobs_style:
         print(summary(events, stat))
