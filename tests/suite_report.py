@@ -76,12 +76,20 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section("where the time went")
     rows = [*_setup_times(), *PHASES.items(), ("pytest, whole run", time.time() - _started)]
     rows += [(f"  worker {worker}'s last test ended", s) for worker, s in sorted(_done_at.items())]
+    rows += [("  the real components' tests, one worker's, in all", _real_components_s())]
     rows += [(f"  {nodeid}", s) for nodeid, s in sorted(_durations.items(), key=lambda kv: -kv[1])[:10]]
     for name, seconds in rows:
         write(f"{seconds:8.1f} s  {name}")
     if os.environ.get("CT_TIMES"):  # every test's time beside the setup's, for finding what to make cheaper
         with open(f"{os.environ['CT_TIMES']}.tests", "w") as out:
             out.writelines(f"{s:8.1f} {nodeid}\n" for nodeid, s in sorted(_durations.items(), key=lambda kv: -kv[1]))
+
+
+def _real_components_s() -> float:
+    """The one worker's share the scheduler cannot move (tests/conftest.py): what the two workers' ends are set by."""
+    from conftest import worker_group  # the tests' conftest, on the path pytest gives this plugin
+
+    return sum(s for nodeid, s in _durations.items() if worker_group(nodeid) == "real-components")
 
 
 def _setup_times():
