@@ -100,6 +100,25 @@ def test_a_raw_directive_repeating_a_key_is_refused_from_the_adapters_list_witho
     assert directives_repeated(job(place(directives=["--comment=x"]))) == []
 
 
+# every typed value that adds, drops or respells one of the header's options
+OWNED_CASES = [dict(), dict(queue="", constraint="a100 & ib"), dict(account="acct", qos="high", reservation="r1"),
+               dict(exclusive=True, hint="nomultithread", gpus_per_node=2, gpu_type="a100", gpu_request="typed-gres"),
+               dict(gpus_per_node=4, gpu_request="count", mem_per_gpu_gb=8, mem_gb=32), dict(mem_per_cpu_gb=2),
+               dict(whole_node=True, mem_gb=256), dict(mem_gb=0), dict(nodes=2, tasks_per_node=2, mem_gb=64)]
+
+
+@pytest.mark.parametrize("scheduler", ["slurm", "lsf"])
+@pytest.mark.parametrize("notify", [Notify(), Notify(wanted=True), Notify(wanted=True, email="a@b.c")])
+@pytest.mark.parametrize("given", OWNED_CASES)
+def test_the_options_an_adapter_owns_are_the_ones_its_header_renders(scheduler, notify, given):
+    """preflight compares raw directives with owned_options(), never with the rendered header: the two lists the
+    adapter keeps of one header must name the same options, in order."""
+    resolved = job(place(**given), scheduler=scheduler)
+    resolved.notify = notify
+    scheduler_ = resolved.adapter
+    assert scheduler_.owned_options(resolved) == [scheduler_.option(o) for o in scheduler_.directives(resolved)]
+
+
 def test_the_manifest_keeps_the_flat_keys_runs_on_disk_hold():
     whole = job(place(), tasks=[Task("task-0", "/runs/r1/task-0", "/runs/r1/task-0/config.yaml")])
     whole.fabric = Fabric(check=True, name="infiniband")

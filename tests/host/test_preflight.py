@@ -206,3 +206,30 @@ def test_missing_account_names_the_settings_file_and_key(store, tmp_path):
 def test_packing_needs_the_users_expert_checkpoints(store):
     refused(run_cluster("slurm-4gpu", "fusion_4gpu", "cifar100_fusion", "--dry-run"),
             "cluster 'slurm-4gpu' needs your experts", "experts: ...")
+
+
+V100 = "gpuv100: {image: cuda11.6, gpu_type: V100, gpus_per_node: 2, cpus_per_node: 24, mem_per_node_gb: 384}"
+SETS = "which the script already sets; remove it from directives and set"
+
+
+@pytest.mark.parametrize("scheduler, partition, profile, accepted, refusals", [
+    ("slurm", None, "{partition: gpu, gpus_per_node: 1, cpus_per_task: 4, mem_gb: 32", "--begin=now+1hour",
+     [f"directive '-N 1' repeats nodes, {SETS} nodes instead",  # the value the key gives, once more
+      f"directive '--mem-per-gpu=8G' repeats mem/mem-per-cpu/mem-per-gpu, {SETS} mem_gb, mem_per_gpu_gb, "
+      f"mem_per_cpu_gb or whole_node instead"]),  # another way to give the memory mem_gb gives
+    ("lsf", V100, "{partition: gpuv100, gpus_per_node: 1, cpus_per_task: 4, mem_gb: 64, time: '4:00'",
+     "-R \"affinity[core(4)]\"",  # -R: LSF merges several, as it merges the script's own
+     [f"directive '-W 4:00' repeats W, {SETS} time instead",
+      f"directive '-n 8' repeats n, {SETS} nodes and cpus_per_task instead"]),  # 8 slots where the key gives 4
+])
+def test_a_raw_directive_repeating_or_contradicting_a_key_is_refused(store, tmp_path, scheduler, partition, profile,
+                                                                     accepted, refusals):
+    """Each refused directive is named, every one at once; one no key sets passes (on Slurm and LSF)."""
+    where = {"partition": partition} if partition else {}
+    given = [refusal.split("'")[1] for refusal in refusals]
+    path = cluster_file(tmp_path, f"{profile}, directives: {given + [accepted]!r}}}", scheduler=scheduler, **where)
+    message = refused(run_cluster(path, "p", "--dry-run"), *[f"profile 'p': {refusal}" for refusal in refusals])
+    assert accepted not in message
+    path = cluster_file(tmp_path, f"{profile}, directives: {[accepted]!r}}}", scheduler=scheduler, **where)
+    done = run_cluster(path, "p", "--dry-run")
+    assert done.returncode == 0 and f"{accepted}\n" in done.stdout, done.stderr

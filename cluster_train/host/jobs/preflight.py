@@ -242,16 +242,17 @@ def image_has_the_trackers(job: ResolvedJob, cluster: Cluster, run: cfg.RunConfi
 
 def directives_repeated(job: ResolvedJob) -> List[UserError]:
     """A raw directive that sets what the script already sets from a key: the scheduler would take one of the two
-    (which one depends on the scheduler), so the key would silently not hold. Read off the adapter's list of the
-    script's options, never the rendered text."""
+    (which one depends on the scheduler), so the key would silently not hold. The script's own options are the
+    adapter's names for what the typed job sets (owned_options); only the raw directives, the profile's free text,
+    are read, as the scheduler would read them."""
     place = job.placement
     scheduler = job.adapter
     if not place.directives or not scheduler.directive_prefix:
         return []
-    given = Counter(scheduler.option(option) for option in scheduler.directives(job))
+    raw = [scheduler.option(directive) for directive in place.directives]
+    given = Counter(scheduler.owned_options(job)) + Counter(raw)  # a raw one given twice is a repeat too
     errors = []
-    for directive in place.directives:
-        option = scheduler.option(directive)
+    for directive, option in zip(place.directives, raw):
         if given[option] > 1 and option not in scheduler.repeatable:
             key = scheduler.option_keys.get(option, "the profile's own key")
             errors.append(UserError(f"profile {job.profile!r}: directive {directive!r} repeats {option}, which the "

@@ -73,8 +73,9 @@ class Scheduler:
                        others after it ("": the batch shell's own wait sees every rank's exit).
       unsupported      the profile/partition keys (Placement fields) it cannot express, each with the fix.
       directives(), directive_prefix   its header's options, decided in Python (the template writes them).
-      short_options, option_groups, repeatable, option_keys
-                       how it reads those options, for preflight's check of the profile's raw directives.
+      owned_options(), short_options, option_groups, repeatable, option_keys
+                       the options its header sets from typed keys, and how it reads the profile's raw directives,
+                       for preflight's check that no raw one repeats another.
       time_seconds(), time_example, default_time, max_warning_s, warning_seconds()
                        its time limits: read into seconds, bounds on the time-limit warning.
       cpu_bind_problem()   whether a profile's cpu_bind is a binding it understands.
@@ -122,6 +123,12 @@ class Scheduler:
         """The header's options (`directive_prefix OPTION` lines), the profile's raw ones last; default: only those."""
         return list(job.placement.directives)
 
+    def owned_options(self, job: "ResolvedJob") -> List[str]:
+        """The options directives() sets from the job's typed values (not its raw ones), once each time it sets them,
+        named in option()'s one spelling: preflight finds a raw directive repeating one without reading any text the
+        adapter wrote. An adapter whose directives() sets options names them here too; default: none."""
+        return []
+
     def requeue_leaving_out(self, job: "ResolvedJob") -> str:
         return ""  # shell: requeue this job, the hosts of $ct_left_out (space-separated) left out ("": it cannot)
 
@@ -165,12 +172,16 @@ class Scheduler:
         return f"cpu_bind {value!r} is not a binding {self.name} understands"
 
     def option(self, directive: str) -> str:
-        """The option a directive sets, in one spelling: '-p gpu', '--partition=gpu' -> 'partition'."""
+        """The option a profile's raw directive (free text) sets, in one spelling: '-p gpu', '--partition=gpu' ->
+        'partition'."""
         word = directive.split()[0].split("=")[0] if directive.split() else ""
         if word.startswith("--"):
-            name = word[2:]
-        else:
-            name = self.short_options.get(word[:2], word.lstrip("-"))
+            return self.canonical(word[2:])
+        return self.canonical(self.short_options.get(word[:2], word.lstrip("-")))
+
+    def canonical(self, name: str) -> str:
+        """An option's long name in one spelling: the options of a group setting one thing are one ('mem' ->
+        'mem/mem-per-cpu/mem-per-gpu')."""
         for group in self.option_groups:
             if name in group:
                 return "/".join(sorted(group))

@@ -78,6 +78,16 @@ class Lsf(Scheduler):
         return options + [f"-o {log}", f"-e {log[:-len('.out')]}.err", "-wa USR1",  # log_name() ends in .out
                           f"-wt {self.warning_seconds(place.grace_s) // 60}", "-r", *place.directives]
 
+    def owned_options(self, job: "ResolvedJob") -> List[str]:
+        """directives()'s own options, by name, from the same typed values (test_job_pieces holds the two alike)."""
+        place, notify = job.placement, job.notify
+        sets = [("q", place.queue), ("J", True), ("P", place.account), ("n", True), ("gpu", place.gpus_per_node),
+                ("R", place.constraint), ("x", place.exclusive), ("U", place.reservation), ("W", True),
+                ("R", place.mem_gb is not None), ("R", True), ("B", notify.wanted), ("N", notify.wanted),
+                ("u", notify.wanted and notify.email), ("o", True), ("e", True), ("wa", True), ("wt", True),
+                ("r", True)]
+        return [name for name, given in sets if given]
+
     def requeue_leaving_out(self, job: "ResolvedJob") -> str:
         return f"{self.leave_out_requeued(job)}; {self.requeue_command}"
 

@@ -15,9 +15,10 @@ from cluster_train.host.schedulers.slurm_allocations import allocations as sacct
 from cluster_train.host.schedulers.slurm_failures import (DIED_RANK, FAILED_NODES, LEAVE_OUT_PENDING, RANK_SAVED,
                                                           REQUEUED_UNDER_US)
 from cluster_train.host.schedulers.slurm_estimates import pending_start, test_only_start, test_only_verdict
+from cluster_train.host.schedulers.slurm_header import gpu_options, memory_options, present
 import cluster_train.host.schedulers.slurm_inventory as live
 from cluster_train.host.schedulers.slurm_usage import usage as sacct_usage
-from cluster_train.host.scheduling.job import ResolvedJob, Placement
+from cluster_train.host.scheduling.job import ResolvedJob
 
 # sbatch's words when it is installed but no controller answers (this machine is no cluster's login node)
 SLURM_UNREACHABLE = ("Could not establish a configuration source", "Unable to contact slurm controller")
@@ -89,6 +90,18 @@ class Slurm(Scheduler):
         if job.notify.wanted:
             options += ["--mail-type=BEGIN,END,FAIL", *present(**{"mail-user": job.notify.email})]
         return options + list(place.directives)
+
+    def owned_options(self, job: "ResolvedJob") -> List[str]:
+        """directives()'s own options, by name, from the same typed values (test_job_pieces holds the two alike)."""
+        place, notify = job.placement, job.notify
+        sets = [("job-name", True), ("partition", place.queue), ("account", place.account), ("qos", place.qos),
+                ("constraint", place.constraint.replace(" ", "")), ("reservation", place.reservation),
+                ("nodes", True), ("exclusive", place.exclusive), ("ntasks-per-node", True),
+                ("gpus-per-node", place.gpus_per_node), ("cpus-per-task", True), ("hint", place.hint),
+                ("mem", place.whole_node or place.mem_per_gpu_gb or place.mem_per_cpu_gb or place.mem_gb is not None),
+                ("time", True), ("output", True), ("open-mode", True), ("signal", True), ("requeue", True),
+                ("mail-type", notify.wanted), ("mail-user", notify.wanted and notify.email)]
+        return [self.canonical(name) for name, given in sets if given]  # --gres, --mem-per-gpu: in their groups
 
     def requeue_leaving_out(self, job: "ResolvedJob") -> str:
         # scontrol refuses ExcNodeList while the job runs ("no longer pending"); once `scontrol requeue` returns the
@@ -243,31 +256,6 @@ class Slurm(Scheduler):
 
     def cancel(self, job_id: str, run_dir: Optional[Path] = None) -> None:
         run_or_refuse(["scancel", job_id], "scancel")
-
-
-def present(**values: Optional[str]) -> List[str]:
-    """--name=value for each value given ("" and None: the option is left out, the site's default holds)."""
-    return [f"--{name}={value}" for name, value in values.items() if value]
-
-
-def gpu_options(place: "Placement") -> List[str]:
-    """The partition's way to ask for GPUs (gpu_request): by count or by type, as --gpus-per-node or --gres."""
-    if not place.gpus_per_node:
-        return []
-    typed = place.gpu_request.startswith("typed")
-    gpus = f"{place.gpu_type}:{place.gpus_per_node}" if typed else str(place.gpus_per_node)
-    return [f"--gres=gpu:{gpus}" if place.gpu_request.endswith("gres") else f"--gpus-per-node={gpus}"]
-
-
-def memory_options(place: "Placement") -> List[str]:
-    """Memory as the profile gives it: all of each node's (--mem=0), per GPU, per CPU, or per node; none: the
-    partition's default."""
-    if place.whole_node:
-        return ["--mem=0"]
-    for option, gb in (("mem-per-gpu", place.mem_per_gpu_gb), ("mem-per-cpu", place.mem_per_cpu_gb)):
-        if gb:
-            return [f"--{option}={gb}G"]
-    return [] if place.mem_gb is None else [f"--mem={place.mem_gb}G"]
 
 
 def array_indices(tasks: str) -> List[int]:
