@@ -90,7 +90,8 @@ NO_API = "a command with no API by design: a tool of the command line beside the
 NO_API_COMMANDS = ("images", "data", "probe-data", "sync", "fetch", "compare", "scaling", "doctor", "init-cluster",
                    "check-cluster", "completion", "names")
 CLI_SYNTAX = "the command line's own syntax: the API's signatures have no place for it"
-CLI_SYNTAX_CASES = ("argv-unknown-option", "rerun-with-a-cluster")  # a misspelt option; a CLUSTER beside --rerun
+CLI_SYNTAX_CASES = ("argv-unknown-option", "rerun-with-a-cluster",  # a misspelt option; a CLUSTER beside --rerun
+                    "search-with-a-sweep", "study-resume-with-a-set")  # Job.search, Study.resume: no sweep, no --set
 
 
 @dataclass
@@ -265,6 +266,8 @@ def api_calls(argv: List[str]):
         race.sort_words(args)
     except (ClusterTrainError, SystemExit):
         return CLI_SYNTAX
+    if args.search:  # as submit_command: --search before anything else it might stand beside
+        return search_calls(args, command)
     if race.across(args):  # several clusters' runs: ct.first_to_start([Job, Job, ...])
         return race_calls(args, command)
     if args.rerun:
@@ -310,16 +313,49 @@ def run_calls(name: str, words: List[str]):
         return CLI_SYNTAX
     if name == "runs":
         return [("runs", lambda: runs(cluster=args.cluster, state=args.state))]
+    if (Path(args.run_dir) / "study.json").is_file():  # a study: the command line's run_command asks the same
+        return study_calls(name, args)
     calls = {"status": lambda: Run(args.run_dir).status(), "logs": lambda: Run(args.run_dir).logs(follow=args.follow),
              "cancel": lambda: Run(args.run_dir).cancel(),
              "resume": lambda: Run(args.run_dir).resume(profile=args.profile, overrides=args.overrides)}
     return [(name, calls[name])]
 
 
+def search_calls(args, command):
+    """--search FILE through Job(...).search(FILE, max_parallel, timeout_s=...): the API's search has no dry run (it
+    queues once checked, so a refused case must refuse first), and is always driven here (wait=True: a case it
+    wrongly took would not leave a background driver behind); a sweep, rerun, race, --after or pipeline beside it,
+    or a missing profile, has no place in its signature."""
+    from cluster_train.host.api.job import Job
+
+    if not (args.cluster and args.profile) or args.sweeps or args.sweep_file or args.rerun or args.first_to_start \
+            or args.after or args.pipeline:
+        return CLI_SYNTAX
+    job = Job(args.cluster, args.profile, args.experiment, overrides=args.overrides, command=command,
+              flavor=args.flavor, run_id=args.run_id, dev=args.dev, stale_image_ok=args.stale_image_ok,
+              strict_budget=args.strict_budget)
+    return [("search", lambda: job.search(args.search, args.max_parallel, wait=True, timeout_s=args.timeout))]
+
+
+def study_calls(name: str, args):
+    """status|cancel|resume of a study's directory (it holds study.json) through Study(DIR): status(), cancel(),
+    resume(timeout_s=...), driven here as search_calls' are; a study's logs (its driver.log, a file) and status
+    --json have no API, nor has a study's resume a --profile, --set or --dry-run."""
+    from cluster_train.host.api.study import Study
+
+    if name == "logs" or (name == "status" and args.json) or (
+            name == "resume" and (args.profile or args.overrides or args.dry_run)):
+        return CLI_SYNTAX
+    calls = {"status": lambda: Study(args.run_dir).status(), "cancel": lambda: Study(args.run_dir).cancel(),
+             "resume": lambda: Study(args.run_dir).resume(wait=True, timeout_s=args.timeout)}
+    return [(name, calls[name])]
+
+
 def rerun_calls(args, command):
-    """--rerun through Job.rerun_of(...): its dry_run(), or check() and rerun() (its submit()); a cluster, profile,
-    flavor, sweep or command beside --rerun has no place in the API's signature."""
+    """--rerun through Job.rerun_of(...): its dry_run(), or check(), rerun() (its submit()) and Run(RUN).rerun(); a
+    cluster, profile, flavor, sweep or command beside --rerun has no place in the API's signature."""
     from cluster_train.host.api.job import Job, rerun
+    from cluster_train.host.api.run import Run
 
     if command or args.cluster or args.flavor or args.first_to_start or args.dev or (
             args.sweeps or args.sweep_file or args.max_parallel is not None):
@@ -328,9 +364,12 @@ def rerun_calls(args, command):
                         strict_budget=args.strict_budget)
     if args.dry_run:
         return [("dry_run", lambda: made.dry_run(after=args.after))]
-    return [("check", made.check), ("rerun", lambda: rerun(args.rerun, args.overrides, run_id=args.run_id,
-                                                            stale_image_ok=args.stale_image_ok,
-                                                            strict_budget=args.strict_budget, after=args.after))]
+    calls = [("check", made.check), ("rerun", lambda: rerun(args.rerun, args.overrides, run_id=args.run_id,
+                                                             stale_image_ok=args.stale_image_ok,
+                                                             strict_budget=args.strict_budget, after=args.after))]
+    if not (args.run_id or args.stale_image_ok or args.strict_budget or args.after):  # Run.rerun takes overrides only
+        calls.append(("Run.rerun", lambda: Run(args.rerun).rerun(args.overrides)))
+    return calls
 
 
 def race_calls(args, command):

@@ -58,7 +58,9 @@ class Study:
         `timeout_s` seconds, then it stops and a later resume() goes on), or in the background (wait=False: its
         driver's log is driver.log in the study's directory). `progress`: called with a StudyProgress at each event
         of the driver (a trial queued, finished, pruned or failed; the study's summary last)."""
-        driving_time(timeout_s)
+        from cluster_train.host.search.commands import ready_to_drive
+
+        ready_to_drive(self.path, timeout_s)  # before `cancelled` goes or the driver's lock is taken
         report: Report = progress or unwatched
         (self.path / rec.CANCELLED).unlink(missing_ok=True)
         if wait:
@@ -87,8 +89,9 @@ def start(job, search: Union[str, Path, Mapping[str, Any]], max_parallel: Option
           timeout_s: float, progress: Optional[Callable[[StudyProgress], None]] = None) -> Study:
     """Job.search: its arguments checked at the door, the study checked whole, created, then driven
     (cluster_train/host/search)."""
-    from cluster_train.host.api.over_ssh import refuse_over_ssh
+    from cluster_train.host.api.budgets import within_budget
     from cluster_train.host.jobs.build import Site
+    from cluster_train.host.search.commands import refuse_remote
     from cluster_train.host.search.plan import study_plan
     from cluster_train.host.search.spec import read_spec, read_spec_file
 
@@ -98,8 +101,9 @@ def start(job, search: Union[str, Path, Mapping[str, Any]], max_parallel: Option
         raise ClusterTrainError(f"progress={progress!r} is not callable; pass a function of one StudyProgress, e.g. "
                                 f"progress=lambda p: print(p.event)")
     site = Site.load(job.cluster)
-    refuse_over_ssh(site, "a search")
+    refuse_remote(site)  # in the command line's words
     spec = read_spec(dict(search), "search") if isinstance(search, Mapping) else read_spec_file(str(search))
     plan = study_plan(site, job._request(job.profile, dry_run=False), spec, max_parallel, job.experiment)
+    within_budget(plan, job.strict_budget)  # as Job.submit: refused with strict_budget, else a BudgetWarning
     study = Study(plan.queue())
     return study.resume(wait, timeout_s, progress)

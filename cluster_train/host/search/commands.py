@@ -13,6 +13,7 @@ from cluster_train.host.runs.showing import show_and_queue
 from cluster_train.host.schedulers import adapter
 from cluster_train.host.search import record as rec
 from cluster_train.host.search.driver import drive
+from cluster_train.host.search.optuna_study import storage_url
 from cluster_train.host.search.plan import detach, driving_time, study_plan
 from cluster_train.host.search.showing import status_text
 from cluster_train.host.search.spec import read_spec_file
@@ -27,9 +28,7 @@ def start(args, job) -> int:
         raise UserError(f"--search queues its own trials; drop {', '.join(extras)}")
     driving_time(args.timeout)
     site = Site.load(args.cluster)
-    if site.user.get("ssh"):
-        raise UserError(f"--search runs its driver where the runs' directories are: start it on {site.cluster.name}'s "
-                        f"login node (ssh {site.user['ssh']}); `run-cluster resume` continues it from there")
+    refuse_remote(site)
     spec = read_spec_file(args.search)
     plan = study_plan(site, job._request(job.profile, args.dry_run), spec, args.max_parallel, args.experiment)
     status = show_and_queue(plan, args.dry_run, False, args.timeout, args.strict_budget)
@@ -41,6 +40,22 @@ def start(args, job) -> int:
         print(detach(study_dir, args.timeout))
         return 0
     return drive_here(study_dir, args.timeout)
+
+
+def refuse_remote(site: Site) -> None:
+    """The driver reads every trial's run directory, so it runs where they are: a cluster reached over SSH is
+    refused, saying where to start it (the command line's --search and the API's Job.search alike)."""
+    if site.user.get("ssh"):
+        raise UserError(f"--search runs its driver where the runs' directories are: start it on {site.cluster.name}'s "
+                        f"login node (ssh {site.user['ssh']}); `run-cluster resume` continues it from there")
+
+
+def ready_to_drive(study_dir: Path, timeout_s: float) -> None:
+    """What would stop a resumed study's driver, refused before the resume changes anything (removes `cancelled`,
+    takes the driver's lock): the driving time, the record whole, the storage's password (the command line's resume
+    and Study.resume alike, in this order)."""
+    driving_time(timeout_s)
+    storage_url(rec.read_record(study_dir, rec.RECORDED + rec.DRIVEN))
 
 
 def drive_here(study_dir: Path, timeout_s: float) -> int:
@@ -81,8 +96,7 @@ def study_command(command: str, args) -> int:
 def resume(study_dir: Path, args) -> int:
     if args.profile or args.overrides or args.dry_run:
         raise UserError("resume of a study continues it as it was asked; it takes no --profile, --set or --dry-run")
-    rec.read_record(study_dir)  # a study's directory, whole
-    driving_time(args.timeout)
+    ready_to_drive(study_dir, args.timeout)
     (study_dir / rec.CANCELLED).unlink(missing_ok=True)
     if args.wait is False:
         print(detach(study_dir, args.timeout))

@@ -8,10 +8,11 @@ import os
 import socket
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from cluster_train.shared.durable import atomic_write_bytes
 from cluster_train.shared.errors import UserError
+from cluster_train.host.search.spec import read_spec
 
 STUDY = "study.json"
 TRIALS = "trials.json"
@@ -35,8 +36,24 @@ def read_json(path: Path, default: Any = None) -> Any:
         raise UserError(f"{path} is not valid JSON; it is damaged, restore it") from None
 
 
-def read_record(study_dir: Path) -> Dict[str, Any]:
-    return read_json(Path(study_dir) / STUDY)
+RECORDED = ("study_id", "spec", "storage")  # what `status`, `cancel` and the report read from study.json
+DRIVEN = ("cluster_file", "profile", "experiment", "overrides", "max_parallel", "scheduler", "task", "max_epochs",
+          "batches")  # and what the driver reads besides
+
+
+def read_record(study_dir: Path, keys: Tuple[str, ...] = RECORDED) -> Dict[str, Any]:
+    """study.json, its `keys` and its search checked: a damaged record is one line here, not a KeyError deep in
+    `status`, or in the driver after it has taken the study's lock (or `cancel` has marked it cancelled)."""
+    path = Path(study_dir) / STUDY
+    record = read_json(path)
+    if not isinstance(record, dict):
+        raise UserError(f"{path} holds a JSON {type(record).__name__}, not a study's record (an object); it is "
+                        f"damaged, restore it")
+    missing = [key for key in keys if key not in record]
+    if missing:
+        raise UserError(f"{path} lacks {', '.join(missing)}; it is damaged or not a run-cluster study, restore it")
+    read_spec(record["spec"], f"{path}: spec")
+    return record
 
 
 def write_json(path: Path, value: Any) -> None:
