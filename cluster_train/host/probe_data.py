@@ -21,7 +21,8 @@ from cluster_train.host.clusters.flavors import make_image
 from cluster_train.host.data import store as data_store
 from cluster_train.host.images import store
 from cluster_train.host.jobs import config_check, measured
-from cluster_train.host.jobs.build import Site, experiment_config, stale_image, user_overrides
+from cluster_train.host.jobs.build import Site, experiment_config, stale_image
+from cluster_train.host.jobs.overrides import user_overrides
 from cluster_train.host.jobs.resolve import absolute_inputs
 from cluster_train.host.usage import Parser
 

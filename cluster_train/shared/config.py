@@ -5,6 +5,7 @@ config is saved as `config.yaml` beside the run's outputs, as timm saves its `ar
 """
 import dataclasses
 import functools
+import json
 import math
 import re
 import typing
@@ -187,6 +188,27 @@ def parse_settings(lines: Union[Mapping[str, Any], List[str], None]) -> Dict[str
             raise UserError(f"override {item!r} is not key=value; write it like trainer.max_epochs=5")
         parsed[key.strip()] = typed_setting(key.strip(), text)
     return parsed
+
+
+def setting_lines(settings: Mapping[str, Any]) -> List[str]:
+    """The text form of typed settings, for the manifest and for a --set sent to another machine: `KEY=TEXT` lines
+    that parse_settings reads back as the same values. A str is written as it is where that reads back as itself,
+    else JSON-quoted ("007" for a free-form key, whose bare 007 YAML would read as 7); any other value as JSON."""
+    return [f"{key}={setting_text(key, value)}" for key, value in settings.items()]
+
+
+def setting_text(key: str, value: Any) -> str:
+    if isinstance(value, str) and (_same(typed_setting(key, value), value) or _holds_no_text(schema_type(key))):
+        return value  # a key typed int or float reads its text as a number either way ("0.5" and 0.5 alike)
+    return json.dumps(value)
+
+
+def _holds_no_text(hint: Any) -> bool:
+    return hint is not None and str not in (typing.get_args(hint) or (hint,))
+
+
+def _same(read: Any, value: Any) -> bool:
+    return type(read) is type(value) and read == value
 
 
 def typed_setting(key: str, text: str) -> Any:

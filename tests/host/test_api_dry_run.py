@@ -7,6 +7,7 @@ import pytest
 from host.test_golden_scripts import (  # noqa: F401 (env: the golden tests' fixture, used by name)
     EXPERIMENT, ROOT, SEED_RUNS, SMALL_CLUSTERS, SWEEP_RUNS, env, every_profile)
 
+from cluster_train.shared import config as cfg
 from cluster_train.host import cli, submit
 from cluster_train.host.api.job import DryRun, Job
 from cluster_train.host.runs.sweep import parse_axes
@@ -26,10 +27,11 @@ CASES = {**{f"{c}/{p}": profile_case(c, p) for c, p in every_profile()},
 
 
 def api_dry_run(argv: list) -> DryRun:
-    """The same request through the API: overrides as a mapping, sweeps as {key: values}."""
+    """The same request through the API: overrides as a mapping of the values a Python caller writes (the --set
+    words typed as the command line types them), sweeps as {key: values}."""
     words, command = cli.split_command(argv)
     args = submit.parser().parse_intermixed_args(words)
-    overrides = dict(line.split("=", 1) for line in args.overrides)
+    overrides = cfg.parse_settings(args.overrides)
     job = Job(args.cluster, args.profile, args.experiment, overrides=overrides, command=command, run_id="golden")
     if args.sweeps:
         return job.dry_run(sweep=dict(parse_axes(args.sweeps)), max_parallel=args.max_parallel)

@@ -3,6 +3,7 @@ they write and return, every problem at once, nothing printed, nothing left behi
 import json
 
 import pytest
+import yaml
 
 import cluster_train as ct
 
@@ -25,6 +26,34 @@ def test_submit_writes_the_run_and_returns_its_run_printing_nothing(queued, caps
     assert manifest["overrides"] == ["trainer.max_epochs=3", "optim.lr=0.5"]
     again = ct.rerun(run, {"trainer.max_epochs": 4}, run_id="again")
     assert json.loads((again.path / "manifest.json").read_text())["rerun_of"] == "api"
+    assert capsys.readouterr() == ("", "")
+
+
+# wandb_project: a task parameter of any type (NOT_LITERAL), the issue's free-form key; name: a str key
+AS_STRINGS = {"name": "007", "task_params.wandb_project": "007"}
+
+
+def test_python_strings_reach_config_yaml_as_strings_and_set_types_them_by_the_schema(queued, capsys, tmp_path):
+    """Issue 57's acceptance: the API's str values arrive in config.yaml as those strings, through a submission, a
+    rerun with a mapping (Run.rerun) reading its manifest's text form, and a sweep; --set of the same keys types them
+    by the schema (a str key keeps its text, a free-form key reads it as YAML)."""
+    def config(run) -> tuple:
+        found = yaml.safe_load((run.path / "config.yaml").read_text())
+        return found["name"], found["task_params"]["wandb_project"]
+
+    (tmp_path / "experts").mkdir()
+    fusion = {"task": "cifar_fusion", "task_params.experts_dir": str(tmp_path / "experts")}
+    run = ct.Job("local", "cpu_1proc", "demo", overrides={**fusion, **AS_STRINGS}, run_id="typed",
+                 stale_image_ok=True).submit()
+    assert config(run) == ("007", "007")
+    again = run.rerun({"trainer.max_epochs": 2})  # a mapping, as Job takes one
+    assert config(again) == ("007", "007")
+    swept = ct.Job("local", "cpu_1proc", "demo", overrides=fusion, stale_image_ok=True).sweep(
+        {"task_params.wandb_project": ["007", "yes"]})
+    assert [config(ct.Run(swept.path / e))[1] for e in ("e0", "e1")] == ["007", "yes"]
+    lines = [f"{key}={value}" for key, value in {**fusion, **AS_STRINGS}.items()]
+    by_set = ct.Job("local", "cpu_1proc", "demo", overrides=lines, run_id="by-set", stale_image_ok=True).submit()
+    assert config(by_set) == ("007", 7)  # as --set task_params.wandb_project=007 means: YAML's 7
     assert capsys.readouterr() == ("", "")
 
 

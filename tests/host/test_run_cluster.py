@@ -174,7 +174,7 @@ def test_rerun_applies_and_records_extra_set_values(store, tmp_path, monkeypatch
     assert cli.main(["--rerun", str(old), "--set", "trainer.max_epochs=7", "--dry-run"]) == 0
     sub = seen["sub"]
     assert sub.run.trainer.max_epochs == 7 and sub.run.trainer.strategy == "zero2" and sub.rerun_of == "old"
-    assert sub.overrides == ["trainer.strategy=zero2", "trainer.max_epochs=7"]
+    assert sub.overrides == {"trainer.strategy": "zero2", "trainer.max_epochs": 7}
     assert sub.job.image.sha256 == record.sha256 and sub.job.profile == "cpu_1proc"
 
 

@@ -37,3 +37,17 @@ def test_bad_text_for_a_typed_key_is_refused_in_one_line(line, words):
 def test_a_str_key_takes_its_text_as_it_is_or_inside_yaml_quotes():
     assert cfg.parse_settings(["name=007", 'name2="007"', "data.root='/a b'", 'task_params.note="yes"']) == {
         "name": "007", "name2": "007", "data.root": "/a b", "task_params.note": "yes"}
+
+
+@pytest.mark.parametrize("settings", [
+    {"name": "007", "task_params.tag": "007", "task_params.note": "yes", "task_params.lr": "1e-3",
+     "task_params.empty": "", "task_params.quoted": '"x"', "task_params.list": [1, "2"], "trainer.max_epochs": 2,
+     "optim.lr": 0.001, "trainer.gradient_clip_val": None, "data.root": "/a b=c", "task_params.off": False},
+])
+def test_the_text_form_reads_back_as_the_same_values(settings):
+    """What the manifest records and a --set to another machine sends: KEY=TEXT lines that parse_settings types
+    back as the values they came from, type and all ("007" stays a str where bare 007 would read as 7)."""
+    lines = cfg.setting_lines(settings)
+    back = cfg.parse_settings(lines)
+    assert back == settings and {k: type(v) for k, v in back.items()} == {k: type(v) for k, v in settings.items()}
+    assert "name=007" in lines and 'task_params.tag="007"' in lines  # bare where the schema keeps the text

@@ -20,12 +20,14 @@ from typing import Any, Callable, Iterable, List, Optional
 from cluster_train.shared import calls
 from cluster_train.shared.calls import Call
 from cluster_train.shared.errors import UserError
-from cluster_train.host.api.job import after_dirs, override_lines
+from cluster_train.host.api.job import after_dirs
+from cluster_train.host.api.overrides import Overrides, given_overrides
 from cluster_train.host.api.run import Run
-from cluster_train.host.api.values import After, Overrides, checked_number
+from cluster_train.host.api.values import After, checked_number
 from cluster_train.host import project
 from cluster_train.host.jobs import code_snapshot, function_call
 from cluster_train.host.jobs.build import Request, Site, Submission
+from cluster_train.host.jobs.overrides import typed_overrides
 from cluster_train.host.runs.after import build_after
 from cluster_train.host.runs.queue import queue
 from cluster_train.host.runs.sweep import prepare_listed, queue_sweep
@@ -109,7 +111,7 @@ class Executor:
     def __init__(self, cluster: str, profile: str, *, overrides: Overrides = (), by_value: bool = False,
                  after: After = ()) -> None:
         self.cluster, self.profile, self.by_value = cluster, profile, by_value
-        self.overrides = override_lines(overrides)
+        self.overrides = given_overrides(overrides)
         self.after = after_dirs(after)
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FunctionRun:
@@ -169,7 +171,8 @@ class Executor:
 
     def _request(self, fn: Callable[..., Any], after: List[Path]) -> Request:
         name = re.sub(r"[^A-Za-z0-9_.+-]", "_", function_call.defined_by(fn).__qualname__)[:60]
-        return Request(self.profile, None, overrides=[f"name={name}", *self.overrides], command=list(calls.COMMAND),
+        return Request(self.profile, None, overrides=typed_overrides({"name": name}, self.overrides),
+                       command=list(calls.COMMAND),
                        after=after)
 
     def _image_checks(self, sub: Submission, source: Optional[str], fn: Callable[..., Any]) -> None:

@@ -8,7 +8,6 @@ to through cluster_train/host/remote, as from its login node (cluster_train/host
     script = job.dry_run().script   # the job script, byte for byte what `run-cluster ... --dry-run` shows
     run = job.submit()              # queued: a Run of its run directory
 """
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -19,7 +18,8 @@ from cluster_train.host.api.budgets import budget_lines, within_budget
 from cluster_train.host.api.errors import ClusterTrainError
 from cluster_train.host.api.run import Run
 from cluster_train.host.api.sweep import Sweep, sweep_of
-from cluster_train.host.api.values import After, DryRun, Overrides, checked_number
+from cluster_train.host.api.overrides import Overrides, given_overrides
+from cluster_train.host.api.values import After, DryRun, checked_number
 from cluster_train.host.jobs import user_code
 from cluster_train.host.jobs.build import Request, Site, Submission, build
 from cluster_train.host.runs import budget
@@ -50,7 +50,7 @@ class Job:
         self.cluster = cluster
         self.profile = profile
         self.experiment = experiment
-        self.overrides = override_lines(overrides)
+        self.overrides = given_overrides(overrides)
         self.command = list(command) if command else None
         self.flavor = flavor
         self.run_id = run_id
@@ -96,7 +96,8 @@ class Job:
 
     def _sweep_dry_run(self, site: Site, axes: Mapping[str, Sequence[Any]], max_parallel: Optional[int]) -> DryRun:
         """Job.dry_run(sweep=...): every element built and checked, the array's script, nothing written."""
-        from cluster_train.host.runs.sweep import axes_given, dry_run_text, plan_of, prepare_sweep
+        from cluster_train.host.runs.sweep import dry_run_text, plan_of, prepare_sweep
+        from cluster_train.host.runs.sweep_values import axes_given
 
         refuse_over_ssh(site, "a sweep from the API")
         swept = prepare_sweep(site, self._request(self.profile, True), [], None, max_parallel, axes_given(axes))
@@ -124,7 +125,7 @@ class Job:
         """One run per combination of the values of `axes` ({dotted key: [values]}, the last key varying fastest),
         queued as one job array with at most `max_parallel` at once (a whole number; None: the scheduler's own cap);
         every element is checked before any is queued. `after`: as submit takes it. Its Sweep."""
-        from cluster_train.host.runs.sweep import axes_given
+        from cluster_train.host.runs.sweep_values import axes_given
 
         site = Site.load(self.cluster)
         refuse_over_ssh(site, "a sweep from the API")
@@ -153,7 +154,7 @@ class Job:
 
     def _request(self, profile: str, dry_run: bool, after: After = (), **recorded: Any) -> Request:
         """The job builder's Request for this job on `profile` (a rerun's recorded values over it)."""
-        asked = dict(overrides=list(self.overrides), run_id=self.run_id, flavor=self.flavor, dry_run=dry_run,
+        asked = dict(overrides=self.overrides, run_id=self.run_id, flavor=self.flavor, dry_run=dry_run,
                      stale_image_ok=self.stale_image_ok, command=self.command, dev=self.dev,
                      after=after_dirs(after))
         return Request(profile, self.experiment, **{**asked, **recorded})
@@ -196,7 +197,7 @@ class Rerun:
     def __init__(self, run: Union[Run, str, Path], overrides: Overrides = (), *, run_id: Optional[str] = None,
                  stale_image_ok: bool = False, strict_budget: bool = False) -> None:
         self.run = run_path(run)
-        self.overrides = override_lines(overrides)
+        self.overrides = given_overrides(overrides)
         self.run_id = run_id
         self.stale_image_ok = stale_image_ok
         self.strict_budget = strict_budget  # as Job's: the rerun refused where it may pass your GPU-hour budget
@@ -272,17 +273,6 @@ def refuse_mixed(swept: bool, max_parallel: Optional[int], *, rerun: bool, first
     if after and (swept or first_to_start):
         raise ClusterTrainError("--after holds one run until others complete; a sweep or --first-to-start takes none "
                                 "(submit it once the runs have completed)")
-
-
-def override_lines(overrides: Overrides) -> List[str]:
-    """Overrides as --set takes them: "KEY=VALUE" lines as given, a mapping's values as text (JSON where not text,
-    which YAML reads back as the same value)."""
-    if isinstance(overrides, str):
-        raise ClusterTrainError(f"overrides {overrides!r} is one string; give a list of KEY=VALUE strings or a "
-                                f"mapping, e.g. overrides={{'trainer.max_epochs': 1}}")
-    if isinstance(overrides, Mapping):
-        return [f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in overrides.items()]
-    return [str(line) for line in overrides]
 
 
 def run_path(run: Union[Run, str, Path]) -> Path:

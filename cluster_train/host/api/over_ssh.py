@@ -5,12 +5,14 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, List, Tuple
 
+from cluster_train.shared import config as cfg
 from cluster_train.host import project
 from cluster_train.host.api.errors import ClusterTrainError
 from cluster_train.host.api.run import Run
 from cluster_train.host.api.values import After, DryRun
 from cluster_train.host.jobs import user_code
 from cluster_train.host.jobs.build import Site, config_of
+from cluster_train.host.jobs.overrides import typed_overrides
 
 Job = Any  # a cluster_train.host.api.job.Job, which imports this module
 
@@ -53,7 +55,7 @@ def checked(job: Job, site: Site, dry_run: bool, after: After = ()) -> Remote:
 def argv(job: Job, dry_run: bool) -> List[str]:
     """The job as bin/run-cluster's arguments on the login node."""
     words = [job.cluster, job.profile, *([job.experiment] if job.experiment else [])]
-    for line in job.overrides:
+    for line in cfg.setting_lines(typed_overrides(job.overrides)):  # text that the login node types back the same
         words += ["--set", line]
     for option, value in (("--flavor", job.flavor), ("--run-id", job.run_id)):
         words += [option, value] if value else []

@@ -11,7 +11,8 @@ ${run:<id>} (in a pipeline's stages, ${run:STAGE}).
 from typing import Dict, List, Optional, Sequence
 
 from cluster_train.shared.errors import UserError
-from cluster_train.host.api.job import DryRun, Overrides, override_lines
+from cluster_train.host.api.job import DryRun
+from cluster_train.host.api.overrides import Overrides, given_overrides
 from cluster_train.host.api.over_ssh import refuse_over_ssh
 from cluster_train.host.api.run import Run
 from cluster_train.host.jobs import user_code
@@ -27,7 +28,7 @@ class Pipeline:
     def __init__(self, cluster: str, name: str, *, overrides: Overrides = (), run_id: Optional[str] = None,
                  dev: bool = False, stale_image_ok: bool = False) -> None:
         self.cluster, self.name, self.run_id = cluster, name, run_id
-        self.overrides = override_lines(overrides)
+        self.overrides = given_overrides(overrides)
         self.dev, self.stale_image_ok = dev, stale_image_ok
 
     def __repr__(self) -> str:

@@ -13,7 +13,8 @@ from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.host.api import over_ssh
 from cluster_train.host.api.job import RACE_TIMEOUT_S, Job
 from cluster_train.host.api.run import Run
-from cluster_train.host.api.values import Overrides, checked_number
+from cluster_train.host.api.overrides import Overrides
+from cluster_train.host.api.values import checked_number
 from cluster_train.host.jobs.build import Site, build
 from cluster_train.host.remote import commands as remote, race as racing
 from cluster_train.host.remote import ssh

@@ -11,9 +11,10 @@ Nothing here prints or exits: a refusal is a ClusterTrainError, one line."""
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 from cluster_train.shared.errors import UserError as ClusterTrainError
+from cluster_train.host.api.overrides import Overrides
 from cluster_train.host.progress import Progress, ignore
 from cluster_train.host.runs import follow as following, sweep_state
 from cluster_train.host.runs.ending import cancel_run
@@ -72,11 +73,11 @@ class Record(ABC):
     def cancel(self) -> str: ...
 
     @abstractmethod
-    def resume(self, profile: Optional[str], overrides: Sequence[str]) -> None:
+    def resume(self, profile: Optional[str], overrides: Overrides) -> None:
         """The run continued in its own directory, with a new job."""
 
     @abstractmethod
-    def rerun(self, overrides: Sequence[str]) -> Path:
+    def rerun(self, overrides: Overrides) -> Path:
         """A new run of the recorded one; its directory."""
 
 
@@ -113,13 +114,13 @@ class LocalRun(Record):
     def cancel(self) -> str:
         return cancel_run(self.manifest(), self.path)
 
-    def resume(self, profile: Optional[str], overrides: Sequence[str]) -> None:
+    def resume(self, profile: Optional[str], overrides: Overrides) -> None:
         from cluster_train.host.runs.resume import prepare_resume, queue_resume  # builds: only when asked
 
         run_dir = self.path.resolve()
         queue_resume(prepare_resume(run_dir, profile, overrides, dry_run=False), run_dir)
 
-    def rerun(self, overrides: Sequence[str]) -> Path:
+    def rerun(self, overrides: Overrides) -> Path:
         # Job.rerun_of(run) builds the same (api/job.py imports Run)
         from cluster_train.host.runs.queue import one_run
         from cluster_train.host.runs.rerun import rerun_submission
@@ -161,12 +162,12 @@ class LocalSweep(Record):
     def cancel(self) -> str:
         return sweep_state.cancel(self.path)
 
-    def resume(self, profile: Optional[str], overrides: Sequence[str]) -> None:
+    def resume(self, profile: Optional[str], overrides: Overrides) -> None:
         raise ClusterTrainError(f"resume one element of sweep {self.id} at a time from Python (e.g. "
                                 f"Run({str(self.path / 'e0')!r}).resume()); bin/run-cluster resume {self.path} "
                                 f"resumes them all")
 
-    def rerun(self, overrides: Sequence[str]) -> Path:
+    def rerun(self, overrides: Overrides) -> Path:
         raise ClusterTrainError(f"rerun one element of sweep {self.id}: Run({str(self.path / 'e0')!r}).rerun()")
 
 
@@ -221,12 +222,12 @@ class SshRun(Record):
     def cancel(self) -> str:
         return there().cancel(self.remote)
 
-    def resume(self, profile: Optional[str], overrides: Sequence[str]) -> None:
-        there().resume(self.remote, profile, list(overrides))
+    def resume(self, profile: Optional[str], overrides: Overrides) -> None:
+        there().resume(self.remote, profile, ssh_lines(overrides))
         self._manifest = None  # its job changed there: fetched again when next read
 
-    def rerun(self, overrides: Sequence[str]) -> Path:
-        return there().rerun(self.remote, list(overrides))
+    def rerun(self, overrides: Overrides) -> Path:
+        return there().rerun(self.remote, ssh_lines(overrides))
 
 
 def record_for(path: Path) -> Record:
@@ -244,3 +245,11 @@ def there():
     from cluster_train.host.remote import runs as remote_runs
 
     return remote_runs
+
+
+def ssh_lines(overrides: Overrides) -> List[str]:
+    """Overrides as the login node's --set takes them: text its parse types back as the same values."""
+    from cluster_train.shared import config as cfg
+    from cluster_train.host.jobs.overrides import typed_overrides
+
+    return cfg.setting_lines(typed_overrides(overrides))

@@ -6,10 +6,11 @@ cluster, as the command line does: a Run answers through the backend of its kind
 chosen once. Nothing here prints or exits: a refusal is a ClusterTrainError, one line."""
 import json
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence, Union, overload
+from typing import Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Union, overload
 
 from cluster_train.shared.errors import UserError as ClusterTrainError
 from cluster_train.host import runs as run_dirs
+from cluster_train.host.api.overrides import Overrides, given_overrides
 from cluster_train.host.api.records import LocalSweep, Record, SshRun, record_for
 from cluster_train.host.progress import Progress
 from cluster_train.host.runs.follow import lines_of
@@ -155,15 +156,17 @@ class Run:
         line. A run that has ended keeps how it ended."""
         return self._record.cancel()
 
-    def resume(self, profile: Optional[str] = None, overrides: Sequence[str] = ()) -> "Run":
+    def resume(self, profile: Optional[str] = None, overrides: Overrides = ()) -> "Run":
         """Continue the ended run in its own directory from its last checkpoint (same image and code), on its own
-        profile or `profile`, with `overrides` ("KEY=VALUE") on top; the same Run, now with its new job."""
-        self._record.resume(profile, list(overrides))
+        profile or `profile`, with `overrides` on top (a mapping of dotted keys to values, or "KEY=VALUE" strings
+        as --set takes them); the same Run, now with its new job."""
+        self._record.resume(profile, given_overrides(overrides))
         return self
 
-    def rerun(self, overrides: Sequence[str] = ()) -> "Run":
-        """A new run with this run's cluster, profile, config, image digest, code and data, `overrides` on top."""
-        return Run(self._record.rerun(list(overrides)))
+    def rerun(self, overrides: Overrides = ()) -> "Run":
+        """A new run with this run's cluster, profile, config, image digest, code and data, `overrides` on top (as
+        resume takes them, e.g. {"trainer.max_epochs": 2})."""
+        return Run(self._record.rerun(given_overrides(overrides)))
 
     @classmethod
     def _over_ssh(cls, cluster: str, run_id: str) -> "Run":

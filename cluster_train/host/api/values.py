@@ -3,12 +3,11 @@ over_ssh.py), which both use them; and the door's check of an argument's type (`
 method calls on its numbers, so a wrong kind is one line naming it, not a TypeError from deep inside."""
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host.api.run import Run
 
-Overrides = Union[Mapping[str, Any], Sequence[str]]  # {"trainer.max_epochs": 1} or ["trainer.max_epochs=1"]
 After = Sequence[Union[Run, str, Path]]  # runs, by Run, run id or run directory
 
 

@@ -3,7 +3,6 @@
 its script, the summary, the warnings). Nothing is written here:
 cluster_train/host/runs/queue.py writes and submits it."""
 import copy
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -22,14 +21,13 @@ from cluster_train.host.scheduling.job import ResolvedJob, new_run_id
 from cluster_train.host.jobs.render import render
 from cluster_train.host.jobs.run_refs import Waited
 from cluster_train.host.jobs.resolve import independent_tasks, launch_of, resolve, run_config, task_configs
+from cluster_train.host.jobs.overrides import typed_overrides, user_overrides
 from cluster_train.host.jobs.summary import summary as job_summary
 from cluster_train.host.schedulers import adapter
 from cluster_train.host.scheduling.launches import Launch
 from cluster_train.shared.registry import unknown_name
 
 DEFAULT_EXPERIMENT = "cifar100_resnet"  # where neither the command line nor the profile names one
-DERIVED = ("trainer.devices", "trainer.num_nodes", "output_dir")
-PROFILE_KEYS = {f.name for f in dataclasses.fields(Profile)} - {"name", "trainer", "data", "tracker", "description"}
 
 
 @dataclass(frozen=True)
@@ -102,7 +100,9 @@ class Request:
 
     profile: str
     experiment: Optional[str] = None  # a name in experiments/ or a YAML path; None: a command's own config
-    overrides: List[str] = field(default_factory=list)  # --set KEY=VALUE, as typed
+    # dotted key -> typed value: a mapping as the API gives it, or --set KEY=TEXT lines typed here once, by the
+    # config schema (cluster_train/shared/config.py parse_settings); never rendered to text and read back
+    overrides: Dict[str, Any] = field(default_factory=dict)
     run_id: Optional[str] = None  # default: time, cluster, profile, random suffix
     run_dir: Optional[Path] = None  # resume: continue in this existing directory
     flavor: Optional[str] = None  # default: the one the partition needs
@@ -126,8 +126,7 @@ class Request:
         for named, value in (("profile", self.profile), ("experiment", self.experiment), ("--run-id", self.run_id),
                              ("--flavor", self.flavor)):
             undecodable.refuse(named, value)
-        for line in self.overrides:
-            undecodable.refuse_setting("--set", line)
+        self.overrides = typed_overrides(self.overrides)
         for word in self.command or ():
             undecodable.refuse("the command after --", word)
 
@@ -139,7 +138,7 @@ class Submission:
     script: str
     summary: str
     experiment: str
-    overrides: List[str]
+    overrides: Dict[str, Any]  # the request's, typed (the manifest records their text form)
     task_runs: List[cfg.RunConfig]
     warnings: List[str] = field(default_factory=list)
     rerun_of: Optional[str] = None
@@ -232,7 +231,7 @@ def checked(site: Site, profile: Profile, run: cfg.RunConfig, user_set: Dict[str
                                 snapshot=code.snapshot if code else None)
     summary = "\n".join([summary, *user_code.summary_lines(run, code), *data_lines(job, run, code, request)])
     experiment = str(config_file) if config_file else "(command line)"
-    return Submission(job, run, script, summary, experiment, list(request.overrides), task_runs, warnings,
+    return Submission(job, run, script, summary, experiment, dict(request.overrides), task_runs, warnings,
                       request.rerun_of, code)
 
 
@@ -270,18 +269,6 @@ def experiment_config(name: str) -> Path:
         known = sorted(p.stem for p in project.EXPERIMENTS.glob("*.yaml"))
         raise UserError(unknown_name("experiment", name, known) + " (or the path of a YAML run config)")
     return path
-
-
-def user_overrides(overrides: List[str], cluster_file: str) -> Dict[str, Any]:
-    """--set values, refusing the keys a profile decides: a job setting belongs to the cluster file."""
-    parsed = cfg.parse_settings(overrides)
-    for key in parsed:
-        if key in DERIVED:
-            raise UserError(f"{key} is derived from the cluster profile; choose another profile instead of --set {key}")
-        if key in PROFILE_KEYS:
-            raise UserError(f"--set {key}: {key} is a job setting of the cluster profile, not of the run config; "
-                            f"choose another profile or edit it in {cluster_file}")
-    return parsed
 
 
 def stale_image(image: Optional[store.ImageRecord], allowed: bool) -> List[str]:

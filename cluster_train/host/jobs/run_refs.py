@@ -10,7 +10,7 @@ inside a run the job waits on may not exist yet, since that run writes it before
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Any, Dict, Mapping, Sequence
 
 from cluster_train.shared.errors import UserError
 from cluster_train.host import project
@@ -30,15 +30,11 @@ class Waited:
         return asdict(self)
 
 
-def expand_overrides(overrides: List[str], awaited: Dict[str, Path], root: Path) -> List[str]:
-    """--set KEY=VALUE words with each ${run:<id>} of the value made that run's directory: a run of `awaited` (by
+def expand_overrides(overrides: Mapping[str, Any], awaited: Dict[str, Path], root: Path) -> Dict[str, Any]:
+    """The typed overrides with each ${run:<id>} of a str value made that run's directory: a run of `awaited` (by
     id), else runs/<id> under `root`, this cluster's run root."""
-    expanded = []
-    for word in overrides:
-        key, sep, value = word.partition("=")
-        filled = RUN_REF.sub(lambda found: str(run_dir_of(found.group(1), awaited, root)), value)
-        expanded.append(key + sep + filled if sep else word)
-    return expanded
+    return {key: RUN_REF.sub(lambda found: str(run_dir_of(found.group(1), awaited, root)), value)
+            if isinstance(value, str) else value for key, value in overrides.items()}
 
 
 def run_dir_of(run_id: str, awaited: Dict[str, Path], root: Path) -> Path:

@@ -263,7 +263,7 @@ def write_manifest(job, run: cfg.RunConfig, job_id: str, experiment: str, overri
         "cluster_file": job.cluster_file,
         "profile": job.profile,
         "experiment": experiment,
-        "overrides": list(overrides),
+        "overrides": cfg.setting_lines(overrides),  # the text form; parse_settings reads it back as typed
         "image": {"path": job.image.path, "sha256": job.image.sha256, "flavor": job.image.flavor,
                   "registry": job.image.registry, "signed_from": job.image.signed_from or None,
                   "parent_sha256": job.image.parent_sha256 or None},

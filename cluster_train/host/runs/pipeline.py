@@ -21,16 +21,16 @@ the stages and where each writes (seed 001's experts are four packed tasks on Sl
 `${run:STAGE}` in a stage's values is that stage's run directory (${run:<id>}, resolved once when the job is built).
 """
 import dataclasses
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 from cluster_train.shared.errors import UserError, raise_all
 from cluster_train.shared.registry import unknown_name
 from cluster_train.shared.yaml_file import load_yaml
 from cluster_train.host.jobs.build import Request, Site, Submission, build
+from cluster_train.host.jobs.overrides import Overrides, typed_overrides
 from cluster_train.host.scheduling.job import new_run_id
 from cluster_train.host.jobs.run_refs import Waited
 from cluster_train.host.runs.queue import Plan, queue, submitted
@@ -97,7 +97,7 @@ def stage_of(spec: Any, earlier: List[str], where: str) -> Stage:
                  {str(k): dict(v or {}) for k, v in (spec.get("tasks") or {}).items()})
 
 
-def plan(site: Site, name: str, overrides: Sequence[str] = (), *, run_id: Optional[str] = None,
+def plan(site: Site, name: str, overrides: Overrides = (), *, run_id: Optional[str] = None,
          dry_run: bool = False, stale_image_ok: bool = False, dev: bool = False) -> List[Planned]:
     """Every stage built and checked (each problem of each stage at once, prefixed with its stage); nothing is
     written or queued. `overrides`: --set values for every stage, after its own; `run_id`: the stages' runs are
@@ -109,8 +109,8 @@ def plan(site: Site, name: str, overrides: Sequence[str] = (), *, run_id: Option
         run_id = f"{base}-{stage.name}"
         request = Request(stage.profile, stage.experiment, run_id=run_id, dry_run=dry_run, dev=dev,
                           stale_image_ok=stale_image_ok,
-                          overrides=[f"{k}={written(fill(v, run_dirs))}" for k, v in stage.set.items()]
-                          + list(overrides),
+                          overrides=typed_overrides({k: fill(v, run_dirs) for k, v in stage.set.items()},
+                                                    overrides),
                           awaited={run_dirs[s].name: run_dirs[s] for s in stage.after})
         try:
             sub = build(stage_site(site, stage, run_dirs), request)
@@ -134,11 +134,6 @@ def fill(value: Any, run_dirs: Dict[str, Path]) -> Any:
     for stage, run_dir in run_dirs.items():
         value = value.replace(f"${{run:{stage}}}", str(run_dir))
     return value
-
-
-def written(value: Any) -> str:
-    """A stage's `set:` value as a --set value reads it (YAML: a mapping as JSON, text as it is)."""
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def stage_site(site: Site, stage: Stage, run_dirs: Dict[str, Path]) -> Site:

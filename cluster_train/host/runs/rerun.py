@@ -4,17 +4,17 @@ the API build it here."""
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host import runs
 from cluster_train.host.data import directory
 from cluster_train.host.images.locations import run_image
 from cluster_train.host.jobs.build import Request, Site, Submission
+from cluster_train.host.jobs.overrides import Overrides, typed_overrides
 from cluster_train.host.runs.after import build_after
-from cluster_train.host.runs.choices import kept_choices
+from cluster_train.host.runs.kept import kept_settings
 
 
-def rerun_submission(run_dir: Path, overrides: List[str], run_id: Optional[str] = None, dry_run: bool = False,
+def rerun_submission(run_dir: Path, overrides: Overrides, run_id: Optional[str] = None, dry_run: bool = False,
                      stale_image_ok: bool = False, *, extra: Sequence[str] = (),
                      after: Sequence[Path] = ()) -> Submission:
     """The checked submission of a rerun of `run_dir` (nothing queued yet); `extra`: options given that a rerun
@@ -24,13 +24,13 @@ def rerun_submission(run_dir: Path, overrides: List[str], run_id: Optional[str] 
                         f"(or submit anew without --rerun)")
     found = runs.find(str(run_dir))
     manifest = runs.read_manifest(found)
-    directory.check_rerun(found, manifest, cfg.parse_settings(overrides))  # before the image or code is read
+    directory.check_rerun(found, manifest, typed_overrides(overrides))  # before the image or code is read
     site = Site.load(manifest["cluster_file"])
     pulled: List[str] = []  # the image pulled from its registry first: said among the submission's warnings
     record = run_image(manifest, f"the image of {found}", site.image_store, pulled)
     # config.yaml holds every value the run had, but the profile's go over it again: its own --set values of those
-    # keys are given again (kept_choices), new ones go on top.
-    overrides = [*kept_choices(manifest, site.cluster.profile(manifest["profile"]), overrides), *overrides]
+    # keys are given again (kept_settings), new ones go on top.
+    overrides = {**kept_settings(manifest, site.cluster.profile(manifest["profile"])), **typed_overrides(overrides)}
     sub = build_after(site, Request(manifest["profile"], str(Path(found) / "config.yaml"), overrides,
                                     run_id=run_id, flavor=record.flavor, image=record, rerun_of=manifest["run_id"],
                                     dry_run=dry_run, stale_image_ok=stale_image_ok,

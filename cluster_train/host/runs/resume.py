@@ -11,8 +11,9 @@ from cluster_train.host import runs
 from cluster_train.host.images.locations import run_image
 from cluster_train.host.jobs import user_code
 from cluster_train.host.jobs.build import Request, Site, Submission, build
+from cluster_train.host.jobs.overrides import Overrides, typed_overrides
 from cluster_train.host.runs import closing, segments, sweep_state
-from cluster_train.host.runs.choices import kept_choices
+from cluster_train.host.runs.kept import kept_settings
 from cluster_train.host.runs.ending import describe, has_ended, run_state
 from cluster_train.host.schedulers import State, adapter
 
@@ -22,7 +23,7 @@ from cluster_train.host.schedulers import State, adapter
 RESHARDABLE = ("single", "ddp", "fsdp")
 
 
-def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], dry_run: bool,
+def prepare_resume(run_dir: Path, profile: Optional[str], overrides: Overrides, dry_run: bool,
                    site: Optional[Site] = None) -> Submission:
     """The run continued: its config with `overrides`, its image and code, on its profile or `profile`; `site`: the
     cluster file and settings a sweep's resume read once for all its elements."""
@@ -39,7 +40,7 @@ def prepare_resume(run_dir: Path, profile: Optional[str], overrides: List[str], 
     pulled: List[str] = []  # the image pulled from its registry first: said among the submission's warnings
     record = run_image(manifest, f"the image of {run_dir}", site.image_store, pulled)
     profile = profile or manifest["profile"]
-    overrides = [*kept_choices(manifest, site.cluster.profile(profile), overrides), *overrides]
+    overrides = {**kept_settings(manifest, site.cluster.profile(profile)), **typed_overrides(overrides)}
     sub = build(site, Request(profile, str(run_dir / "config.yaml"), overrides,
                               run_dir=run_dir, flavor=record.flavor, image=record, dry_run=dry_run,
                               recorded_code=manifest.get("code"), code_from=run_dir,
@@ -102,7 +103,7 @@ def queue_resume(sub: Submission, run_dir: Path) -> str:
     (run_dir / "job.sh").write_text(held_script(sub.script, scheduler, held))
     job_id = scheduler.submit(run_dir / "job.sh", run_dir)
     resume = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "job_id": job_id, "profile": sub.job.profile,
-              "overrides": sub.overrides, "previous_job_id": manifest["scheduler"]["job_id"],
+              "overrides": cfg.setting_lines(sub.overrides), "previous_job_id": manifest["scheduler"]["job_id"],
               **({"after": held} if held else {})}
     runs.update_manifest(run_dir, resumes=manifest.get("resumes", []) + [resume], profile=sub.job.profile,
                          scheduler={**manifest["scheduler"], "job_id": job_id}, job=sub.job.as_dict(),

@@ -5,23 +5,23 @@ runs/<sweep-id>/ holds sweep.json (the swept keys and values, the elements' run 
 sweep.sh (the array's script) and one run directory per element (e0, e1, ...: its own config.yaml, job.sh,
 manifest.json, logs and segments), so requeue, status and reports work per element as for any run.
 """
-import itertools
 import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError, raise_all
-from cluster_train.host import project, runs, undecodable
+from cluster_train.host import project, runs
 from cluster_train.host.jobs.build import Request, Site, Submission, build
 from cluster_train.host.jobs.cost import most_cost_line
 from cluster_train.host.scheduling.job import new_run_id
 from cluster_train.host.runs.queue import Followed, Plan, start_estimate, write_manifest, write_run
 from cluster_train.host.runs.showing import show_and_queue
+from cluster_train.host.runs.sweep_values import axes_of, combinations, parse_axes, read_sweep_file, texts_of
 from cluster_train.host.runs.sweep_state import SWEEP, ArrayView, ended_uncompleted, read_sweep, status_table
 from cluster_train.host.schedulers import adapter, serves_another
-from cluster_train.shared.yaml_file import load_yaml
 
 
 @dataclass
@@ -29,7 +29,7 @@ class Sweep:
     sweep_id: str
     sweep_dir: Path
     axes: List[Tuple[str, List[str]]]  # each swept key and its values, in the order given
-    settings: List[Dict[str, str]]  # per element: key -> value (as typed)
+    settings: List[Dict[str, Any]]  # per element: key -> its typed value (a --sweep word typed by the schema)
     elements: List[Submission]
     cap: int
     chunks: List[Tuple[int, int]]  # each job array's (first element, element count): one unless the sweep is split
@@ -37,58 +37,6 @@ class Sweep:
     def scripts(self, after: Optional[str] = None) -> List[str]:
         """Each array's script; `after`: the job id the first array waits for (a chained array's predecessor)."""
         return [render_sweep(self, first, count, after) for first, count in self.chunks]
-
-
-def parse_axes(specs: List[str]) -> List[Tuple[str, List[str]]]:
-    """["model.name=a,b", "optim.lr=0.1,0.01"] -> [("model.name", ["a", "b"]), ("optim.lr", ["0.1", "0.01"])]."""
-    axes: Dict[str, List[str]] = {}
-    for spec in specs:
-        undecodable.refuse_setting("--sweep", spec)  # the API's sweeps, as the command line's parser refuses them
-        key, sep, text = spec.partition("=")
-        values = [v.strip() for v in text.split(",")]
-        if not sep or not key.strip() or not all(values):
-            raise UserError(f"--sweep {spec!r} is not KEY=V1,V2,...; write it like --sweep optim.lr=0.1,0.01")
-        if key.strip() in axes:
-            raise UserError(f"--sweep {key.strip()} is given twice; list all its values in one --sweep")
-        axes[key.strip()] = values
-    return list(axes.items())
-
-
-def read_sweep_file(path: str) -> List[Dict[str, str]]:
-    """A YAML list of runs, each a mapping of config keys to values (or `runs:` holding that list), e.g.
-    `- {model.name: resnet_cifar, optim.lr: 0.1}`; values as --set takes them."""
-    loaded = load_yaml(path, "--sweep-file")  # bounded: a sweep file is data a user may have generated
-    listed = loaded.get("runs") if isinstance(loaded, dict) else loaded
-    if not isinstance(listed, list) or not listed or not all(isinstance(r, dict) and r for r in listed):
-        raise UserError(f"--sweep-file {path} must list runs, each a mapping of keys to values: "
-                        f"- {{model.name: resnet_cifar, optim.lr: 0.1}}")
-    return [{str(k): v if isinstance(v, str) else json.dumps(v) for k, v in run.items()} for run in listed]
-
-
-def axes_of(settings: List[Dict[str, str]]) -> List[Tuple[str, List[str]]]:
-    """Each key the runs set and its distinct values, in the order they first appear."""
-    axes: Dict[str, List[str]] = {}
-    for setting in settings:
-        for key, value in setting.items():
-            axes.setdefault(key, [])
-            if value not in axes[key]:
-                axes[key].append(value)
-    return list(axes.items())
-
-
-def combinations(axes: List[Tuple[str, List[str]]]) -> List[Dict[str, str]]:
-    """The product of the values, the last key varying fastest."""
-    keys = [key for key, _ in axes]
-    return [dict(zip(keys, values)) for values in itertools.product(*(values for _, values in axes))]
-
-
-def axes_given(axes: Mapping[str, Sequence[Any]]) -> List[Tuple[str, List[str]]]:
-    """The API's {key: values} as --sweep gives them: each value as --set takes it (text as is, others as JSON)."""
-    if not axes or not all(isinstance(values, Sequence) and not isinstance(values, str) and values
-                           for values in axes.values()):
-        raise UserError(f"sweep axes {dict(axes)!r} must map each key to a list of values, e.g. "
-                        f"{{'optim.lr': [0.1, 0.01]}}")
-    return [(key, [v if isinstance(v, str) else json.dumps(v) for v in values]) for key, values in axes.items()]
 
 
 def prepare_sweep(site: Site, base: Request, specs: List[str], sweep_file: Optional[str],
@@ -108,9 +56,9 @@ def prepare_sweep(site: Site, base: Request, specs: List[str], sweep_file: Optio
     return prepare_listed(site, base, settings, cap, sweep_id, sweep_dir)
 
 
-def prepare_listed(site: Site, base: Request, settings: List[Dict[str, str]], cap: Optional[int], sweep_id: str,
+def prepare_listed(site: Site, base: Request, settings: List[Dict[str, Any]], cap: Optional[int], sweep_id: str,
                    sweep_dir: Path, named: str = "--sweep") -> Sweep:
-    """The runs of `settings` (each: key -> value as --set takes it) built and checked as one array in `sweep_dir`
+    """The runs of `settings` (each: key -> typed value) built and checked as one array in `sweep_dir`
     (a study's batch of trials is one too); `named`: the option a refused value is blamed on."""
     limit = array_limit(site, len(settings))
     elements = build_elements(site, base, settings, sweep_dir, named)
@@ -140,11 +88,11 @@ def array_limit(site: Site, count: int) -> int:
     return limit or count
 
 
-def build_elements(site: Site, base: Request, settings: List[Dict[str, str]], sweep_dir: Path,
+def build_elements(site: Site, base: Request, settings: List[Dict[str, Any]], sweep_dir: Path,
                    named: str = "--sweep") -> List[Submission]:
     elements, failed = [], {}  # problem line -> the settings of the elements it refused
     for i, setting in enumerate(settings):
-        overrides = base.overrides + [f"{k}={v}" for k, v in setting.items()]
+        overrides = {**base.overrides, **setting}
         try:
             elements.append(build(site, replace(base, overrides=overrides, run_id=None, run_dir=sweep_dir / f"e{i}")))
         except UserError as err:
@@ -154,13 +102,13 @@ def build_elements(site: Site, base: Request, settings: List[Dict[str, str]], sw
     return elements
 
 
-def blame(line: str, refused: List[Dict[str, str]], count: int, named: str = "--sweep") -> str:
+def blame(line: str, refused: List[Dict[str, Any]], count: int, named: str = "--sweep") -> str:
     """A problem once, with the swept values every element it refused shares (the bad value), or none when it
     refused them all (not the sweep's fault)."""
     shared = {k: v for k, v in refused[0].items() if all(s.get(k) == v for s in refused)}
     if len(refused) == count or not shared:
         return line
-    return f"{named} {' '.join(f'{k}={v}' for k, v in shared.items())}: {line}"
+    return f"{named} {' '.join(cfg.setting_lines(shared))}: {line}"
 
 
 def shared_directives(elements: List[Submission]) -> List[str]:
@@ -213,13 +161,15 @@ def queue_sweep(sweep: Sweep, before_submit: Optional[Callable[[int, Path], None
         raise
     job_ids = [scheduler.element_id(array["job_id"], i - array["first"])
                for array in arrays for i in range(array["first"], array["first"] + array["count"])]
-    for i, (sub, setting, job_id) in enumerate(zip(sweep.elements, sweep.settings, job_ids)):
+    texts = [texts_of(setting) for setting in sweep.settings]  # the records hold the text form, as --set shows it
+    for i, (sub, setting, job_id) in enumerate(zip(sweep.elements, texts, job_ids)):
         write_manifest(sub, job_id, sweep={"sweep_id": sweep.sweep_id, "index": i, "values": setting}, **manifest_extra)
+    axes = [{"key": k, "values": [cfg.setting_text(k, x) for x in v]} for k, v in sweep.axes]
     record = {"sweep_id": sweep.sweep_id, "scheduler": scheduler.name, "array_job_id": arrays[0]["job_id"],
-              "arrays": arrays, "max_parallel": sweep.cap, "axes": [{"key": k, "values": v} for k, v in sweep.axes],
+              "arrays": arrays, "max_parallel": sweep.cap, "axes": axes,
               "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "elements": [{"index": i, "run_dir": sub.job.work.run_dir, "values": setting, "job_id": job_id}
-                           for i, (sub, setting, job_id) in enumerate(zip(sweep.elements, sweep.settings, job_ids))]}
+                           for i, (sub, setting, job_id) in enumerate(zip(sweep.elements, texts, job_ids))]}
     (sweep.sweep_dir / SWEEP).write_text(json.dumps(record, indent=2) + "\n")
     return [array["job_id"] for array in arrays]
 
@@ -248,7 +198,8 @@ def sweep_plan(site: Site, base: Request, specs: List[str], sweep_file: Optional
 
 
 def plan_of(sweep: Sweep, sweep_file: Optional[str] = None) -> Plan:
-    listed = f"from {sweep_file}" if sweep_file else " x ".join(f"{k}: {shown(v)}" for k, v in sweep.axes)
+    listed = f"from {sweep_file}" if sweep_file else " x ".join(
+        f"{k}: {shown([cfg.setting_text(k, x) for x in v])}" for k, v in sweep.axes)
     head = (f"sweep {sweep.sweep_id}: {len(sweep.elements)} runs ({listed}), at most {sweep.cap} at once\n"
             f"{most_cost_line(sweep.elements[0].job, len(sweep.elements))}")
     return Plan(f"{head}\n{sweep.elements[0].summary}", [w for sub in sweep.elements for w in sub.warnings],

@@ -169,7 +169,7 @@ class Driver:
         name = f"batch-{number}"
         self.record["batches"].append({"dir": name, "trials": [t.number for t in trials]})
         rec.write_json(self.dir / rec.STUDY, self.record)  # before queuing: a restarted driver finds what it did
-        settings = [{key: as_override(value) for key, value in t.params.items()} for t in trials]
+        settings = [dict(t.params) for t in trials]  # the sampled values as Optuna typed them
         try:
             sweep = prepare_listed(self.site, self.request(), settings, len(trials), f"{self.record['study_id']}-b"
                                    f"{number}", self.dir / name, named="trial")

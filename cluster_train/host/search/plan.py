@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from cluster_train.shared import config as cfg
 from cluster_train.shared.errors import UserError
 from cluster_train.host import project
 from cluster_train.host.jobs.build import Request, Site
@@ -16,16 +17,16 @@ from cluster_train.host.runs.queue import Plan, start_estimate
 from cluster_train.host.runs.sweep import dry_run_text, prepare_listed
 from cluster_train.host.search import objective, record as rec
 from cluster_train.host.search.optuna_study import open_study, optuna_module
-from cluster_train.host.search.spec import SearchSpec, as_override, first_metric_problem
+from cluster_train.host.search.spec import SearchSpec, first_metric_problem
 from cluster_train.host.search.storage import storage_of
 
 
-def probe_settings(spec: SearchSpec) -> List[Dict[str, str]]:
-    """Runs that try every end of every range and every choice (the other keys at their first probe)."""
-    firsts = {p.key: as_override(p.probes()[0]) for p in spec.space}
+def probe_settings(spec: SearchSpec) -> List[Dict[str, Any]]:
+    """Runs that try every end of every range and every choice (the other keys at their first probe), typed."""
+    firsts = {p.key: p.probes()[0] for p in spec.space}
     found = [firsts]
     for p in spec.space:
-        found += [{**firsts, p.key: as_override(v)} for v in p.probes()[1:]]
+        found += [{**firsts, p.key: v} for v in p.probes()[1:]]
     return found
 
 
@@ -84,7 +85,8 @@ def study_record(site: Site, base: Request, spec: SearchSpec, cap: int, study_id
     """study.json: what was asked, so that a driver started anywhere continues the study as it was asked. `run`: the
     first trial's resolved config (its task, epochs and seed)."""
     record = {"study_id": study_id, "cluster_file": str(site.cluster.path), "cluster": site.cluster.name,
-              "profile": base.profile, "experiment": experiment_path(experiment), "overrides": list(base.overrides),
+              "profile": base.profile, "experiment": experiment_path(experiment),
+              "overrides": cfg.setting_lines(base.overrides),
               "flavor": base.flavor, "dev": base.dev, "stale_image_ok": base.stale_image_ok, "max_parallel": cap,
               "scheduler": site.cluster.scheduler, "task": run.task, "max_epochs": run.trainer.max_epochs,
               "spec": spec.as_dict(), "storage": storage_of(site.user, study_dir),
