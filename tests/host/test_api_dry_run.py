@@ -34,7 +34,8 @@ def api_dry_run(argv: list) -> DryRun:
     overrides = cfg.parse_settings(args.overrides)
     job = Job(args.cluster, args.profile, args.experiment, overrides=overrides, command=command, run_id="golden")
     if args.sweeps:
-        return job.dry_run(sweep=dict(parse_axes(args.sweeps)), max_parallel=args.max_parallel)
+        axes = {key: [cfg.typed_setting(key, word) for word in words] for key, words in parse_axes(args.sweeps)}
+        return job.dry_run(sweep=axes, max_parallel=args.max_parallel)
     return job.dry_run()
 
 

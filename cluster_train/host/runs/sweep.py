@@ -30,6 +30,7 @@ class Sweep:
     sweep_dir: Path
     axes: List[Tuple[str, List[str]]]  # each swept key and its values, in the order given
     settings: List[Dict[str, Any]]  # per element: key -> its typed value (a --sweep word typed by the schema)
+    shown: List[Dict[str, str]]  # the same as text: --sweep's words as typed, else the values' text form
     elements: List[Submission]
     cap: int
     chunks: List[Tuple[int, int]]  # each job array's (first element, element count): one unless the sweep is split
@@ -48,26 +49,30 @@ def prepare_sweep(site: Site, base: Request, specs: List[str], sweep_file: Optio
         raise UserError("give the runs by --sweep or by --sweep-file, not both")
     if cap is not None and cap < 1:
         raise UserError(f"--max-parallel {cap} runs nothing; give 1 or more")
-    settings = read_sweep_file(sweep_file) if sweep_file else combinations(axes or parse_axes(specs))
+    words = None if sweep_file or axes else combinations(parse_axes(specs))
+    settings = (read_sweep_file(sweep_file) if sweep_file else combinations(axes) if axes
+                else [cfg.parse_settings([f"{k}={v}" for k, v in w.items()]) for w in words])
     sweep_id = base.run_id or new_run_id(Path(site.cluster.path).stem, base.profile)
     sweep_dir = project.run_dir_for(sweep_id, site.runs_root)
     if sweep_dir.exists():
         raise UserError(f"sweep directory {sweep_dir} already exists; choose another --run-id or remove it")
-    return prepare_listed(site, base, settings, cap, sweep_id, sweep_dir)
+    return prepare_listed(site, base, settings, cap, sweep_id, sweep_dir, shown=words)
 
 
 def prepare_listed(site: Site, base: Request, settings: List[Dict[str, Any]], cap: Optional[int], sweep_id: str,
-                   sweep_dir: Path, named: str = "--sweep") -> Sweep:
+                   sweep_dir: Path, named: str = "--sweep", shown: Optional[List[Dict[str, str]]] = None) -> Sweep:
     """The runs of `settings` (each: key -> typed value) built and checked as one array in `sweep_dir`
-    (a study's batch of trials is one too); `named`: the option a refused value is blamed on."""
+    (a study's batch of trials is one too); `named`: the option a refused value is blamed on; `shown`: the
+    settings as the user typed them (--sweep's words), else their text form."""
+    shown = shown or [texts_of(setting) for setting in settings]
     limit = array_limit(site, len(settings))
-    elements = build_elements(site, base, settings, sweep_dir, named)
+    elements = build_elements(site, base, settings, shown, sweep_dir, named)
     scheduler = adapter(elements[0].job.scheduler)
     cap = cap if cap is not None else scheduler.array_cap(elements[0].job.placement.slots_per_node)
     if elements[0].job.work.tasks:
         raise UserError(f"profile {base.profile} packs independent tasks into one job; sweep on a one-training profile")
     chunks = [(first, min(limit, len(elements) - first)) for first in range(0, len(elements), limit)]
-    sweep = Sweep(sweep_id, sweep_dir, axes_of(settings), settings, elements, min(cap, len(elements)), chunks)
+    sweep = Sweep(sweep_id, sweep_dir, axes_of(shown), settings, shown, elements, min(cap, len(elements)), chunks)
     shared_directives(elements)  # one shape for every element, whichever array it lands in
     return sweep
 
@@ -88,27 +93,27 @@ def array_limit(site: Site, count: int) -> int:
     return limit or count
 
 
-def build_elements(site: Site, base: Request, settings: List[Dict[str, Any]], sweep_dir: Path,
-                   named: str = "--sweep") -> List[Submission]:
-    elements, failed = [], {}  # problem line -> the settings of the elements it refused
-    for i, setting in enumerate(settings):
+def build_elements(site: Site, base: Request, settings: List[Dict[str, Any]], shown: List[Dict[str, str]],
+                   sweep_dir: Path, named: str = "--sweep") -> List[Submission]:
+    elements, failed = [], {}  # problem line -> the settings of the elements it refused, as shown
+    for i, (setting, words) in enumerate(zip(settings, shown)):
         overrides = {**base.overrides, **setting}
         try:
             elements.append(build(site, replace(base, overrides=overrides, run_id=None, run_dir=sweep_dir / f"e{i}")))
         except UserError as err:
             for line in err.lines:
-                failed.setdefault(line, []).append(setting)
+                failed.setdefault(line, []).append(words)
     raise_all([UserError(blame(line, refused, len(settings), named)) for line, refused in failed.items()])
     return elements
 
 
-def blame(line: str, refused: List[Dict[str, Any]], count: int, named: str = "--sweep") -> str:
+def blame(line: str, refused: List[Dict[str, str]], count: int, named: str = "--sweep") -> str:
     """A problem once, with the swept values every element it refused shares (the bad value), or none when it
     refused them all (not the sweep's fault)."""
     shared = {k: v for k, v in refused[0].items() if all(s.get(k) == v for s in refused)}
     if len(refused) == count or not shared:
         return line
-    return f"{named} {' '.join(cfg.setting_lines(shared))}: {line}"
+    return f"{named} {' '.join(f'{k}={v}' for k, v in shared.items())}: {line}"
 
 
 def shared_directives(elements: List[Submission]) -> List[str]:
@@ -161,15 +166,14 @@ def queue_sweep(sweep: Sweep, before_submit: Optional[Callable[[int, Path], None
         raise
     job_ids = [scheduler.element_id(array["job_id"], i - array["first"])
                for array in arrays for i in range(array["first"], array["first"] + array["count"])]
-    texts = [texts_of(setting) for setting in sweep.settings]  # the records hold the text form, as --set shows it
-    for i, (sub, setting, job_id) in enumerate(zip(sweep.elements, texts, job_ids)):
+    for i, (sub, setting, job_id) in enumerate(zip(sweep.elements, sweep.shown, job_ids)):
         write_manifest(sub, job_id, sweep={"sweep_id": sweep.sweep_id, "index": i, "values": setting}, **manifest_extra)
-    axes = [{"key": k, "values": [cfg.setting_text(k, x) for x in v]} for k, v in sweep.axes]
+    axes = [{"key": k, "values": v} for k, v in sweep.axes]
     record = {"sweep_id": sweep.sweep_id, "scheduler": scheduler.name, "array_job_id": arrays[0]["job_id"],
               "arrays": arrays, "max_parallel": sweep.cap, "axes": axes,
               "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "elements": [{"index": i, "run_dir": sub.job.work.run_dir, "values": setting, "job_id": job_id}
-                           for i, (sub, setting, job_id) in enumerate(zip(sweep.elements, texts, job_ids))]}
+                           for i, (sub, setting, job_id) in enumerate(zip(sweep.elements, sweep.shown, job_ids))]}
     (sweep.sweep_dir / SWEEP).write_text(json.dumps(record, indent=2) + "\n")
     return [array["job_id"] for array in arrays]
 
@@ -198,8 +202,7 @@ def sweep_plan(site: Site, base: Request, specs: List[str], sweep_file: Optional
 
 
 def plan_of(sweep: Sweep, sweep_file: Optional[str] = None) -> Plan:
-    listed = f"from {sweep_file}" if sweep_file else " x ".join(
-        f"{k}: {shown([cfg.setting_text(k, x) for x in v])}" for k, v in sweep.axes)
+    listed = f"from {sweep_file}" if sweep_file else " x ".join(f"{k}: {shown(v)}" for k, v in sweep.axes)
     head = (f"sweep {sweep.sweep_id}: {len(sweep.elements)} runs ({listed}), at most {sweep.cap} at once\n"
             f"{most_cost_line(sweep.elements[0].job, len(sweep.elements))}")
     return Plan(f"{head}\n{sweep.elements[0].summary}", [w for sub in sweep.elements for w in sub.warnings],

@@ -1,6 +1,6 @@
-"""A sweep's values: the axes --sweep gives as text (typed here once, by the schema, as --set types its values), a
---sweep-file's runs and the API's {key: values}, each element a mapping of keys to typed values; and their text form,
-which the sweep's records and its summary show."""
+"""A sweep's values: the axes --sweep gives as words, a --sweep-file's runs and the API's {key: values}, combined
+into elements (each a mapping of keys to values); and the text form of typed values, which the sweep's records and
+its summary show where no words were typed."""
 import itertools
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
@@ -10,9 +10,9 @@ from cluster_train.shared.yaml_file import load_yaml
 from cluster_train.host import undecodable
 
 
-def parse_axes(specs: List[str]) -> List[Tuple[str, List[Any]]]:
-    """["model.name=a,b", "optim.lr=0.1,0.01"] -> [("model.name", ["a", "b"]), ("optim.lr", [0.1, 0.01])]: each word
-    typed once, by the schema's type for its key, as --set types it."""
+def parse_axes(specs: List[str]) -> List[Tuple[str, List[str]]]:
+    """["model.name=a,b", "optim.lr=0.1,0.01"] -> [("model.name", ["a", "b"]), ("optim.lr", ["0.1", "0.01"])]: the
+    words as typed (each element's are typed once, by the schema, as --set's are: sweep.prepare_sweep)."""
     axes: Dict[str, List[str]] = {}
     for spec in specs:
         undecodable.refuse_setting("--sweep", spec)  # the API's sweeps, as the command line's parser refuses them
@@ -22,7 +22,7 @@ def parse_axes(specs: List[str]) -> List[Tuple[str, List[Any]]]:
             raise UserError(f"--sweep {spec!r} is not KEY=V1,V2,...; write it like --sweep optim.lr=0.1,0.01")
         if key.strip() in axes:
             raise UserError(f"--sweep {key.strip()} is given twice; list all its values in one --sweep")
-        axes[key.strip()] = [cfg.typed_setting(key.strip(), value) for value in values]
+        axes[key.strip()] = values
     return list(axes.items())
 
 
