@@ -11,8 +11,8 @@ Runtime counts come from one API dry run of the demo on clusters/local.yaml (`ma
 - override_hops: functions of cluster_train that receive the override itself (a "KEY=VALUE" line, a {KEY: VALUE}
   mapping, or a list or object holding one) on its way from the door to the resolved config, and their files; the
   same from the command line's --set (cli_override_hops);
-- override_text_parses: calls of config.parse_overrides / yaml_scalar that see it (a value rendered as text and read
-  back);
+- override_text_parses: calls of config.parse_overrides / parse_settings / typed_setting / yaml_scalar that read it
+  from text (a mapping handed to parse_settings, or a call nested in another, is not one);
 - adapter_calls_per_build and launch_of_calls_per_build."""
 import argparse
 import ast
@@ -133,6 +133,19 @@ def carries(value: object, depth: int = 0) -> bool:
     return False
 
 
+PARSERS = ("parse_overrides", "parse_settings", "typed_setting", "yaml_scalar")
+
+
+def text_parse(frame) -> bool:
+    """A call that reads the override back from text: not one handed a mapping of typed values (parse_settings
+    returns it as it is), nor one inside another such call (parse_settings types each line with typed_setting)."""
+    name, caller = frame.f_code.co_name, frame.f_back.f_code.co_name if frame.f_back else ""
+    if name not in PARSERS or caller in PARSERS:
+        return False
+    given = frame.f_locals.get(frame.f_code.co_varnames[0]) if frame.f_code.co_argcount else None
+    return not isinstance(given, dict)
+
+
 def probe() -> None:
     """One dry run with the override, from the Python door, its calls watched (run in --root's tree)."""
     import cluster_train as ct
@@ -152,7 +165,7 @@ def probe() -> None:
         names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
         if any(carries(frame.f_locals.get(n)) for n in names):
             hops.add((os.path.relpath(code.co_filename, package), code.co_qualname))
-            parses += code.co_name in ("parse_overrides", "parse_settings", "yaml_scalar", "typed_setting")
+            parses += text_parse(frame)
 
     data = Path(os.environ["CT_RUNS_DIR"]) / VALUE
     data.mkdir()
