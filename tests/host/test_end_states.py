@@ -458,7 +458,7 @@ def test_resume_closes_a_killed_segment_from_the_accounting_as_status_does(tmp_p
     manifest = shell_killed(run_dir)
     fake_commands(tmp_path, monkeypatch, sacct=f'printf "{SACCT_KILLED}"')
     scheduler = Accounted({"state": State.CANCELLED}, said=SACCT_CANCELLED, held=Slurm().allocations("21"))
-    monkeypatch.setattr(resume, "adapter", lambda name: scheduler)
+    monkeypatch.setattr(Manifest, "adapter", property(lambda self: scheduler))
     resume.close_last_segment(run_dir, manifest)
     (seg,) = segments.read(run_dir)
     assert (seg.how, seg.exit_code, seg.ended_by) == ("CANCELLED", 137, "sacct: 21.batch CANCELLED 0:9"), seg

@@ -21,6 +21,7 @@ from conftest import ROOT
 from cluster_train.shared.errors import UserError
 from cluster_train.host.images import derive, store
 from cluster_train.host.images.locations import run_image
+from cluster_train.host.runs.manifest import Manifest
 
 PROBE = "ctprobe"  # the tiny package the derived image adds
 
@@ -191,7 +192,7 @@ def test_a_rerun_of_a_derived_image_needs_its_parent(fake_store, tmp_path):
     child = tmp_path / "child.sif"
     child.write_text("stand-in derived image\n")
     entry, _ = store.add("cpu+myproject", child, store.sha256_file(child), root, None, parent_sha256=parent.sha256)
-    manifest = {"cluster_file": "local", "image": {"sha256": entry.sha256, "flavor": "cpu+myproject"}}
+    manifest = Manifest({"cluster_file": "local", "image": {"sha256": entry.sha256, "flavor": "cpu+myproject"}})
     assert run_image(manifest, "the image of runs/x") == entry
     Path(parent.path).unlink()
     with pytest.raises(UserError) as gone:
@@ -291,7 +292,7 @@ def test_derive_builds_on_the_real_cpu_image_and_records_its_parent(cpu_image, d
     results = json.loads((run_dir / "results.json").read_text())
     assert results["image_sha256"] == derived.sha256 and results["epochs"] == 1  # the job saw its digest inside
 
-    manifest = {"cluster_file": "local", "image": {"sha256": derived.sha256, "flavor": derived.flavor}}
+    manifest = Manifest({"cluster_file": "local", "image": {"sha256": derived.sha256, "flavor": derived.flavor}})
     monkeypatch.setenv("CT_IMAGES", str(root))
     (tmp_path / "settings.yaml").touch()  # $CT_SETTINGS must name a file
     monkeypatch.setenv("CT_SETTINGS", str(tmp_path / "settings.yaml"))

@@ -95,10 +95,10 @@ def now(recorded: Dict[str, Any]) -> Optional[str]:
     return digest(root, entries, recorded["method"], cached=False)
 
 
-def check_rerun(run_dir: Path, manifest: Dict[str, Any], user_set: Dict[str, Any]) -> None:
+def check_rerun(run_dir: Path, manifest, user_set: Dict[str, Any]) -> None:  # manifest: runs.manifest.Manifest
     """--rerun reads the data directory its run read, unchanged, or refuses before anything is queued; a --data or
     --set data.root given to the rerun is the user's choice of data, not checked against the record."""
-    recorded = manifest.get("data")
+    recorded = manifest.data
     if not is_directory_record(recorded) or "data.root" in user_set:
         return
     found = now(recorded)

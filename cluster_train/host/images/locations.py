@@ -27,22 +27,21 @@ def command_store(cluster: Optional[str]) -> Path:
     return store_of(cluster) if cluster else project.images_dir(settings.load("").get("images"))
 
 
-def run_image(manifest: dict, what: str, root: Optional[Path] = None,
+def run_image(manifest, what: str, root: Optional[Path] = None,
               warnings: Optional[List[str]] = None) -> store.ImageRecord:
     """The image a recorded run used, verified, from this machine's store for its cluster (`root`, when the caller
     has it already); pulled first from the registry the run recorded where the store lacks it (--rerun and resume on
     another machine), which a line in `warnings` says (the submission's: the command line prints them, the API
     returns them; the library never prints). A derived image comes with its parent, verified too: a rerun pins
     both."""
-    root = root if root is not None else store_of(manifest["cluster_file"])
-    sha256 = manifest["image"]["sha256"]
-    source = manifest["image"].get("registry")
+    root = root if root is not None else store_of(manifest.cluster_file)
+    sha256, source = manifest.image_sha256, manifest.image_registry
     if store.find(sha256, root) is None and isinstance(source, dict) and source.get("reference"):
         if warnings is not None:
             warnings.append(f"warning: {what} (sha256 {sha256}) was not in {root}: pulled {source['reference']}")
         oci.pull_into_store(source["reference"], bool(source.get("plain_http")), sha256, root)
     record = store.verified(sha256, root, what)
-    parent = manifest["image"].get("parent_sha256") or record.parent_sha256
+    parent = manifest.image_parent_sha256 or record.parent_sha256
     if parent:
         store.verified(parent, root, f"the parent image of {what} ({record.flavor} was built on it)")
     return record

@@ -35,8 +35,8 @@ def used_gpu_hours(job: ResolvedJob, budget: Budget) -> Tuple[float, str]:
     for root in run_roots():
         for file in root.glob("*/manifest.json") if root.is_dir() else []:
             manifest = read_manifest(file.parent)
-            submitted = cost.epoch(manifest.get("submitted_at", "")) or 0
-            if manifest.get("cluster") == cluster and submitted >= budget.since.timestamp():
+            submitted = cost.epoch(manifest.submitted_at) or 0
+            if manifest.cluster == cluster and submitted >= budget.since.timestamp():
                 hours += cost.gpu_hours(manifest, file.parent)
     why = "this machine's scheduler serves another cluster" if elsewhere else "this scheduler keeps no accounting here"
     return hours, f"cluster-train's runs only: {why}"

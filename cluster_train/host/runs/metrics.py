@@ -39,11 +39,6 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def is_own_code(manifest: Dict[str, Any]) -> bool:
-    """A run of your own command (its config names one), not a task of the image's (nor --dev's task)."""
-    return bool((manifest.get("config") or {}).get("command"))
-
-
 def own_results(results: Dict[str, Any]) -> Dict[str, float]:
     """Your own code's results: every number of results.json's (flat) object; nothing is a fact the tasks add."""
     return {str(k): float(v) for k, v in results.items() if is_number(v)}

@@ -25,16 +25,16 @@ def rerun_submission(run_dir: Path, overrides: Overrides, run_id: Optional[str] 
     found = runs.find(str(run_dir))
     manifest = runs.read_manifest(found)
     directory.check_rerun(found, manifest, typed_overrides(overrides))  # before the image or code is read
-    site = Site.load(manifest["cluster_file"])
+    site = Site.load(manifest.cluster_file)
     pulled: List[str] = []  # the image pulled from its registry first: said among the submission's warnings
     record = run_image(manifest, f"the image of {found}", site.image_store, pulled)
     # config.yaml holds every value the run had, but the profile's go over it again: its own --set values of those
     # keys are given again (kept_settings), new ones go on top.
-    overrides = {**kept_settings(manifest, site.cluster.profile(manifest["profile"])), **typed_overrides(overrides)}
-    sub = build_after(site, Request(manifest["profile"], str(Path(found) / "config.yaml"), overrides,
-                                    run_id=run_id, flavor=record.flavor, image=record, rerun_of=manifest["run_id"],
+    overrides = {**kept_settings(manifest, site.cluster.profile(manifest.profile)), **typed_overrides(overrides)}
+    sub = build_after(site, Request(manifest.profile, str(Path(found) / "config.yaml"), overrides,
+                                    run_id=run_id, flavor=record.flavor, image=record, rerun_of=manifest.run_id,
                                     dry_run=dry_run, stale_image_ok=stale_image_ok,
-                                    recorded_code=manifest.get("code"), code_from=Path(found),
+                                    recorded_code=manifest.code, code_from=Path(found),
                                     data_sha256=manifest.data_digest, after=list(after)))
     sub.warnings[:0] = pulled
     return sub

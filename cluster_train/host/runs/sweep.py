@@ -243,7 +243,7 @@ def resume(args) -> int:
     if not ended:
         print(status_table(args.run_dir))
         raise UserError(f"no element of {args.run_dir} ended without completing; nothing to resume")
-    site = Site.load(runs.read_manifest(ended[0])["cluster_file"])  # one cluster file for every element
+    site = Site.load(runs.read_manifest(ended[0]).cluster_file)  # one cluster file for every element
     subs = [prepare_resume(run_dir, args.profile, args.overrides, args.dry_run, site) for run_dir in ended]
     plan = Plan("\n".join(f"{d.name}: {sub.summary.splitlines()[0]}" for d, sub in zip(ended, subs)),
                 [w for sub in subs for w in sub.warnings],

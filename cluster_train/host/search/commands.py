@@ -10,7 +10,6 @@ from cluster_train.host import runs
 from cluster_train.host.jobs.build import Site
 from cluster_train.host.runs.ending import cancel_run, has_ended, run_state
 from cluster_train.host.runs.showing import show_and_queue
-from cluster_train.host.schedulers import adapter
 from cluster_train.host.search import record as rec
 from cluster_train.host.search.driver import drive
 from cluster_train.host.search.optuna_study import storage_url
@@ -115,7 +114,7 @@ def cancel(study_dir: Path) -> str:
         if trial["state"] != "RUNNING" or run_dir is None:
             continue
         manifest = runs.read_manifest(run_dir)
-        if not has_ended(run_state(adapter(manifest["scheduler"]["name"]), trial["job_id"], run_dir)):
+        if not has_ended(run_state(manifest.adapter, trial["job_id"], run_dir)):
             cancel_run(manifest, run_dir)
             cancelled.append(str(trial["number"]))
     return (f"cancelled study {study_dir.name}: its driver stops; trials {', '.join(cancelled) or 'none'} "

@@ -182,7 +182,7 @@ class Driver:
             manifest = runs.read_manifest(Path(sub.job.work.run_dir))
             trial = self.optuna.trial.Trial(self.study, t._trial_id)
             trial.set_user_attr("run_dir", sub.job.work.run_dir)
-            trial.set_user_attr("job_id", manifest["scheduler"]["job_id"])
+            trial.set_user_attr("job_id", manifest.job_id)
             self.say(f"trial {t.number} queued: {rec.shown_params(setting)} "
                      f"({sub.job.work.run_dir})")
         self.record.setdefault("image_of", sweep.elements[0].job.work.run_dir)

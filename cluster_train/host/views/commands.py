@@ -16,7 +16,6 @@ from cluster_train.host.runs.queue import one_run
 from cluster_train.host.runs.resume import prepare_resume, queue_resume, resumed_line
 from cluster_train.host.runs.run_status import status_lines, status_of
 from cluster_train.host.runs.showing import show_and_queue
-from cluster_train.host.schedulers import adapter
 from cluster_train.host.usage import Parser
 
 RUN_COMMANDS = ("status", "logs", "cancel", "resume")
@@ -34,12 +33,12 @@ def run_command(argv: List[str]) -> int:
         return sweep_command(argv[0], args)
     manifest = runs.read_manifest(args.run_dir)
     if argv[0] == "status":
-        status = status_of(manifest, adapter(manifest["scheduler"]["name"]), args.run_dir)
+        status = status_of(manifest, manifest.adapter, args.run_dir)
         print(json.dumps(status.as_dict()) if args.json else "\n".join(status_lines(status)))
     elif argv[0] == "cancel":
         print(cancel_run(manifest, args.run_dir))
     elif args.follow:
-        follow_log(adapter(manifest["scheduler"]["name"]), manifest["scheduler"]["job_id"], args.run_dir)
+        follow_log(manifest.adapter, manifest.job_id, args.run_dir)
     else:
         print(logs_text(args.run_dir), end="")
     return 0

@@ -15,7 +15,6 @@ from cluster_train.shared.errors import UserError
 from cluster_train.host import project
 from cluster_train.host.runs import cost, ending, failures, metrics, segments
 from cluster_train.host.runs.manifest import Manifest
-from cluster_train.host.schedulers import adapter
 from cluster_train.host.usage import Parser
 
 COLUMNS = ("cluster", "run", "state", "segments", "progress", "gpu-h", "last", "age")
@@ -68,20 +67,20 @@ def local_rows(cluster: Optional[str]) -> List[Dict]:
     return [r for r in rows if not cluster or r["cluster"] == cluster]
 
 
-def row_of(run_dir: Path, manifest: Dict) -> Dict:
-    job_id = manifest["scheduler"]["job_id"]
+def row_of(run_dir: Path, manifest: Manifest) -> Dict:
+    job_id = manifest.job_id
     said: Dict = {}
     try:
-        said = ending.run_state(adapter(manifest["scheduler"]["name"]), job_id, run_dir)
+        said = ending.run_state(manifest.adapter, job_id, run_dir)
         state = said["state"].value
     except Exception as err:  # a scheduler this machine cannot ask (its commands missing): the row says so
         state = f"UNKNOWN ({str(err).splitlines()[0][:40]})" if str(err) else "UNKNOWN"
     done, last = progress_of(run_dir, manifest)
-    return {"cluster": manifest.get("cluster", Path(manifest["cluster_file"]).stem), "run": manifest["run_id"],
+    return {"cluster": manifest.cluster, "run": manifest.run_id,
             "state": state, "segments": len(segments.read(run_dir)), "progress": done,
             "gpu-h": f"{cost.gpu_hours(manifest, run_dir):.2f}",
             "last": failures.of_failed(run_dir, state) or pending(said) or last,
-            "age": age(manifest.get("submitted_at")), "dir": str(run_dir)}
+            "age": age(manifest.submitted_at), "dir": str(run_dir)}
 
 
 def pending(said: Dict) -> str:
@@ -91,13 +90,13 @@ def pending(said: Dict) -> str:
     return f"expected start {said['start']}" + (f" ({said['reason']})" if said.get("reason") else "")
 
 
-def progress_of(run_dir: Path, manifest: Dict):
+def progress_of(run_dir: Path, manifest: Manifest):
     """The PROGRESS and LAST cells: a task's epochs of its max_epochs; your own code's last metrics.csv row (it has
     no epochs of ours: its command decides how long it trains)."""
-    if metrics.is_own_code(manifest):
+    if manifest.is_own_code:
         return metrics.own_progress(run_dir)
     epoch, last = progress(run_dir)
-    epochs = (manifest.get("config") or {}).get("trainer", {}).get("max_epochs")
+    epochs = manifest.config.get("trainer", {}).get("max_epochs")
     return f"{epoch}/{epochs}" if epochs else str(epoch), last
 
 
