@@ -7,6 +7,7 @@ job LSF reruns."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -157,6 +158,28 @@ def test_the_lsf_watchdog_ends_a_hung_single_host_run_and_names_it(cpu_image, cl
     assert end["how"] == "HANG" and end["stuck"]["host"] == host and end["requeued"], end
     assert end["excluded"] == [{"host": host, "why": f"rank 0 made no step for {end['stuck']['silent_s']} s"}], end
     assert host not in rerun.hosts, rerun  # bmod -R "select[hname!=HOST]" before brequeue: it runs elsewhere
+
+
+def test_an_lsf_host_failed_whose_sigint_ends_the_batch_shell_first_still_ends_node_fail(cpu_image, cluster_nodes,
+                                                                                          lsf_path, runs_dir, tmp_path):
+    """LSF shuts a job with a failed host down with SIGINT first: on a loaded machine it ended the batch shell before
+    its wait saw a rank die, and the segment ended FAILED (the CI of 65961fb). Here the host is marked unavail and
+    the SIGINT reaches the shell before any rank ends: the segment still ends NODE_FAIL, naming the host."""
+    run_dir, job_id = stop_sh_run("ci-lsf", "two_hosts", "lsf-sigint-first", tmp_path, runs_dir)
+    state = Path(os.environ["CT_LSF_STATE"])
+    down = state / "hosts"
+    try:
+        wait_for_run(lambda: job_logs(run_dir).count("[test] segment 1 running") == 2, "both ranks run", 180, run_dir)
+        host = segments.read(run_dir)[0].hosts.split()[-1]
+        down.mkdir(exist_ok=True)
+        (down / host).write_text("unavail\n")  # what standin.py --host-down writes, without ending the tasks on it
+        os.kill(int((state / job_id / "pid").read_text()), signal.SIGINT)  # the batch shell alone
+        wait_for_run(lambda: segments.read(run_dir)[0].how, "segment 1 ended", 60, run_dir)
+    finally:
+        shutil.rmtree(down, ignore_errors=True)
+        subprocess.run(["bkill", job_id], capture_output=True)
+    (first, *_) = segments.read(run_dir)
+    assert first.how == "NODE_FAIL" and first.failed_nodes == [host], (first, job_logs(run_dir)[-2000:])
 
 
 def test_an_lsf_host_failed_under_a_two_host_run_is_named_and_left_out_of_the_rerun(cpu_image, cluster_nodes, lsf_path,
