@@ -127,8 +127,8 @@ def bkill(argv) -> None:
             signal_job(job, int(read(job, "pid")), signum, "bkill -s")
             print(f"Job <{job_id}> is being signaled")
             continue
+        event(job, "kill_request", user=getpass.getuser())  # first: the supervisor ends the job once it sees the file
         (job / "kill_request").write_text(getpass.getuser())
-        event(job, "kill_request", user=getpass.getuser())
         print(f"Job <{job_id}> is being terminated")
 
 
